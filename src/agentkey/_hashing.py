@@ -1,0 +1,203 @@
+"""Argon2id for key secrets, and the verified-token cache that keeps it off the hot path (D2, D3).
+
+The profile: secrets carry about 166 random bits, so no hash speed makes guessing them
+feasible; argon2id is defence in depth for a stolen database, not the main barrier. We take
+its cheapest sensible setting (8 MiB, one pass, one lane, about 5 ms on a 2-core machine) so
+a cold verification and a burst of wrong guesses stay cheap. Stored hashes with parameters
+beyond :data:`HASH_LIMITS` are refused before argon2 allocates anything.
+
+The cache maps a keyed BLAKE2b digest of the whole presented token (per-process random key)
+to a fingerprint of the stored hash it was verified against. It holds no secret and nothing
+that helps guess one. Only successful verifications are added, so failed guesses can neither
+evict nor block a real key. A hit skips argon2 only: the key record is still read on every
+request, so revocation and expiry act on the very next one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import threading
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Final
+
+import attrs
+from argon2 import PasswordHasher, Type, extract_parameters
+from argon2.exceptions import InvalidHashError, VerificationError
+from argon2.low_level import verify_secret
+
+from agentkey.errors import Reason
+
+__all__ = [
+    "HASH_LIMITS",
+    "KEY_PROFILE",
+    "Overloaded",
+    "SecretVerifier",
+    "VerifiedTokenCache",
+    "fingerprint",
+    "hash_secret",
+]
+
+KEY_PROFILE: Final = PasswordHasher(
+    time_cost=1, memory_cost=8 * 1024, parallelism=1, hash_len=32, salt_len=16, type=Type.ID
+)
+
+
+@attrs.frozen
+class HashLimits:
+    """The largest argon2 parameters a stored hash may ask for before we refuse to run it."""
+
+    max_memory_kib: int = 64 * 1024
+    max_time_cost: int = 8
+    max_parallelism: int = 4
+
+
+HASH_LIMITS: Final = HashLimits()
+
+
+def hash_secret(secret: str) -> str:
+    """The encoded argon2id hash that is stored in place of *secret*."""
+    return KEY_PROFILE.hash(secret)
+
+
+def check_secret(secret_hash: str, secret: str, limits: HashLimits = HASH_LIMITS) -> Reason | None:
+    """``None`` when *secret* matches; otherwise why not. Runs argon2: call off the event loop."""
+    try:
+        params = extract_parameters(secret_hash)
+    except InvalidHashError:
+        return Reason.UNVERIFIABLE
+    if (
+        params.type is not Type.ID
+        or params.memory_cost > limits.max_memory_kib
+        or params.time_cost > limits.max_time_cost
+        or params.parallelism > limits.max_parallelism
+    ):
+        return Reason.UNVERIFIABLE
+    try:
+        verify_secret(secret_hash.encode("ascii"), secret.encode("ascii"), Type.ID)
+    except VerificationError:  # includes VerifyMismatchError
+        return Reason.WRONG_SECRET
+    except (InvalidHashError, UnicodeEncodeError):
+        return Reason.UNVERIFIABLE
+    return None
+
+
+def fingerprint(secret_hash: str) -> str:
+    """The tail of the encoded argon2 output: enough to notice that a stored hash changed."""
+    return secret_hash[-16:]
+
+
+class VerifiedTokenCache:
+    """A bounded LRU of tokens that verified, keyed so it never holds a secret."""
+
+    def __init__(self, max_size: int = 100_000) -> None:
+        if max_size < 1:
+            raise ValueError(f"max_size must be at least 1, got {max_size}")
+        self.max_size = max_size
+        self._digest_key = secrets.token_bytes(32)
+        self._entries: OrderedDict[bytes, str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __repr__(self) -> str:
+        return f"VerifiedTokenCache(size={len(self)}, max_size={self.max_size})"
+
+    def digest(self, token: str) -> bytes:
+        return hashlib.blake2b(token.encode("ascii"), key=self._digest_key, digest_size=16).digest()
+
+    def lookup(self, digest: bytes) -> str | None:
+        """The fingerprint the token behind *digest* was verified against, if it ever was."""
+        with self._lock:
+            known = self._entries.get(digest)
+            if known is not None:
+                self._entries.move_to_end(digest)
+        return known
+
+    def add(self, digest: bytes, secret_hash: str) -> None:
+        with self._lock:
+            self._entries[digest] = fingerprint(secret_hash)
+            self._entries.move_to_end(digest)
+            while len(self._entries) > self.max_size:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+class Overloaded(Exception):
+    """More secret verifications are pending than the verifier accepts."""
+
+
+class SecretVerifier:
+    """Runs argon2 on a small thread pool: bounded, shed past the bound, single-flight.
+
+    Concurrent checks of the same token against the same hash share one argon2 run; more
+    than *max_pending* distinct checks in flight raise :class:`Overloaded` at once instead of
+    queueing without bound.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_workers: int | None = None,
+        max_pending: int = 64,
+        limits: HashLimits = HASH_LIMITS,
+    ) -> None:
+        self.max_workers = max_workers or min(4, os.cpu_count() or 1)
+        if max_pending < self.max_workers:
+            raise ValueError(
+                f"max_pending ({max_pending}) must be at least max_workers ({self.max_workers})"
+            )
+        self.max_pending = max_pending
+        self.limits = limits
+        self.runs = 0  # argon2 runs started: the benchmarks and tests count them
+        self._executor = ThreadPoolExecutor(self.max_workers, thread_name_prefix="agentkey-argon2")
+        self._in_flight: dict[tuple[bytes, str], Future[Reason | None]] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (
+            f"SecretVerifier(max_workers={self.max_workers}, max_pending={self.max_pending}, "
+            f"in_flight={len(self._in_flight)})"
+        )
+
+    def submit(
+        self, cache: VerifiedTokenCache, digest: bytes, secret_hash: str, secret: str
+    ) -> Future[Reason | None]:
+        """Start (or join) the check of *secret* against *secret_hash*.
+
+        A success is added to *cache* before the future resolves, so no later request with
+        the same token starts another run.
+        """
+        flight = (digest, secret_hash)
+        with self._lock:
+            future = self._in_flight.get(flight)
+            if future is not None:
+                return future
+            if len(self._in_flight) >= self.max_pending:
+                raise Overloaded
+            future = self._executor.submit(self._check, cache, digest, secret_hash, secret)
+            self._in_flight[flight] = future
+            self.runs += 1
+        future.add_done_callback(lambda _: self._land(flight))
+        return future
+
+    def _check(
+        self, cache: VerifiedTokenCache, digest: bytes, secret_hash: str, secret: str
+    ) -> Reason | None:
+        failure = check_secret(secret_hash, secret, self.limits)
+        if failure is None:
+            cache.add(digest, secret_hash)
+        return failure
+
+    def _land(self, flight: tuple[bytes, str]) -> None:
+        with self._lock:
+            self._in_flight.pop(flight, None)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)

@@ -1,0 +1,117 @@
+"""Creation rules, expiry arithmetic and status derivation (spec sections 2, 3, 8). Pure.
+
+- Names (D13): trimmed, 1-100 code points, no control characters.
+- Expiry (D12): a fixed :class:`Lifetime` is an exact duration from now. A :class:`CustomDate`
+  must lie in [tomorrow, today + 1 year] in the user's IANA time zone and expires at the
+  first instant of the next local day, or at now + 365 days if that comes first.
+- Status (D11): Revoked and Expired are final; Inactive while the creator does not reach the
+  key's scope; Active otherwise. Derived on every use, never stored.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Final
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from agentkey._model import ApiKey, CustomDate, Lifetime, Status
+from agentkey.errors import InvalidExpiry, InvalidKeyName
+
+__all__ = [
+    "DEFAULT_LIFETIME",
+    "MAX_LIFETIME",
+    "MAX_NAME_LENGTH",
+    "custom_date_bounds",
+    "derive_status",
+    "expiry_for",
+    "validate_name",
+]
+
+MAX_NAME_LENGTH: Final = 100
+MAX_LIFETIME: Final = timedelta(days=365)
+DEFAULT_LIFETIME: Final = Lifetime.DAYS_30
+# Control characters, surrogates and line/paragraph separators cannot sit in a one-line label.
+_FORBIDDEN_CATEGORIES: Final = frozenset({"Cc", "Cs", "Zl", "Zp"})
+
+
+def validate_name(name: object) -> str:
+    """Return the trimmed name, or raise :class:`InvalidKeyName` saying what to fix."""
+    if not isinstance(name, str):
+        raise InvalidKeyName(f"the key name must be a string, got {type(name).__name__}")
+    trimmed = name.strip()
+    if not trimmed:
+        raise InvalidKeyName("the key name is required: describe where the key is used")
+    if len(trimmed) > MAX_NAME_LENGTH:
+        raise InvalidKeyName(
+            f"the key name is {len(trimmed)} characters long; the maximum is {MAX_NAME_LENGTH}"
+        )
+    for position, char in enumerate(trimmed, 1):
+        if unicodedata.category(char) in _FORBIDDEN_CATEGORIES:
+            raise InvalidKeyName(
+                f"the key name holds a control character (U+{ord(char):04X}) at position "
+                f"{position}; use printable characters only"
+            )
+    return trimmed
+
+
+def _zone(time_zone: ZoneInfo | str) -> ZoneInfo:
+    if isinstance(time_zone, ZoneInfo):
+        return time_zone
+    if not isinstance(time_zone, str) or not time_zone:
+        raise InvalidExpiry(f"time_zone must be an IANA zone name, got {time_zone!r}")
+    try:
+        return ZoneInfo(time_zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise InvalidExpiry(
+            f"unknown time zone {time_zone!r}: use an IANA name such as 'Europe/Paris'"
+        ) from None
+
+
+def _one_year_after(day: date) -> date:
+    try:
+        return day.replace(year=day.year + 1)
+    except ValueError:  # 29 February
+        return day.replace(year=day.year + 1, day=28)
+
+
+def custom_date_bounds(now: datetime, time_zone: ZoneInfo | str) -> tuple[date, date]:
+    """The first and last custom expiry dates the console offers at *now* in *time_zone*."""
+    today = now.astimezone(_zone(time_zone)).date()
+    return today + timedelta(days=1), _one_year_after(today)
+
+
+def _start_of_day(day: date, zone: ZoneInfo) -> datetime:
+    # fold=0 gives the earliest instant of the local day: where midnight falls in a DST gap
+    # it maps to the transition itself, where it repeats it is the first occurrence.
+    return datetime.combine(day, time(0), tzinfo=zone).astimezone(UTC)
+
+
+def expiry_for(choice: Lifetime | CustomDate, now: datetime) -> datetime:
+    """The UTC instant at which a key created at *now* with *choice* expires."""
+    if isinstance(choice, Lifetime):
+        return now + choice.value
+    if not isinstance(choice, CustomDate):
+        raise InvalidExpiry(
+            f"expiry must be a Lifetime or a CustomDate, got {type(choice).__name__}"
+        )
+    if not isinstance(choice.day, date) or isinstance(choice.day, datetime):
+        raise InvalidExpiry(f"a custom expiry is a calendar date, got {choice.day!r}")
+    zone = _zone(choice.time_zone)
+    first, last = custom_date_bounds(now, zone)
+    if not first <= choice.day <= last:
+        raise InvalidExpiry(
+            f"the custom expiry date {choice.day.isoformat()} is outside the allowed range "
+            f"{first.isoformat()} to {last.isoformat()} (in {zone.key})"
+        )
+    end_of_day = _start_of_day(choice.day + timedelta(days=1), zone)
+    return min(end_of_day, now + MAX_LIFETIME)
+
+
+def derive_status(key: ApiKey, now: datetime, *, reaches_scope: bool) -> Status:
+    """The key's status at *now*, given whether its creator still reaches its scope."""
+    if key.revoked_at is not None:
+        return Status.REVOKED
+    if now >= key.expires_at:
+        return Status.EXPIRED
+    return Status.ACTIVE if reaches_scope else Status.INACTIVE

@@ -1,0 +1,167 @@
+"""The records: keys, scopes, statuses, organizations, principals. Pure; no I/O.
+
+Every record is a frozen attrs class with keyword-only fields. Only :class:`CreatedKey`
+ever holds a secret, and its repr shows the hint instead.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import date, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import attrs
+
+__all__ = [
+    "ApiKey",
+    "CreatedKey",
+    "CustomDate",
+    "KeyInfo",
+    "Lifetime",
+    "Organization",
+    "Principal",
+    "Scope",
+    "ScopeKind",
+    "Status",
+]
+
+
+def _aware(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and (value.tzinfo is None or value.utcoffset() is None):
+        raise ValueError(f"{attribute.name} must be a timezone-aware datetime, got {value!r}")
+
+
+def _text(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{attribute.name} must be a non-empty string, got {value!r}")
+
+
+class Status(enum.Enum):
+    """A key's state (spec section 3); derived on every request, never trusted from storage."""
+
+    ACTIVE = "Active"
+    INACTIVE = "Inactive"
+    EXPIRED = "Expired"
+    REVOKED = "Revoked"
+
+    @property
+    def revocable(self) -> bool:
+        return self in (Status.ACTIVE, Status.INACTIVE)
+
+
+class ScopeKind(enum.Enum):
+    TENANT = "tenant"
+    ORGANIZATION = "organization"
+
+
+@attrs.frozen(kw_only=True)
+class Scope:
+    """Where a key works: a whole tenant, or one organization of it."""
+
+    tenant_id: str = attrs.field(validator=_text)
+    organization_id: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(_text)
+    )
+
+    @classmethod
+    def tenant(cls, tenant_id: str) -> Scope:
+        return cls(tenant_id=tenant_id)
+
+    @classmethod
+    def organization(cls, organization_id: str, *, tenant_id: str) -> Scope:
+        return cls(tenant_id=tenant_id, organization_id=organization_id)
+
+    @property
+    def kind(self) -> ScopeKind:
+        return ScopeKind.TENANT if self.organization_id is None else ScopeKind.ORGANIZATION
+
+    def __str__(self) -> str:
+        if self.organization_id is None:
+            return f"tenant {self.tenant_id}"
+        return f"organization {self.organization_id} (tenant {self.tenant_id})"
+
+
+@attrs.frozen(kw_only=True)
+class Organization:
+    """An organization as the membership provider knows it."""
+
+    id: str = attrs.field(validator=_text)
+    tenant_id: str = attrs.field(validator=_text)
+    is_default: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class ApiKey:
+    """A stored key: everything but the secret, of which only the argon2id hash is kept."""
+
+    key_id: str = attrs.field(validator=_text)
+    secret_hash: str = attrs.field(repr=False, validator=_text)
+    hint: str
+    name: str
+    account_id: str = attrs.field(validator=_text)
+    scope: Scope
+    created_at: datetime = attrs.field(validator=_aware)
+    expires_at: datetime = attrs.field(validator=_aware)
+    revoked_at: datetime | None = attrs.field(default=None, validator=_aware)
+    last_used_at: datetime | None = attrs.field(default=None, validator=_aware)
+
+
+@attrs.frozen(kw_only=True)
+class KeyInfo:
+    """What the console's key list shows for one key: never the secret."""
+
+    key_id: str
+    hint: str
+    name: str
+    scope: Scope
+    status: Status
+    created_at: datetime
+    expires_at: datetime
+    revoked_at: datetime | None
+    last_used_at: datetime | None
+
+
+@attrs.frozen(kw_only=True, repr=False)
+class CreatedKey:
+    """The result of creating a key: the only object that ever holds the full secret.
+
+    Show :attr:`secret` to the user once; it cannot be retrieved later.
+    """
+
+    secret: str
+    info: KeyInfo
+
+    def __repr__(self) -> str:
+        return f"CreatedKey(hint={self.info.hint!r}, info={self.info!r})"
+
+
+@attrs.frozen(kw_only=True)
+class Principal:
+    """Who is calling, in which organization: what the application receives."""
+
+    account_id: str
+    key_id: str
+    key_name: str
+    scope: Scope
+    organization_id: str
+    tenant_id: str
+    role: str
+
+
+class Lifetime(enum.Enum):
+    """The console's fixed lifetimes; each is an exact duration from the moment of creation."""
+
+    HOURS_3 = timedelta(hours=3)
+    DAYS_1 = timedelta(days=1)
+    DAYS_7 = timedelta(days=7)
+    DAYS_30 = timedelta(days=30)
+    DAYS_90 = timedelta(days=90)
+
+
+@attrs.frozen
+class CustomDate:
+    """A custom expiry: the key expires at the end of *day* in the user's time zone."""
+
+    day: date
+    time_zone: ZoneInfo | str

@@ -1,0 +1,99 @@
+"""The key string: generate, parse, checksum, hint. Pure; no I/O.
+
+Format (version 1), 50 characters, alphabet ``[A-Za-z0-9]`` after the prefix::
+
+    rma_ IIIIIIIIIIII SSSSSSSSSSSSSSSSSSSSSSSSSSSS CCCCCC
+    4    12: key id  28: secret                    6: checksum
+
+- The key id (12 base62 characters, about 71 random bits) is the store's lookup key. It is
+  not secret on its own, and is shown in the console so a key can be revoked by it.
+- The secret (28 base62 characters, about 166 random bits) is never stored, only its hash.
+- The checksum is CRC32 of everything before it, in 6 base62 digits, so a mistyped key is
+  refused without touching the store.
+- The length identifies the version: a later format will have another length, and old keys
+  keep parsing.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import zlib
+from typing import Final
+
+from agentkey.errors import Reason
+
+__all__ = [
+    "ALPHABET",
+    "PREFIX",
+    "TOKEN_LENGTH",
+    "ParsedToken",
+    "generate",
+    "hint_of",
+    "parse",
+]
+
+PREFIX: Final = "rma_"
+ALPHABET: Final = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+ID_LENGTH: Final = 12
+SECRET_LENGTH: Final = 28
+CHECKSUM_LENGTH: Final = 6
+TOKEN_LENGTH: Final = len(PREFIX) + ID_LENGTH + SECRET_LENGTH + CHECKSUM_LENGTH
+
+_ID_END: Final = len(PREFIX) + ID_LENGTH
+_BODY_END: Final = TOKEN_LENGTH - CHECKSUM_LENGTH
+# re.ASCII keeps [A-Za-z0-9] from matching other scripts' letters and digits.
+_SHAPE: Final = re.compile(rf"{PREFIX}[A-Za-z0-9]{{{TOKEN_LENGTH - len(PREFIX)}}}", re.ASCII)
+# Hint: the prefix, an ellipsis and the last four characters (U+2026, never sent in a header).
+_ELLIPSIS: Final = "\u2026"
+
+
+class ParsedToken:
+    """A well-formed key string split into its key id and secret; the repr hides the secret."""
+
+    __slots__ = ("key_id", "secret", "token")
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+        self.key_id = token[len(PREFIX) : _ID_END]
+        self.secret = token[_ID_END:_BODY_END]
+
+    @property
+    def hint(self) -> str:
+        return hint_of(self.token)
+
+    def __repr__(self) -> str:
+        return f"ParsedToken(key_id={self.key_id!r}, hint={self.hint!r})"
+
+
+def _checksum(body: str) -> str:
+    value = zlib.crc32(body.encode("ascii"))
+    digits = []
+    for _ in range(CHECKSUM_LENGTH):
+        value, digit = divmod(value, 62)
+        digits.append(ALPHABET[digit])
+    return "".join(reversed(digits))
+
+
+def _random(length: int) -> str:
+    return "".join(secrets.choice(ALPHABET) for _ in range(length))
+
+
+def generate() -> ParsedToken:
+    """Create a fresh key string from the operating system's CSPRNG."""
+    body = PREFIX + _random(ID_LENGTH) + _random(SECRET_LENGTH)
+    return ParsedToken(body + _checksum(body))
+
+
+def parse(text: str) -> ParsedToken | Reason:
+    """Split *text* into key id and secret, or say why it is not a key (no exception: hot path)."""
+    if len(text) != TOKEN_LENGTH or _SHAPE.fullmatch(text) is None:
+        return Reason.MALFORMED
+    if _checksum(text[:_BODY_END]) != text[_BODY_END:]:
+        return Reason.BAD_CHECKSUM
+    return ParsedToken(text)
+
+
+def hint_of(token: str) -> str:
+    """The part of a key that may be shown after creation: ``rma_…`` and the last four."""
+    return PREFIX + _ELLIPSIS + token[-4:]

@@ -1,0 +1,245 @@
+"""The :class:`Authenticator`: runs the decision against your store and provider.
+
+It holds what lives as long as the process (the verified-token cache, the argon2 pool, the
+rules) and two drivers for the one decision in ``_decision.py``: :meth:`~Authenticator.
+authenticate` (sync, for WSGI and scripts) and :meth:`~Authenticator.authenticate_async`
+(for ASGI). Neither driver decides anything; each only answers the decision's questions,
+and turns a failing store or provider into 503 (D15), never into 401.
+
+Usage, without any web framework::
+
+    from agentkey import AuthRequest, Authenticator, Principal
+
+    auth = Authenticator(store, directory)
+    outcome = auth.authenticate(AuthRequest(authorization=("Bearer rma_...",)))
+    if isinstance(outcome, Principal):
+        ...  # outcome.account_id, outcome.organization_id, outcome.role
+    else:
+        ...  # outcome.status, outcome.body(), outcome.headers()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import inspect
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import attrs
+
+from agentkey._decision import (
+    DEFAULT_ORGANIZATION_PATTERN,
+    AuthRequest,
+    Policy,
+    Rules,
+    Step,
+    VerifySecret,
+    decide,
+)
+from agentkey._hashing import Overloaded, SecretVerifier, VerifiedTokenCache
+from agentkey._model import Principal
+from agentkey.errors import AuthError, Reason, ServiceUnavailable
+
+__all__ = ["AuditEvent", "AuditHook", "Authenticator", "Clock", "utc_now"]
+
+log: Final = logging.getLogger("agentkey")
+
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@attrs.frozen(kw_only=True)
+class AuditEvent:
+    """One decision, for an audit trail: who, where, and the precise reason of a refusal."""
+
+    at: datetime
+    method: str
+    path: str
+    principal: Principal | None  # set when the request passed
+    error: AuthError | None  # set when it was refused; error.reason says exactly why
+
+    @property
+    def allowed(self) -> bool:
+        return self.error is None
+
+
+AuditHook = Callable[[AuditEvent], None]
+
+
+class _Mode(enum.Enum):
+    INLINE = "inline"  # a sync object that never blocks: call it on the loop
+    THREAD = "thread"  # a sync object that may block: call it in a worker thread
+    AWAIT = "await"  # an async object
+
+
+def _mode_of(obj: object, probe: str) -> _Mode:
+    if inspect.iscoroutinefunction(getattr(obj, probe, None)):
+        return _Mode.AWAIT
+    return _Mode.INLINE if getattr(obj, "nonblocking", False) else _Mode.THREAD
+
+
+class Authenticator:
+    """Authenticates requests against a key store and a membership provider.
+
+    :param store: a :class:`~agentkey.protocols.KeyStore` or its async twin.
+    :param directory: a :class:`~agentkey.protocols.MembershipProvider` or its async twin.
+    :param organization_pattern: what a valid organization id looks like (D8).
+    :param policy: ``policy(principal, request) -> bool``; ``False`` refuses with 403.
+    :param audit: called with an :class:`AuditEvent` after every decision; its failures are
+        logged and never change the outcome.
+    :param timeout: seconds a store or provider call may take before the request gets 503.
+    :param retry_after: the ``Retry-After`` seconds sent with a 503.
+    :param clock: returns the current UTC time; injectable for tests.
+    """
+
+    def __init__(
+        self,
+        store: Any,
+        directory: Any,
+        *,
+        organization_pattern: str = DEFAULT_ORGANIZATION_PATTERN,
+        policy: Policy | None = None,
+        audit: AuditHook | None = None,
+        timeout: float | None = 5.0,
+        retry_after: int = 1,
+        clock: Clock = utc_now,
+        cache: VerifiedTokenCache | None = None,
+        verifier: SecretVerifier | None = None,
+    ) -> None:
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"timeout must be positive seconds or None, got {timeout!r}")
+        self.store = store
+        self.directory = directory
+        self.rules = Rules(organization_pattern=organization_pattern, policy=policy)
+        self.audit = audit
+        self.timeout = timeout
+        self.retry_after = retry_after
+        self.clock = clock
+        self.cache = cache if cache is not None else VerifiedTokenCache()
+        self.verifier = verifier if verifier is not None else SecretVerifier()
+        self._store_mode = _mode_of(store, "get_key")
+        self._directory_mode = _mode_of(directory, "get_role")
+        # Only the sync driver needs its own threads, and only to bound a blocking call.
+        self._calls: ThreadPoolExecutor | None = None
+
+    def __repr__(self) -> str:
+        return f"Authenticator(store={self.store!r}, directory={self.directory!r})"
+
+    # --- the sync driver -------------------------------------------------------------------
+
+    def authenticate(self, request: AuthRequest) -> Principal | AuthError:
+        """Decide *request*, calling the store and provider in this thread."""
+        if _Mode.AWAIT in (self._store_mode, self._directory_mode):
+            raise TypeError(
+                "this Authenticator has an async store or provider: use authenticate_async()"
+            )
+        flow = decide(request, self.clock(), self.cache, self.rules)
+        answer: Any = None
+        try:
+            while True:
+                step = flow.send(answer)
+                try:
+                    answer = self._answer(step)
+                except Exception as exc:
+                    flow.close()
+                    return self._finish(request, self._failure(exc))
+        except StopIteration as done:
+            return self._finish(request, done.value)
+
+    def _answer(self, step: Step) -> Any:
+        if type(step) is VerifySecret:
+            return self._verify(step).result()
+        mode = self._store_mode if step.uses_store else self._directory_mode
+        if mode is _Mode.INLINE or self.timeout is None:
+            return step.ask(self.store, self.directory)
+        if self._calls is None:
+            self._calls = ThreadPoolExecutor(16, thread_name_prefix="agentkey-call")
+        return self._calls.submit(step.ask, self.store, self.directory).result(self.timeout)
+
+    # --- the async driver ------------------------------------------------------------------
+
+    async def authenticate_async(self, request: AuthRequest) -> Principal | AuthError:
+        """Decide *request* without blocking the event loop (argon2 runs in threads)."""
+        flow = decide(request, self.clock(), self.cache, self.rules)
+        answer: Any = None
+        try:
+            while True:
+                step = flow.send(answer)
+                try:
+                    answer = await self._answer_async(step)
+                except Exception as exc:
+                    flow.close()
+                    return self._finish(request, self._failure(exc))
+        except StopIteration as done:
+            return self._finish(request, done.value)
+
+    async def _answer_async(self, step: Step) -> Any:
+        if type(step) is VerifySecret:
+            # shield: a cancelled request must not cancel a verification others are waiting on
+            return await asyncio.shield(asyncio.wrap_future(self._verify(step)))
+        mode = self._store_mode if step.uses_store else self._directory_mode
+        if mode is _Mode.INLINE:
+            return step.ask(self.store, self.directory)
+        async with asyncio.timeout(self.timeout):
+            if mode is _Mode.AWAIT:
+                return await step.ask(self.store, self.directory)
+            return await asyncio.to_thread(step.ask, self.store, self.directory)
+
+    # --- shared by both drivers ------------------------------------------------------------
+
+    def _verify(self, step: VerifySecret) -> Any:
+        return self.verifier.submit(self.cache, step.digest, step.secret_hash, step.secret)
+
+    def _failure(self, exc: Exception) -> ServiceUnavailable:
+        if isinstance(exc, Overloaded):
+            reason = Reason.OVERLOADED
+            log.warning("shedding a request: too many secret verifications in flight")
+        elif isinstance(exc, TimeoutError):
+            reason = Reason.BACKEND_TIMEOUT
+            log.warning("key store or membership provider timed out after %ss", self.timeout)
+        else:
+            reason = Reason.BACKEND_ERROR
+            log.error(
+                "key store or membership provider failed: %s", type(exc).__name__, exc_info=exc
+            )
+        return ServiceUnavailable(reason, retry_after=self.retry_after)
+
+    def _finish(
+        self, request: AuthRequest, outcome: Principal | AuthError
+    ) -> Principal | AuthError:
+        if isinstance(outcome, AuthError) and log.isEnabledFor(logging.INFO):
+            log.info(
+                "refused %s %r with %d: %s (key id %s)",
+                request.method,
+                request.path,
+                outcome.status,
+                outcome.reason.value,
+                outcome.key_id,
+            )
+        if self.audit is not None:
+            refused = isinstance(outcome, AuthError)
+            event = AuditEvent(
+                at=self.clock(),
+                method=request.method,
+                path=request.path,
+                principal=None if refused else outcome,  # type: ignore[arg-type]
+                error=outcome if refused else None,  # type: ignore[arg-type]
+            )
+            try:
+                self.audit(event)
+            except Exception:
+                log.exception("the audit hook failed; the decision stands")
+        return outcome
+
+    def close(self) -> None:
+        """Stop the worker threads (argon2 and bounded calls)."""
+        self.verifier.close()
+        if self._calls is not None:
+            self._calls.shutdown(wait=False, cancel_futures=True)

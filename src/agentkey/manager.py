@@ -1,0 +1,196 @@
+"""The console side: create, list and revoke keys for a signed-in user.
+
+:class:`KeyManager` takes the id of the account signed in to your console -- never an API
+key -- so no API key can create, list or revoke keys (spec section 1, D18). A web console is
+a thin page over these three methods::
+
+    manager = KeyManager(store, directory)
+    created = manager.create("alice", name="CI deploys", scope=Scope.tenant("acme"))
+    print(created.secret)                       # show once; it cannot be retrieved later
+    manager.list("alice", status=Status.ACTIVE)  # hints, never secrets
+    manager.revoke("alice", created.info.key_id)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+
+from agentkey import _token
+from agentkey._hashing import hash_secret
+from agentkey._lifecycle import DEFAULT_LIFETIME, derive_status, expiry_for, validate_name
+from agentkey._model import (
+    ApiKey,
+    CreatedKey,
+    CustomDate,
+    KeyInfo,
+    Lifetime,
+    Scope,
+    ScopeKind,
+    Status,
+)
+from agentkey.authenticator import Clock, utc_now
+from agentkey.errors import DuplicateKey, KeyNotFound, KeyNotRevocable, ScopeNotReachable
+from agentkey.protocols import KeyStore, MembershipProvider
+
+__all__ = ["KeyManager"]
+
+
+def _account(account_id: object) -> str:
+    if not isinstance(account_id, str) or not account_id:
+        raise TypeError(
+            f"account_id must be the signed-in account's id (a non-empty str), got {account_id!r}"
+        )
+    return account_id
+
+
+class KeyManager:
+    """Console operations over a :class:`KeyStore` and a :class:`MembershipProvider`."""
+
+    def __init__(
+        self, store: KeyStore, directory: MembershipProvider, *, clock: Clock = utc_now
+    ) -> None:
+        self.store = store
+        self.directory = directory
+        self.clock = clock
+
+    def __repr__(self) -> str:
+        return f"KeyManager(store={self.store!r}, directory={self.directory!r})"
+
+    def create(
+        self,
+        account_id: str,
+        *,
+        name: str,
+        scope: Scope,
+        expiry: Lifetime | CustomDate = DEFAULT_LIFETIME,
+    ) -> CreatedKey:
+        """Create a key for *account_id*. The returned secret is shown once and never again.
+
+        :raises InvalidKeyName: the name is empty, too long or holds control characters.
+        :raises InvalidExpiry: the custom date is outside [tomorrow, today + 1 year].
+        :raises ScopeNotReachable: the account cannot reach that tenant or organization.
+        """
+        account_id = _account(account_id)
+        name = validate_name(name)
+        if not isinstance(scope, Scope):
+            raise TypeError(
+                "scope must be Scope.tenant(tenant_id) or "
+                f"Scope.organization(organization_id, tenant_id=...), got {scope!r}"
+            )
+        now = self.clock()
+        expires_at = expiry_for(expiry, now)
+        self._check_reach(account_id, scope)
+        for _ in range(3):  # a clash of 71 random bits is astronomically rare; never silent
+            token = _token.generate()
+            key = ApiKey(
+                key_id=token.key_id,
+                secret_hash=hash_secret(token.secret),
+                hint=token.hint,
+                name=name,
+                account_id=account_id,
+                scope=scope,
+                created_at=now,
+                expires_at=expires_at,
+            )
+            try:
+                self.store.add_key(key)
+            except DuplicateKey:
+                continue
+            return CreatedKey(secret=token.token, info=_info(key, Status.ACTIVE))
+        raise DuplicateKey("could not find a free key id; is the key store's random source broken?")
+
+    def list(
+        self,
+        account_id: str,
+        *,
+        status: Status | None = None,
+        scope: ScopeKind | Scope | None = None,
+    ) -> list[KeyInfo]:
+        """The account's own keys, newest first, optionally filtered by status and scope.
+
+        *scope* is a :class:`ScopeKind` (all tenant keys, all organization keys) or one
+        :class:`Scope`.
+        """
+        account_id = _account(account_id)
+        now = self.clock()
+        return [
+            info
+            for info in self._infos(self.store.keys_of(account_id), now)
+            if (status is None or info.status is status)
+            and (
+                scope is None
+                or (
+                    info.scope.kind is scope
+                    if isinstance(scope, ScopeKind)
+                    else info.scope == scope
+                )
+            )
+        ]
+
+    def revoke(self, account_id: str, key_id: str) -> KeyInfo:
+        """Revoke one of the account's keys: immediate and irreversible.
+
+        :raises KeyNotFound: no such key among the account's own (another user's key included).
+        :raises KeyNotRevocable: the key is already Expired or Revoked.
+        """
+        account_id = _account(account_id)
+        if not isinstance(key_id, str):
+            raise TypeError(f"key_id must be a str, got {type(key_id).__name__}")
+        key = self.store.get_key(key_id) if key_id else None
+        if key is None or key.account_id != account_id:
+            raise KeyNotFound(f"you have no key with id {key_id!r}")
+        now = self.clock()
+        # Inactive keys are revocable too, so membership does not matter here.
+        status = derive_status(key, now, reaches_scope=True)
+        if not status.revocable or not self.store.revoke_key(key_id, now):
+            status = derive_status(self.store.get_key(key_id) or key, now, reaches_scope=True)
+            raise KeyNotRevocable(
+                f"key {key.hint} is already {status.value}; Expired and Revoked keys stay that way"
+            )
+        revoked = self.store.get_key(key_id)
+        assert revoked is not None, "the store lost a key it just revoked"
+        return _info(revoked, Status.REVOKED)
+
+    def _check_reach(self, account_id: str, scope: Scope) -> None:
+        if scope.organization_id is None:
+            if not self.directory.reaches_tenant(account_id, scope.tenant_id):
+                raise ScopeNotReachable(
+                    f"account {account_id!r} reaches no organization of tenant {scope.tenant_id!r}"
+                )
+            return
+        organization = self.directory.get_organization(scope.organization_id)
+        if organization is None or organization.tenant_id != scope.tenant_id:
+            raise ScopeNotReachable(
+                f"there is no organization {scope.organization_id!r} in tenant {scope.tenant_id!r}"
+            )
+        if self.directory.get_role(account_id, scope.organization_id) is None:
+            raise ScopeNotReachable(
+                f"account {account_id!r} has no role in organization {scope.organization_id!r}"
+            )
+
+    def _infos(self, keys: Iterable[ApiKey], now: datetime) -> Iterator[KeyInfo]:
+        reach: dict[Scope, bool] = {}  # one membership question per scope, not per key
+        for key in keys:
+            if key.scope not in reach:
+                reach[key.scope] = self._reaches(key.account_id, key.scope)
+            yield _info(key, derive_status(key, now, reaches_scope=reach[key.scope]))
+
+    def _reaches(self, account_id: str, scope: Scope) -> bool:
+        if scope.organization_id is None:
+            return self.directory.reaches_tenant(account_id, scope.tenant_id)
+        return self.directory.get_role(account_id, scope.organization_id) is not None
+
+
+def _info(key: ApiKey, status: Status) -> KeyInfo:
+    return KeyInfo(
+        key_id=key.key_id,
+        hint=key.hint,
+        name=key.name,
+        scope=key.scope,
+        status=status,
+        created_at=key.created_at,
+        expires_at=key.expires_at,
+        revoked_at=key.revoked_at,
+        last_used_at=key.last_used_at,
+    )

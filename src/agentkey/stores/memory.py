@@ -1,0 +1,136 @@
+"""In-memory key store and directory: thread-safe, for tests, examples and single-process demos.
+
+Everything is lost when the process ends; use :mod:`agentkey.stores.sqlite` to keep keys.
+
+    >>> from agentkey.stores.memory import MemoryDirectory
+    >>> directory = MemoryDirectory()
+    >>> _ = directory.add_organization("org_acme", tenant_id="acme", default=True)
+    >>> directory.add_member("alice", "org_acme", role="admin")
+    >>> directory.get_role("alice", "org_acme")
+    'admin'
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from datetime import datetime
+
+import attrs
+
+from agentkey._model import ApiKey, Organization
+from agentkey.errors import DuplicateKey
+
+__all__ = ["MemoryDirectory", "MemoryKeyStore"]
+
+
+class MemoryKeyStore:
+    """A :class:`~agentkey.protocols.KeyStore` in a dict. Reads take no lock; writes do."""
+
+    nonblocking = True  # the async middleware may call it directly on the event loop
+
+    def __init__(self) -> None:
+        self._keys: dict[str, ApiKey] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"MemoryKeyStore(keys={len(self._keys)})"
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def get_key(self, key_id: str) -> ApiKey | None:
+        return self._keys.get(key_id)
+
+    def add_key(self, key: ApiKey) -> None:
+        with self._lock:
+            if key.key_id in self._keys:
+                raise DuplicateKey(f"a key with id {key.key_id!r} already exists")
+            self._keys[key.key_id] = key
+
+    def keys_of(self, account_id: str) -> Sequence[ApiKey]:
+        with self._lock:
+            keys = [key for key in self._keys.values() if key.account_id == account_id]
+        return sorted(keys, key=lambda key: key.created_at, reverse=True)
+
+    def revoke_key(self, key_id: str, at: datetime) -> bool:
+        with self._lock:
+            key = self._keys.get(key_id)
+            if key is None or key.revoked_at is not None:
+                return False
+            self._keys[key_id] = attrs.evolve(key, revoked_at=at)
+            return True
+
+    def mark_used(self, key_id: str, at: datetime) -> None:
+        with self._lock:
+            key = self._keys.get(key_id)
+            if key is not None and (key.last_used_at is None or key.last_used_at < at):
+                self._keys[key_id] = attrs.evolve(key, last_used_at=at)
+
+
+class MemoryDirectory:
+    """A :class:`~agentkey.protocols.MembershipProvider` in dicts: tenants, organizations, roles."""
+
+    nonblocking = True
+
+    def __init__(self) -> None:
+        self._organizations: dict[str, Organization] = {}
+        self._defaults: dict[str, Organization] = {}
+        self._roles: dict[tuple[str, str], str] = {}
+        self._reach: Counter[tuple[str, str]] = Counter()  # (account, tenant) -> memberships
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (
+            f"MemoryDirectory(organizations={len(self._organizations)}, "
+            f"memberships={len(self._roles)})"
+        )
+
+    def add_organization(
+        self, organization_id: str, *, tenant_id: str, default: bool = False
+    ) -> Organization:
+        """Add an organization; ``default=True`` makes it the tenant's ``default`` one."""
+        organization = Organization(id=organization_id, tenant_id=tenant_id, is_default=default)
+        with self._lock:
+            known = self._organizations.get(organization_id)
+            if known is not None and known != organization:
+                raise ValueError(f"organization {organization_id!r} already exists differently")
+            if default and self._defaults.get(tenant_id, organization).id != organization_id:
+                raise ValueError(f"tenant {tenant_id!r} already has a default organization")
+            self._organizations[organization_id] = organization
+            if default:
+                self._defaults[tenant_id] = organization
+        return organization
+
+    def add_member(self, account_id: str, organization_id: str, *, role: str) -> None:
+        """Give *account_id* a *role* in the organization (replacing any previous role)."""
+        if not role:
+            raise ValueError("role must be a non-empty string")
+        with self._lock:
+            organization = self._organizations.get(organization_id)
+            if organization is None:
+                raise LookupError(f"no organization {organization_id!r}: add it first")
+            if (account_id, organization_id) not in self._roles:
+                self._reach[account_id, organization.tenant_id] += 1
+            self._roles[account_id, organization_id] = role
+
+    def remove_member(self, account_id: str, organization_id: str) -> None:
+        with self._lock:
+            if self._roles.pop((account_id, organization_id), None) is not None:
+                reach = (account_id, self._organizations[organization_id].tenant_id)
+                self._reach[reach] -= 1
+                if not self._reach[reach]:
+                    del self._reach[reach]
+
+    def get_organization(self, organization_id: str) -> Organization | None:
+        return self._organizations.get(organization_id)
+
+    def get_default_organization(self, tenant_id: str) -> Organization | None:
+        return self._defaults.get(tenant_id)
+
+    def get_role(self, account_id: str, organization_id: str) -> str | None:
+        return self._roles.get((account_id, organization_id))
+
+    def reaches_tenant(self, account_id: str, tenant_id: str) -> bool:
+        return (account_id, tenant_id) in self._reach
