@@ -1,0 +1,635 @@
+"""The authentication decision (D3-D10, D14, D15), through the sync and the async driver."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import attrs
+import pytest
+
+from agentkey import (
+    AuditEvent,
+    Authenticator,
+    AuthError,
+    AuthRequest,
+    InvalidRequest,
+    NotFound,
+    PermissionDenied,
+    Principal,
+    Reason,
+    SecretVerifier,
+    ServiceUnavailable,
+    Unauthorized,
+    VerifiedTokenCache,
+    _token,
+)
+from agentkey._hashing import hash_secret
+from tests.core.conftest import Decide
+from tests.core.world import DEFAULT_SCOPE, RESEARCH_SCOPE, TENANT_SCOPE, World, bearer
+
+MakeDecide = Callable[..., Decide]
+
+
+def passes(outcome: Principal | AuthError) -> Principal:
+    assert isinstance(outcome, Principal), outcome
+    return outcome
+
+
+def refused(outcome: Principal | AuthError, kind: type[AuthError], reason: Reason) -> AuthError:
+    assert isinstance(outcome, kind), outcome
+    assert outcome.reason is reason, outcome
+    return outcome
+
+
+def forge(key_id: str, secret: str) -> str:
+    """A well-formed key string (valid checksum) for any id and secret."""
+    body = _token.PREFIX + key_id + secret
+    return body + _token._checksum(body)
+
+
+# --- what passes --------------------------------------------------------------------------
+
+
+def test_organization_key_without_header_runs_in_its_organization(
+    world: World, decide: Decide
+) -> None:
+    """An organization-scoped key needs no header and yields the caller, org, tenant and role."""
+    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
+    principal = passes(decide(bearer(created.secret)))
+    assert principal == Principal(
+        account_id="alice",
+        key_id=created.info.key_id,
+        key_name="bot",
+        scope=RESEARCH_SCOPE,
+        organization_id="org_research",
+        tenant_id="acme",
+        role="member",
+    )
+
+
+def test_organization_key_accepts_its_own_organization_id(world: World, decide: Decide) -> None:
+    """If sent, x-organization-id may name the key's own organization."""
+    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
+    assert passes(decide(bearer(created.secret, "org_research"))).organization_id == "org_research"
+
+
+def test_organization_key_of_the_default_org_accepts_default(world: World, decide: Decide) -> None:
+    """D9: `default` names an org-scoped key's organization when that is the default one."""
+    created = world.manager.create("alice", name="bot", scope=DEFAULT_SCOPE)
+    assert passes(decide(bearer(created.secret, "default"))).organization_id == "org_default"
+
+
+@pytest.mark.parametrize(
+    ("header", "organization", "role"),
+    [
+        ("org_research", "org_research", "member"),
+        ("default", "org_default", "admin"),
+        ("org_default", "org_default", "admin"),
+        ("  default\t", "org_default", "admin"),  # D8: trimmed of spaces and tabs
+    ],
+)
+def test_tenant_key_runs_in_the_named_organization(
+    world: World, decide: Decide, header: str, organization: str, role: str
+) -> None:
+    """A tenant-scoped key works in any organization of its tenant its creator reaches."""
+    created = world.manager.create("alice", name="ci", scope=TENANT_SCOPE)
+    principal = passes(decide(bearer(created.secret, header)))
+    assert (principal.organization_id, principal.tenant_id, principal.role) == (
+        organization,
+        "acme",
+        role,
+    )
+
+
+@pytest.mark.parametrize("scheme", ["Bearer", "bearer", "BEARER", "bEaReR"])
+@pytest.mark.parametrize("gap", [" ", "  ", "    "])
+def test_scheme_is_case_insensitive_and_spaces_may_repeat(
+    world: World, decide: Decide, scheme: str, gap: str
+) -> None:
+    """D5: the scheme is case-insensitive; one or more spaces may precede the token."""
+    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
+    passes(decide(AuthRequest(authorization=(f"{scheme}{gap}{created.secret}",))))
+
+
+# --- 401: the credential ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("authorization", "reason"),
+    [
+        ((), Reason.MISSING),
+        (("",), Reason.NOT_BEARER),
+        (("Bearer",), Reason.NOT_BEARER),
+        (("Bearer   ",), Reason.NOT_BEARER),
+        (("Basic dXNlcjpwYXNz",), Reason.NOT_BEARER),
+        (("Token rma_x",), Reason.NOT_BEARER),
+        (("Bearer\trma_x",), Reason.NOT_BEARER),
+        (("Bearer rma_short",), Reason.MALFORMED),
+        (("Bearer " + "A" * 50,), Reason.MALFORMED),
+    ],
+)
+def test_malformed_credentials_are_401(
+    decide: Decide, authorization: tuple[str, ...], reason: Reason
+) -> None:
+    """Missing, other schemes, empty or not a key: 401, with the precise reason kept."""
+    refused(decide(AuthRequest(authorization=authorization)), Unauthorized, reason)
+
+
+def test_two_authorization_headers_are_refused(world: World, decide: Decide) -> None:
+    """D5: two Authorization headers are refused even when both carry the valid key."""
+    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
+    value = f"Bearer {created.secret}"
+    refused(decide(AuthRequest(authorization=(value, value))), Unauthorized, Reason.NOT_BEARER)
+
+
+def test_extra_parts_after_the_token_are_refused(world: World, decide: Decide) -> None:
+    """A token followed by anything else is malformed."""
+    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
+    refused(
+        decide(AuthRequest(authorization=(f"Bearer {created.secret} extra",))),
+        Unauthorized,
+        Reason.MALFORMED,
+    )
+    merged = f"Bearer {created.secret}, Bearer {created.secret}"
+    refused(decide(AuthRequest(authorization=(merged,))), Unauthorized, Reason.MALFORMED)
+
+
+def test_mistyped_key_is_refused_without_a_store_lookup(
+    world: World, make_decide: MakeDecide
+) -> None:
+    """A checksum failure never reaches the key store."""
+    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
+    store = CountingStore(world.store)
+    decide = make_decide(world, store=store)
+    typo = created.secret[:10] + ("b" if created.secret[10] == "a" else "a") + created.secret[11:]
+    refused(decide(bearer(typo)), Unauthorized, Reason.BAD_CHECKSUM)
+    assert store.calls == 0
+
+
+def test_unknown_key_id_is_401(decide: Decide) -> None:
+    """A well-formed key whose id is not in the store is 401."""
+    refused(decide(bearer(forge("Z" * 12, "z" * 28))), Unauthorized, Reason.UNKNOWN_KEY)
+
+
+def test_id_of_one_key_with_secret_of_another_is_401(world: World, decide: Decide) -> None:
+    """Key A's id with key B's secret (checksum recomputed) fails the secret check."""
+    a = world.manager.create("alice", name="a", scope=RESEARCH_SCOPE)
+    b = world.manager.create("alice", name="b", scope=RESEARCH_SCOPE)
+    spliced = forge(a.info.key_id, _token.parse(b.secret).secret)  # type: ignore[union-attr]
+    refused(decide(bearer(spliced)), Unauthorized, Reason.WRONG_SECRET)
+
+
+def test_expired_key_is_401_from_the_instant_of_expiry(world: World, decide: Decide) -> None:
+    """D12: valid while now < expires_at; at expires_at the key stops working."""
+    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
+    world.clock.now = created.info.expires_at - timedelta(microseconds=1)
+    passes(decide(bearer(created.secret)))
+    world.clock.now = created.info.expires_at
+    refused(decide(bearer(created.secret)), Unauthorized, Reason.EXPIRED)
+
+
+def test_revoked_key_is_401_on_the_very_next_request(world: World, decide: Decide) -> None:
+    """A revoke acts on the next request although the key sits in the verified cache."""
+    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
+    passes(decide(bearer(created.secret)))
+    world.manager.revoke("alice", created.info.key_id)
+    refused(decide(bearer(created.secret)), Unauthorized, Reason.REVOKED)
+
+
+def test_lost_membership_makes_an_organization_key_inactive(world: World, decide: Decide) -> None:
+    """D11: without a role in its organization an org-scoped key is inactive (401) ..."""
+    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
+    world.directory.remove_member("alice", "org_research")
+    refused(decide(bearer(created.secret)), Unauthorized, Reason.INACTIVE)
+    world.directory.add_member("alice", "org_research", role="member")
+    passes(decide(bearer(created.secret)))  # ... and active again when access returns
+
+
+def test_tenant_key_is_inactive_only_when_no_organization_is_reached(
+    world: World, decide: Decide
+) -> None:
+    """A tenant key whose creator left every organization of the tenant is 401, any header."""
+    created = world.manager.create("alice", name="ci", scope=TENANT_SCOPE)
+    world.directory.remove_member("alice", "org_research")
+    passes(decide(bearer(created.secret, "default")))  # still reaches org_default
+    world.directory.remove_member("alice", "org_default")
+    for header in (None, "default", "org_research", "bad header!"):
+        refused(decide(bearer(created.secret, header)), Unauthorized, Reason.INACTIVE)
+
+
+def test_invalid_key_with_malformed_organization_header_is_401(decide: Decide) -> None:
+    """D4: authentication comes first; a bad key with a bad org header is 401, not 400."""
+    refused(decide(bearer("rma_nope", "bad header!")), Unauthorized, Reason.MALFORMED)
+
+
+def test_challenge_carries_invalid_token_only_when_a_key_was_sent(decide: Decide) -> None:
+    """D6: WWW-Authenticate names the realm, and invalid_token only if a credential came."""
+    missing = decide(AuthRequest())
+    assert isinstance(missing, AuthError)
+    assert missing.headers() == [("www-authenticate", 'Bearer realm="agents-api"')]
+    wrong = decide(bearer("rma_nope"))
+    assert isinstance(wrong, AuthError)
+    assert wrong.headers(realm="x") == [
+        ("www-authenticate", 'Bearer realm="x", error="invalid_token"')
+    ]
+
+
+def test_every_401_looks_the_same_to_the_client(world: World, decide: Decide) -> None:
+    """Missing, mistyped, unknown, expired, revoked, inactive: one status, code and body."""
+    revoked = world.manager.create("alice", name="r", scope=RESEARCH_SCOPE)
+    world.manager.revoke("alice", revoked.info.key_id)
+    requests = [
+        AuthRequest(),
+        bearer("rma_x"),
+        bearer(forge("Q" * 12, "q" * 28)),
+        bearer(revoked.secret),
+    ]
+    bodies = set()
+    for request in requests:
+        outcome = decide(request)
+        assert isinstance(outcome, Unauthorized)
+        bodies.add((outcome.status, str(outcome.body())))
+    assert len(bodies) == 1
+
+
+# --- 400: x-organization-id ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "",
+        "   ",
+        "a,b",
+        "org research",
+        "org/research",
+        "-leading",
+        "ünïcode",
+        "x" * 129,
+        "a\r\nb",
+        "a\x00",
+    ],
+)
+def test_tenant_key_with_an_invalid_organization_header_is_400(
+    world: World, decide: Decide, header: str
+) -> None:
+    """D8: a value that is neither an organization id nor `default` is 400 naming the header."""
+    created = world.manager.create("alice", name="ci", scope=TENANT_SCOPE)
+    error = refused(
+        decide(bearer(created.secret, header)), InvalidRequest, Reason.ORG_HEADER_INVALID
+    )
+    assert error.status == 400
+    assert "x-organization-id" in error.message
+
+
+def test_tenant_key_without_organization_header_is_400(world: World, decide: Decide) -> None:
+    """The spec: a tenant-scoped key that sent no x-organization-id gets 400 invalid_request."""
+    created = world.manager.create("alice", name="ci", scope=TENANT_SCOPE)
+    error = refused(decide(bearer(created.secret)), InvalidRequest, Reason.ORG_HEADER_MISSING)
+    assert error.body() == {"error": {"code": "invalid_request", "message": error.message}}
+    assert "x-organization-id" in error.message
+
+
+def test_two_organization_headers_are_400(world: World, decide: Decide) -> None:
+    """Two x-organization-id headers are refused, even if both name the same organization."""
+    created = world.manager.create("alice", name="ci", scope=TENANT_SCOPE)
+    request = AuthRequest(
+        authorization=(f"Bearer {created.secret}",), organization=("default", "default")
+    )
+    refused(decide(request), InvalidRequest, Reason.ORG_HEADER_INVALID)
+
+
+def test_organization_key_with_a_malformed_header_is_400(world: World, decide: Decide) -> None:
+    """A value that cannot be an organization id is 400 for org-scoped keys as well."""
+    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
+    refused(decide(bearer(created.secret, "a,b")), InvalidRequest, Reason.ORG_HEADER_INVALID)
+
+
+def test_custom_organization_pattern(world: World, make_decide: MakeDecide) -> None:
+    """The pattern of a valid organization id is configurable."""
+    decide = make_decide(world, organization_pattern=r"org_[a-z]+")
+    created = world.manager.create("alice", name="ci", scope=TENANT_SCOPE)
+    passes(decide(bearer(created.secret, "org_research")))
+    refused(decide(bearer(created.secret, "ORG1")), InvalidRequest, Reason.ORG_HEADER_INVALID)
+
+
+# --- 404: organizations -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("header", "reason"),
+    [
+        ("org_unknown", Reason.ORG_NOT_FOUND),
+        ("DEFAULT", Reason.ORG_NOT_FOUND),  # D8: the literal is exact and lower-case
+        ("0012", Reason.ORG_NOT_FOUND),
+        ("org_other_default", Reason.ORG_NOT_FOUND),  # another tenant's organization
+        ("org_sales", Reason.ORG_NOT_REACHABLE),  # alice has no role there
+    ],
+)
+def test_tenant_key_aimed_at_an_unreachable_organization_is_404(
+    world: World, decide: Decide, header: str, reason: Reason
+) -> None:
+    """D10: unknown, another tenant's or unreached: one identical 404 not_found."""
+    created = world.manager.create("alice", name="ci", scope=TENANT_SCOPE)
+    error = refused(decide(bearer(created.secret, header)), NotFound, reason)
+    assert error.body() == NotFound(Reason.ORG_NOT_FOUND).body()
+    assert error.headers() == []
+
+
+@pytest.mark.parametrize("header", ["org_default", "org_sales", "org_unknown", "default"])
+def test_organization_key_aimed_elsewhere_is_404(world: World, decide: Decide, header: str) -> None:
+    """An org-scoped key naming another organization (or `default`, not its own) is 404."""
+    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
+    refused(decide(bearer(created.secret, header)), NotFound, Reason.ORG_NOT_KEYS_OWN)
+
+
+# --- 403: the application's policy --------------------------------------------------------
+
+
+def test_policy_refusal_is_403_and_sees_the_principal_and_route(
+    world: World, make_decide: MakeDecide
+) -> None:
+    """D14: a policy returning False refuses with 403 permission_denied."""
+    seen: list[tuple[str, str]] = []
+
+    def admins_may_delete(principal: Principal, request: AuthRequest) -> bool:
+        seen.append((principal.role, request.method))
+        return request.method != "DELETE" or principal.role == "admin"
+
+    decide = make_decide(world, policy=admins_may_delete)
+    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
+    delete = AuthRequest(authorization=(f"Bearer {created.secret}",), method="DELETE", path="/x")
+    error = refused(decide(delete), PermissionDenied, Reason.POLICY)
+    assert (error.status, error.code) == (403, "permission_denied")
+    passes(decide(bearer(created.secret)))
+    assert seen == [("member", "DELETE"), ("member", "GET")]
+
+
+# --- the verified-token cache and argon2 --------------------------------------------------
+
+
+def test_a_key_is_verified_by_argon2_once(world: World) -> None:
+    """D3: the first request runs argon2, the following ones hit the cache."""
+    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
+    auth = Authenticator(world.store, world.directory, clock=world.clock)
+    for _ in range(5):
+        passes(auth.authenticate(bearer(created.secret)))
+    assert asyncio.run(auth.authenticate_async(bearer(created.secret)))
+    assert auth.verifier.runs == 1
+    assert len(auth.cache) == 1
+    auth.close()
+
+
+def test_wrong_secrets_are_never_cached(world: World) -> None:
+    """A failed guess runs argon2 every time and never enters the cache."""
+    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
+    auth = Authenticator(world.store, world.directory, clock=world.clock)
+    guess = forge(created.info.key_id, "g" * 28)
+    for _ in range(3):
+        refused(auth.authenticate(bearer(guess)), Unauthorized, Reason.WRONG_SECRET)
+    assert (auth.verifier.runs, len(auth.cache)) == (3, 0)
+    auth.close()
+
+
+def test_cache_never_resurrects_a_replaced_hash(world: World, decide: Decide) -> None:
+    """If the stored hash changes under the same id, the cached success no longer counts."""
+    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
+    passes(decide(bearer(created.secret)))
+    old = world.store.get_key(created.info.key_id)
+    assert old is not None
+    world.store._keys[old.key_id] = attrs.evolve(old, secret_hash=hash_secret("x" * 28))
+    refused(decide(bearer(created.secret)), Unauthorized, Reason.WRONG_SECRET)
+
+
+def test_revoked_stays_revoked_with_a_fresh_cache(world: World) -> None:
+    """A new process (empty cache) refuses a key revoked earlier."""
+    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
+    world.manager.revoke("alice", created.info.key_id)
+    auth = Authenticator(world.store, world.directory, clock=world.clock)
+    refused(auth.authenticate(bearer(created.secret)), Unauthorized, Reason.REVOKED)
+    auth.close()
+
+
+def test_concurrent_first_requests_share_one_verification(world: World) -> None:
+    """N threads presenting one new key at once cause exactly one argon2 run."""
+    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
+    auth = Authenticator(world.store, world.directory, clock=world.clock)
+    barrier = threading.Barrier(16)
+    outcomes: list[object] = []
+
+    def call() -> None:
+        barrier.wait()
+        outcomes.append(auth.authenticate(bearer(created.secret)))
+
+    threads = [threading.Thread(target=call) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert len(outcomes) == 16 and all(isinstance(o, Principal) for o in outcomes)
+    assert auth.verifier.runs == 1
+    auth.close()
+
+
+def test_concurrent_first_requests_share_one_verification_async(world: World) -> None:
+    """N asyncio tasks presenting one new key at once cause exactly one argon2 run."""
+    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
+    auth = Authenticator(world.store, world.directory, clock=world.clock)
+
+    async def burst() -> list[Principal | AuthError]:
+        return await asyncio.gather(
+            *(auth.authenticate_async(bearer(created.secret)) for _ in range(32))
+        )
+
+    assert all(isinstance(o, Principal) for o in asyncio.run(burst()))
+    assert auth.verifier.runs == 1
+    auth.close()
+
+
+def test_absurd_hash_parameters_are_refused_before_running_argon2(
+    world: World, decide: Decide
+) -> None:
+    """A stored hash asking for 4 TiB of memory is refused at once, as unverifiable."""
+    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
+    old = world.store.get_key(created.info.key_id)
+    assert old is not None
+    import attrs
+
+    absurd = (
+        "$argon2id$v=19$m=4294967295,t=4294967295,p=255$c2FsdHNhbHRzYWx0$aGFzaGhhc2hoYXNoaGFzaA"
+    )
+    world.store._keys[old.key_id] = attrs.evolve(old, secret_hash=absurd)
+    started = time.perf_counter()
+    refused(decide(bearer(created.secret)), Unauthorized, Reason.UNVERIFIABLE)
+    assert time.perf_counter() - started < 5  # generous: argon2 with those parameters never ends
+
+
+# --- faults: 503, never 401 (D15) ---------------------------------------------------------
+
+
+class CountingStore:
+    """Passes calls through to a real store and counts them."""
+
+    nonblocking = True
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.calls = 0
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.inner, name)
+
+        def counted(*args: object) -> Any:
+            self.calls += 1
+            return method(*args)
+
+        return counted
+
+
+class BrokenDirectory:
+    nonblocking = True
+
+    def __getattr__(self, name: str) -> Any:
+        def fail(*args: object) -> None:
+            raise ConnectionError("database is down")
+
+        return fail
+
+
+class SlowStore:
+    """A sync store whose reads hang for a while (it may block: no `nonblocking`)."""
+
+    def __init__(self, inner: Any, delay: float) -> None:
+        self.inner, self.delay = inner, delay
+
+    def get_key(self, key_id: str) -> Any:
+        time.sleep(self.delay)
+        return self.inner.get_key(key_id)
+
+
+class AsyncStore:
+    """The async twin of the memory store."""
+
+    def __init__(self, inner: Any, delay: float = 0) -> None:
+        self.inner, self.delay = inner, delay
+
+    async def get_key(self, key_id: str) -> Any:
+        await asyncio.sleep(self.delay)
+        return self.inner.get_key(key_id)
+
+
+def test_failing_store_is_503_never_401(world: World, make_decide: MakeDecide) -> None:
+    """A raising store gives 503 service_unavailable with Retry-After, not a challenge."""
+    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
+    decide = make_decide(world, store=BrokenDirectory(), retry_after=7)
+    error = refused(decide(bearer(created.secret)), ServiceUnavailable, Reason.BACKEND_ERROR)
+    assert (error.status, error.code) == (503, "service_unavailable")
+    assert error.headers() == [("retry-after", "7")]
+
+
+def test_failing_directory_is_503(world: World, make_decide: MakeDecide) -> None:
+    """A raising membership provider gives 503 as well."""
+    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
+    decide = make_decide(world, directory=BrokenDirectory())
+    refused(decide(bearer(created.secret)), ServiceUnavailable, Reason.BACKEND_ERROR)
+
+
+def test_hanging_store_times_out_with_503(world: World, make_decide: MakeDecide) -> None:
+    """A store slower than the timeout gives 503 within about the timeout."""
+    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
+    decide = make_decide(world, store=SlowStore(world.store, delay=2), timeout=0.2)
+    started = time.perf_counter()
+    refused(decide(bearer(created.secret)), ServiceUnavailable, Reason.BACKEND_TIMEOUT)
+    assert time.perf_counter() - started < 1.5
+
+
+def test_async_store_is_awaited_and_timed_out(world: World) -> None:
+    """An async store works with the async driver and is bounded by the timeout."""
+    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
+    auth = Authenticator(AsyncStore(world.store), world.directory, clock=world.clock)
+    passes(asyncio.run(auth.authenticate_async(bearer(created.secret))))
+    with pytest.raises(TypeError, match="authenticate_async"):
+        auth.authenticate(bearer(created.secret))
+    slow = Authenticator(
+        AsyncStore(world.store, delay=2), world.directory, clock=world.clock, timeout=0.1
+    )
+    refused(
+        asyncio.run(slow.authenticate_async(bearer(created.secret))),
+        ServiceUnavailable,
+        Reason.BACKEND_TIMEOUT,
+    )
+    auth.close()
+    slow.close()
+
+
+def test_verification_overload_is_shed_with_503(world: World, make_decide: MakeDecide) -> None:
+    """Past the bound on pending argon2 runs, requests are shed with 503 at once."""
+    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
+    verifier = SecretVerifier(max_workers=1, max_pending=1)
+    gate = threading.Event()
+    verifier._executor.submit(gate.wait)  # occupy the only worker
+    blocker = verifier.submit(  # one pending verification fills the bound
+        VerifiedTokenCache(), b"x", hash_secret("y" * 28), "y" * 28
+    )
+    decide = make_decide(world, verifier=verifier)
+    refused(decide(bearer(created.secret)), ServiceUnavailable, Reason.OVERLOADED)
+    gate.set()
+    blocker.result(timeout=10)
+    passes(decide(bearer(created.secret)))
+
+
+def test_constructor_refuses_a_non_positive_timeout(world: World) -> None:
+    """A zero or negative timeout is a configuration error, said at construction."""
+    with pytest.raises(ValueError, match="timeout must be positive"):
+        Authenticator(world.store, world.directory, timeout=0)
+
+
+# --- audit and logs -----------------------------------------------------------------------
+
+
+def test_audit_hook_gets_every_decision_with_the_precise_reason(
+    world: World, make_decide: MakeDecide
+) -> None:
+    """The audit hook sees successes and refusals, with the refusal's exact reason."""
+    events: list[AuditEvent] = []
+    decide = make_decide(world, audit=events.append)
+    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
+    passes(decide(bearer(created.secret)))
+    world.manager.revoke("alice", created.info.key_id)
+    decide(bearer(created.secret))
+    assert [e.allowed for e in events] == [True, False]
+    assert events[0].principal is not None and events[0].principal.key_id == created.info.key_id
+    assert events[1].error is not None and events[1].error.reason is Reason.REVOKED
+
+
+def test_failing_audit_hook_does_not_change_the_outcome(
+    world: World, make_decide: MakeDecide
+) -> None:
+    """An audit hook that raises is logged; the request still passes."""
+
+    def broken(event: AuditEvent) -> None:
+        raise RuntimeError("audit sink down")
+
+    decide = make_decide(world, audit=broken)
+    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
+    passes(decide(bearer(created.secret)))
+
+
+def test_refusals_are_logged_with_reason_and_never_the_secret(
+    world: World, decide: Decide, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The log line names the reason and key id; the secret never appears."""
+    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
+    world.manager.revoke("alice", created.info.key_id)
+    with caplog.at_level(logging.INFO, logger="agentkey"):
+        decide(bearer(created.secret))
+    assert "revoked" in caplog.text and created.info.key_id in caplog.text
+    secret_part = created.secret[16:44]
+    assert secret_part not in caplog.text
+    assert all(secret_part not in repr(r.__dict__) for r in caplog.records)

@@ -1,0 +1,58 @@
+"""A small world for the core tests: one tenant with three organizations, a second tenant,
+two users and a settable clock."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import attrs
+
+from agentkey import AuthRequest, KeyManager, Scope
+from agentkey.stores.memory import MemoryDirectory, MemoryKeyStore
+
+START = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+TENANT_SCOPE = Scope.tenant("acme")
+RESEARCH_SCOPE = Scope.organization("org_research", tenant_id="acme")
+DEFAULT_SCOPE = Scope.organization("org_default", tenant_id="acme")
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self, now: datetime = START) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, delta: timedelta) -> None:
+        self.now += delta
+
+
+@attrs.define
+class World:
+    clock: Clock
+    store: MemoryKeyStore
+    directory: MemoryDirectory
+    manager: KeyManager
+
+
+def make_world() -> World:
+    clock = Clock()
+    store, directory = MemoryKeyStore(), MemoryDirectory()
+    directory.add_organization("org_default", tenant_id="acme", default=True)
+    directory.add_organization("org_research", tenant_id="acme")
+    directory.add_organization("org_sales", tenant_id="acme")
+    directory.add_organization("org_other_default", tenant_id="globex", default=True)
+    directory.add_member("alice", "org_default", role="admin")
+    directory.add_member("alice", "org_research", role="member")
+    directory.add_member("bob", "org_other_default", role="admin")
+    directory.add_member("bob", "org_sales", role="viewer")
+    return World(clock, store, directory, KeyManager(store, directory, clock=clock))
+
+
+def bearer(secret: str, organization: str | None = None) -> AuthRequest:
+    return AuthRequest(
+        authorization=(f"Bearer {secret}",),
+        organization=() if organization is None else (organization,),
+    )
