@@ -27,6 +27,7 @@ __all__ = [
     "InvalidRequest",
     "KeyNotFound",
     "KeyNotRevocable",
+    "MissingPrincipal",
     "NotFound",
     "PermissionDenied",
     "Reason",
@@ -177,3 +178,14 @@ class KeyNotRevocable(AgentKeyError, ValueError):
 
 class DuplicateKey(AgentKeyError, ValueError):
     """A key store was asked to add a key id it already holds."""
+
+
+# --- application errors -----------------------------------------------------------------
+
+
+class MissingPrincipal(AgentKeyError, LookupError):
+    """The application asked for the principal of a request the middleware did not authenticate.
+
+    A bug in the application's setup, not the client's fault: the path lies outside the
+    middleware's prefix or among its public paths, or the middleware is not installed.
+    """

@@ -1,0 +1,47 @@
+"""The list-models API on FastAPI, behind agentkey's ASGI middleware.
+
+``create_app(store, directory)`` builds the app. Every path under ``/managed-agents/v1/``
+needs a key; ``/healthz`` does not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, FastAPI
+
+from agentkey import Authenticator, KeyStore, MembershipProvider, Principal
+from agentkey.asgi import AgentKeyMiddleware, current_principal
+
+MODELS = ("agent-small", "agent-large")
+
+router = APIRouter()
+
+
+@router.get("/managed-agents/v1/models")
+async def list_models(
+    caller: Annotated[Principal, Depends(current_principal)],
+) -> dict[str, list[dict[str, str]]]:
+    items = [{"id": model, "organization_id": caller.organization_id} for model in MODELS]
+    return {"items": items}
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+def create_app(store: KeyStore, directory: MembershipProvider) -> FastAPI:
+    authenticator = Authenticator(store, directory)  # one per process: it holds the caches
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        authenticator.close()
+
+    app = FastAPI(lifespan=lifespan)
+    app.include_router(router)
+    app.add_middleware(AgentKeyMiddleware, authenticator=authenticator)
+    return app

@@ -1,0 +1,38 @@
+"""The list-models API on Flask, behind agentkey's WSGI middleware.
+
+``create_app(store, directory)`` builds the app. Every path under ``/managed-agents/v1/``
+needs a key; ``/healthz`` does not.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, Flask, request
+
+from agentkey import Authenticator, KeyStore, MembershipProvider
+from agentkey.wsgi import AgentKeyMiddleware, principal
+
+MODELS = ("agent-small", "agent-large")
+
+api = Blueprint("api", __name__)
+
+
+@api.get("/managed-agents/v1/models")
+def list_models() -> dict[str, Any]:
+    caller = principal(request)  # the key's user, in the organization the request runs in
+    items = [{"id": model, "organization_id": caller.organization_id} for model in MODELS]
+    return {"items": items}
+
+
+@api.get("/healthz")
+def healthz() -> dict[str, Any]:
+    return {"status": "ok"}
+
+
+def create_app(store: KeyStore, directory: MembershipProvider) -> Flask:
+    app = Flask(__name__)
+    app.register_blueprint(api)
+    authenticator = Authenticator(store, directory)  # one per process: it holds the caches
+    app.wsgi_app = AgentKeyMiddleware(app.wsgi_app, authenticator=authenticator)  # type: ignore[method-assign]
+    return app

@@ -1,0 +1,46 @@
+"""The list-models API on Starlette, behind agentkey's ASGI middleware.
+
+``create_app(store, directory)`` builds the app; ``make demo`` serves it with demo keys.
+Every path under ``/managed-agents/v1/`` needs a key; ``/healthz`` does not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from agentkey import Authenticator, KeyStore, MembershipProvider
+from agentkey.asgi import AgentKeyMiddleware, principal
+
+MODELS = ("agent-small", "agent-large")
+
+
+async def list_models(request: Request) -> JSONResponse:
+    caller = principal(request)  # the key's user, in the organization the request runs in
+    items = [{"id": model, "organization_id": caller.organization_id} for model in MODELS]
+    return JSONResponse({"items": items})
+
+
+async def healthz(request: Request) -> JSONResponse:
+    return JSONResponse({"status": "ok"})
+
+
+def create_app(store: KeyStore, directory: MembershipProvider) -> Starlette:
+    authenticator = Authenticator(store, directory)  # one per process: it holds the caches
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        authenticator.close()
+
+    return Starlette(
+        routes=[Route("/managed-agents/v1/models", list_models), Route("/healthz", healthz)],
+        middleware=[Middleware(AgentKeyMiddleware, authenticator=authenticator)],
+        lifespan=lifespan,
+    )

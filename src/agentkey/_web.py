@@ -1,0 +1,81 @@
+"""What the ASGI and WSGI middleware share: which paths they guard, and how a refusal looks.
+
+Nothing here decides whether a request passes (that is ``_decision.py``): this module only
+says where the decision applies and renders its outcome, identically for both adapters.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Collection
+from typing import Final
+
+from agentkey._model import Principal
+from agentkey.errors import AuthError
+
+__all__ = [
+    "DEFAULT_PREFIX",
+    "DEFAULT_REALM",
+    "PRINCIPAL_KEY",
+    "SERVICE_HEADER_NAMES",
+    "Paths",
+    "PublicPaths",
+    "check_realm",
+    "refusal",
+    "service_headers",
+]
+
+PRINCIPAL_KEY: Final = "agentkey.principal"
+DEFAULT_PREFIX: Final = "/managed-agents/v1/"
+DEFAULT_REALM: Final = "agents-api"
+SERVICE_HEADER_NAMES: Final = frozenset({"service-organization-id", "service-tenant-id"})
+# The realm sits inside a quoted string of WWW-Authenticate: printable ASCII but '"' and '\'.
+_REALM: Final = re.compile(r"[ !#-\[\]-~]+")
+
+PublicPaths = Collection[str] | Callable[[str], bool]
+
+
+class Paths:
+    """Which request paths the middleware authenticates.
+
+    Every path under *prefix* is guarded, and so is the prefix without its trailing slash
+    (``/managed-agents/v1``): a path that could reach the API is never left open by a
+    missing slash. *public_paths* (exact paths, or a predicate on the path) are exempt.
+    """
+
+    def __init__(self, prefix: str, public_paths: PublicPaths) -> None:
+        if not prefix.startswith("/"):
+            raise ValueError(f"prefix must start with '/', got {prefix!r}")
+        if isinstance(public_paths, str):  # "in" on one string would test substrings
+            raise TypeError("public_paths must be a collection of paths or a predicate")
+        self.prefix = prefix
+        self._root = prefix.rstrip("/")
+        self._under = self._root + "/"
+        self._public = (
+            public_paths if callable(public_paths) else frozenset(public_paths).__contains__
+        )
+
+    def guarded(self, path: str) -> bool:
+        return (path.startswith(self._under) or path == self._root) and not self._public(path)
+
+
+def check_realm(realm: str) -> str:
+    if not _REALM.fullmatch(realm):
+        raise ValueError(f"realm must be printable ASCII without '\"' or '\\', got {realm!r}")
+    return realm
+
+
+def refusal(error: AuthError, realm: str) -> tuple[list[tuple[str, str]], bytes]:
+    """The headers and JSON body of the middleware's own refusal (D6, D7)."""
+    body = json.dumps(error.body(), separators=(",", ":")).encode("ascii")
+    headers = [("content-type", "application/json"), ("content-length", str(len(body)))]
+    return headers + error.headers(realm), body
+
+
+def service_headers(principal: Principal) -> list[tuple[str, str]]:
+    """The response headers naming where the request ran: canonical ids, never request text."""
+    return [
+        ("service-organization-id", principal.organization_id),
+        ("service-tenant-id", principal.tenant_id),
+    ]

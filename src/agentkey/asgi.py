@@ -1,0 +1,242 @@
+"""
+ASGI middleware
+===============
+
+Authenticates every request to the agents API in front of any ASGI app: Starlette,
+FastAPI, or a bare ASGI callable. A request under the protected prefix either is refused
+with the JSON error the spec prescribes -- the app is not called, the request body not
+read -- or reaches the app as a known user in a known organization, and every response to
+it carries ``service-organization-id`` and ``service-tenant-id``.
+
+Configure the decision once, on an :class:`~agentkey.Authenticator` (store, membership
+provider, role policy, audit hook, timeouts), and hand that to the middleware. Create one
+per process and share it: it holds the verified-token cache and the argon2 threads, which
+run off the event loop. ::
+
+    from agentkey import Authenticator
+    from agentkey.asgi import AgentKeyMiddleware, current_principal, principal
+
+    authenticator = Authenticator(store, directory, policy=..., audit=...)
+
+    # Starlette
+    app = Starlette(routes=routes, middleware=[
+        Middleware(AgentKeyMiddleware, authenticator=authenticator),
+    ])
+    # FastAPI
+    app.add_middleware(AgentKeyMiddleware, authenticator=authenticator)
+    # any ASGI app
+    app = AgentKeyMiddleware(app, authenticator=authenticator)
+
+    async def list_models(request):             # Starlette
+        who = principal(request)
+    def list_models(who: Principal = Depends(current_principal)):  # FastAPI
+        ...
+
+What it does, precisely:
+
+-   Which paths: every path under *prefix* (default ``/managed-agents/v1/``), and the
+    prefix without its trailing slash, so a missing slash never opens the API. Paths
+    listed in *public_paths* (or for which it returns true, if it is a function) are not
+    authenticated. Paths are matched as the app routes them: without the ``root_path`` a
+    server or proxy set puts in front. Anything else passes through untouched.
+-   What it reads: every ``Authorization`` and ``x-organization-id`` header line, whatever
+    the spelling of the name, so that a repeated header is refused, not guessed.
+-   A refused HTTP request gets the error's status, ``content-type: application/json``,
+    the body ``{"error": {"code": ..., "message": ...}}`` and ``WWW-Authenticate`` (401)
+    or ``Retry-After`` (503). See ``docs/errors.md``.
+-   An accepted request reaches the app with the :class:`~agentkey.Principal` in
+    ``scope["state"]["agentkey.principal"]`` (read it with :func:`principal` or
+    :func:`current_principal`) and, unless ``strip_authorization=False``, without its
+    ``Authorization`` header, so the key cannot leak into the app's logs.
+-   The service headers are set on every response to an accepted request, exactly once,
+    replacing any the app set itself; the middleware's own refusals never carry them. If
+    the app crashes before it starts a response, the middleware sends a plain 500 with
+    the headers and re-raises, so the server still logs the error.
+-   WebSocket handshakes under the prefix get the same decision. A refusal is sent as an
+    HTTP response when the server supports the ``websocket.http.response`` extension, and
+    as a close with code 1008 (policy violation) before accept otherwise. The service
+    headers go on the ``websocket.accept``.
+-   Lifespan events pass through untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from typing import Any, Final
+
+from starlette.requests import HTTPConnection
+
+from agentkey._decision import AuthRequest
+from agentkey._model import Principal
+from agentkey._web import (
+    DEFAULT_PREFIX,
+    DEFAULT_REALM,
+    PRINCIPAL_KEY,
+    SERVICE_HEADER_NAMES,
+    Paths,
+    PublicPaths,
+    check_realm,
+    refusal,
+    service_headers,
+)
+from agentkey.authenticator import Authenticator
+from agentkey.errors import AuthError, MissingPrincipal
+
+__all__ = ["AgentKeyMiddleware", "current_principal", "principal"]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+_AUTHENTICATED: Final = frozenset({"http", "websocket"})
+_RESPONSE_STARTS: Final = frozenset(
+    {"http.response.start", "websocket.accept", "websocket.http.response.start"}
+)
+_SERVICE_NAMES: Final = frozenset(name.encode("ascii") for name in SERVICE_HEADER_NAMES)
+
+
+class AgentKeyMiddleware:
+    """Authenticate requests under *prefix* with personal API keys.
+
+    :param app: the ASGI application to wrap.
+    :param authenticator: the :class:`~agentkey.Authenticator` that decides; its options
+        carry the store, the membership provider, the role policy and the audit hook.
+    :param prefix: the path prefix to protect (the bare prefix without ``/`` included).
+    :param public_paths: exact paths, or a predicate on the path, exempt under the prefix.
+    :param realm: the realm of ``WWW-Authenticate: Bearer realm="..."``.
+    :param strip_authorization: remove the ``Authorization`` header before the app sees it.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        authenticator: Authenticator,
+        prefix: str = DEFAULT_PREFIX,
+        public_paths: PublicPaths = (),
+        realm: str = DEFAULT_REALM,
+        strip_authorization: bool = True,
+    ) -> None:
+        self.app = app
+        self.authenticator = authenticator
+        self.paths = Paths(prefix, public_paths)
+        self.realm = check_realm(realm)
+        self.strip_authorization = strip_authorization
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = _route_path(scope) if scope["type"] in _AUTHENTICATED else None
+        if path is None or not self.paths.guarded(path):  # lifespan, or not ours to guard
+            await self.app(scope, receive, send)
+            return
+        request, kept = _read(scope, path)
+        outcome = await self.authenticator.authenticate_async(request)
+        if isinstance(outcome, AuthError):
+            await self._refuse(outcome, scope, send)
+            return
+        scope.setdefault("state", {})[PRINCIPAL_KEY] = outcome
+        if self.strip_authorization:
+            scope["headers"] = kept
+        await self._call_app(outcome, scope, receive, send)
+
+    async def _call_app(
+        self, caller: Principal, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        # Encoded now, so a provider id that is no header value fails before the app runs.
+        extra = [(n.encode("latin-1"), v.encode("latin-1")) for n, v in service_headers(caller)]
+        started = False
+
+        async def send_with_service_headers(message: Message) -> None:
+            nonlocal started
+            if message["type"] in _RESPONSE_STARTS:
+                started = True
+                headers = [
+                    (name, value)
+                    for name, value in message.get("headers", ())
+                    if name.lower() not in _SERVICE_NAMES
+                ]
+                message = {**message, "headers": headers + extra}  # the app's list is left as is
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_service_headers)
+        except Exception:
+            # Left alone, the server would answer this crash outside us, without the headers.
+            if scope["type"] == "http" and not started:
+                await send_with_service_headers(
+                    {
+                        "type": "http.response.start",
+                        "status": 500,
+                        "headers": [(b"content-type", b"text/plain; charset=utf-8")],
+                    }
+                )
+                await send({"type": "http.response.body", "body": b"Internal Server Error"})
+            raise
+
+    async def _refuse(self, error: AuthError, scope: Scope, send: Send) -> None:
+        headers, body = refusal(error, self.realm)
+        if scope["type"] == "http":
+            kind = "http.response"
+        elif "websocket.http.response" in (scope.get("extensions") or {}):
+            kind = "websocket.http.response"
+        else:  # no way to answer the handshake with HTTP: close before accept
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        raw = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers]
+        await send({"type": f"{kind}.start", "status": error.status, "headers": raw})
+        await send({"type": f"{kind}.body", "body": body})
+
+
+def _read(scope: Scope, path: str) -> tuple[AuthRequest, list[tuple[bytes, bytes]]]:
+    """The decision's input, and the headers without ``Authorization`` for the app."""
+    authorization: list[str] = []
+    organization: list[str] = []
+    kept: list[tuple[bytes, bytes]] = []
+    for raw_name, value in scope["headers"]:
+        name = raw_name.lower()  # servers may pass the client's spelling through
+        if name == b"authorization":
+            authorization.append(value.decode("latin-1"))
+            continue
+        if name == b"x-organization-id":
+            organization.append(value.decode("latin-1"))
+        kept.append((raw_name, value))
+    request = AuthRequest(
+        authorization=tuple(authorization),
+        organization=tuple(organization),
+        method=scope.get("method", "GET"),  # a WebSocket handshake is a GET
+        path=path,
+    )
+    return request, kept
+
+
+def _route_path(scope: Scope) -> str:
+    """The path the app routes on: the ASGI path without the ``root_path`` in front of it."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root) and path[len(root) : len(root) + 1] in ("/", ""):
+        return path[len(root) :]
+    return path
+
+
+def principal(request_or_scope: Mapping[str, Any]) -> Principal:
+    """The :class:`~agentkey.Principal` of an authenticated request.
+
+    Pass a Starlette ``Request`` or ``WebSocket`` (both are mappings over their scope) or
+    the ASGI scope itself.
+
+    :raises MissingPrincipal: the middleware did not authenticate this request.
+    """
+    found = (request_or_scope.get("state") or {}).get(PRINCIPAL_KEY)
+    if not isinstance(found, Principal):
+        raise MissingPrincipal(
+            "this request carries no agentkey principal: its path is outside the "
+            "middleware's prefix or among its public paths, or AgentKeyMiddleware is "
+            "not installed in front of this app"
+        )
+    return found
+
+
+def current_principal(connection: HTTPConnection) -> Principal:
+    """:func:`principal` as a FastAPI dependency: ``Depends(current_principal)``."""
+    return principal(connection)

@@ -1,0 +1,178 @@
+"""
+WSGI middleware
+===============
+
+Authenticates every request to the agents API in front of any WSGI app: Flask, plain
+Werkzeug, Django's WSGI handler. A request under the protected prefix either is refused
+with the JSON error the spec prescribes -- the app is not called, the request body not
+read -- or reaches the app as a known user in a known organization, and every response to
+it carries ``service-organization-id`` and ``service-tenant-id``.
+
+Configure the decision once, on an :class:`~agentkey.Authenticator` (store, membership
+provider, role policy, audit hook, timeouts), and hand that to the middleware. Create one
+per process and share it: it holds the verified-token cache. ::
+
+    from agentkey import Authenticator
+    from agentkey.wsgi import AgentKeyMiddleware, principal
+
+    authenticator = Authenticator(store, directory, policy=..., audit=...)
+
+    # Flask
+    app.wsgi_app = AgentKeyMiddleware(app.wsgi_app, authenticator=authenticator)
+    # any WSGI app
+    application = AgentKeyMiddleware(application, authenticator=authenticator)
+
+    @app.get("/managed-agents/v1/models")
+    def list_models():
+        who = principal(request)  # a Flask or Werkzeug request, or the environ itself
+
+What it does, precisely:
+
+-   Which paths: every ``PATH_INFO`` under *prefix* (default ``/managed-agents/v1/``), and
+    the prefix without its trailing slash, so a missing slash never opens the API. Paths
+    listed in *public_paths* (or for which it returns true, if it is a function) are not
+    authenticated. Anything else passes through untouched. ``PATH_INFO`` is relative to
+    ``SCRIPT_NAME``: if the app is mounted below a path, so is the prefix.
+-   What it reads: ``HTTP_AUTHORIZATION`` and ``HTTP_X_ORGANIZATION_ID``. WSGI servers
+    join a repeated header into one comma-separated value; a joined ``Authorization`` is
+    refused with 401 (it is not one key), a joined ``x-organization-id`` with 400 (a comma
+    is not part of an organization id). Some servers hide ``Authorization`` from the app
+    unless told otherwise (mod_wsgi: ``WSGIPassAuthorization On``); every request is then
+    refused with 401.
+-   A refused request gets the error's status, ``content-type: application/json``, the
+    body ``{"error": {"code": ..., "message": ...}}`` and ``WWW-Authenticate`` (401) or
+    ``Retry-After`` (503). See ``docs/errors.md``.
+-   An accepted request reaches the app with the :class:`~agentkey.Principal` in
+    ``environ["agentkey.principal"]`` (read it with :func:`principal`) and, unless
+    ``strip_authorization=False``, without ``HTTP_AUTHORIZATION``, so the key cannot leak
+    into the app's logs.
+-   The service headers are added on every ``start_response`` of an accepted request,
+    exactly once, replacing any the app set itself -- also on the error response an app
+    starts with ``exc_info``. The middleware's own refusals never carry them. The app's
+    iterable is returned as it is: unbuffered, with its ``close()``.
+-   An exception that escapes the app propagates to the server unchanged, as WSGI wants;
+    Flask and Django turn errors into responses inside the app, and those carry the
+    headers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any, Protocol
+
+from agentkey._decision import AuthRequest
+from agentkey._model import Principal
+from agentkey._web import (
+    DEFAULT_PREFIX,
+    DEFAULT_REALM,
+    PRINCIPAL_KEY,
+    SERVICE_HEADER_NAMES,
+    Paths,
+    PublicPaths,
+    check_realm,
+    refusal,
+    service_headers,
+)
+from agentkey.authenticator import Authenticator
+from agentkey.errors import AuthError, MissingPrincipal
+
+if TYPE_CHECKING:
+    from _typeshed import OptExcInfo
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
+
+__all__ = ["AgentKeyMiddleware", "principal"]
+
+
+class AgentKeyMiddleware:
+    """Authenticate requests under *prefix* with personal API keys.
+
+    :param app: the WSGI application to wrap.
+    :param authenticator: the :class:`~agentkey.Authenticator` that decides; its options
+        carry the store, the membership provider, the role policy and the audit hook.
+    :param prefix: the path prefix to protect (the bare prefix without ``/`` included).
+    :param public_paths: exact paths, or a predicate on the path, exempt under the prefix.
+    :param realm: the realm of ``WWW-Authenticate: Bearer realm="..."``.
+    :param strip_authorization: remove ``HTTP_AUTHORIZATION`` before the app sees it.
+    """
+
+    def __init__(
+        self,
+        app: WSGIApplication,
+        *,
+        authenticator: Authenticator,
+        prefix: str = DEFAULT_PREFIX,
+        public_paths: PublicPaths = (),
+        realm: str = DEFAULT_REALM,
+        strip_authorization: bool = True,
+    ) -> None:
+        self.app = app
+        self.authenticator = authenticator
+        self.paths = Paths(prefix, public_paths)
+        self.realm = check_realm(realm)
+        self.strip_authorization = strip_authorization
+
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        # PATH_INFO holds the raw bytes as latin-1 (PEP 3333); the app routes on UTF-8 text.
+        path = environ.get("PATH_INFO", "").encode("latin-1").decode("utf-8", "replace")
+        if not self.paths.guarded(path):
+            return self.app(environ, start_response)
+
+        request = AuthRequest(
+            authorization=_values(environ, "HTTP_AUTHORIZATION"),
+            organization=_values(environ, "HTTP_X_ORGANIZATION_ID"),
+            method=environ.get("REQUEST_METHOD", "GET"),
+            path=path,
+        )
+        outcome = self.authenticator.authenticate(request)
+        if isinstance(outcome, AuthError):
+            headers, body = refusal(outcome, self.realm)
+            start_response(f"{outcome.status} {HTTPStatus(outcome.status).phrase}", headers)
+            return [body]
+
+        environ[PRINCIPAL_KEY] = outcome
+        if self.strip_authorization:
+            environ.pop("HTTP_AUTHORIZATION", None)
+        extra = service_headers(outcome)
+
+        def start_with_service_headers(
+            status: str, headers: list[tuple[str, str]], exc_info: OptExcInfo | None = None
+        ) -> Callable[[bytes], object]:
+            # A new list: the app may pass the same list object to every response.
+            headers = [h for h in headers if h[0].lower() not in SERVICE_HEADER_NAMES]
+            return start_response(status, headers + extra, exc_info)
+
+        return self.app(environ, start_with_service_headers)
+
+
+def _values(environ: WSGIEnvironment, key: str) -> tuple[str, ...]:
+    value = environ.get(key)
+    return () if value is None else (value,)
+
+
+class _HasEnviron(Protocol):
+    @property
+    def environ(self) -> WSGIEnvironment: ...
+
+
+def principal(request_or_environ: _HasEnviron | Mapping[str, Any]) -> Principal:
+    """The :class:`~agentkey.Principal` of an authenticated request.
+
+    Pass a Flask or Werkzeug request (anything with an ``environ``) or the WSGI environ
+    itself (Django: ``request.META``).
+
+    :raises MissingPrincipal: the middleware did not authenticate this request.
+    """
+    environ = (
+        request_or_environ
+        if isinstance(request_or_environ, Mapping)
+        else request_or_environ.environ
+    )
+    found = environ.get(PRINCIPAL_KEY)
+    if not isinstance(found, Principal):
+        raise MissingPrincipal(
+            "this request carries no agentkey principal: its path is outside the "
+            "middleware's prefix or among its public paths, or AgentKeyMiddleware is "
+            "not wrapped around this app"
+        )
+    return found

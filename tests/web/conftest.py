@@ -1,0 +1,69 @@
+"""Fixtures of the web tests.
+
+``serve`` and ``client`` are parametrized over ``asgi`` and ``wsgi``: every test that takes
+them runs against the ASGI middleware (Starlette's TestClient) and the WSGI middleware
+(Werkzeug's test Client) and must pass identically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from agentkey import asgi as agentkey_asgi
+from agentkey import wsgi as agentkey_wsgi
+from tests.web.web_support import (
+    PUBLIC,
+    AsgiClient,
+    Client,
+    Serve,
+    World,
+    WsgiClient,
+    asgi_app,
+    make_world,
+    wsgi_app,
+)
+
+
+@pytest.fixture
+def world() -> Iterator[World]:
+    world = make_world()
+    yield world
+    for authenticator in world.authenticators:
+        authenticator.close()
+
+
+@pytest.fixture(params=["asgi", "wsgi"])
+def serve(request: pytest.FixtureRequest, world: World) -> Iterator[Serve]:
+    """Build the test app behind one adapter, with the given middleware options."""
+    clients: list[AsgiClient | WsgiClient] = []
+
+    def build(**options: Any) -> Client:
+        options.setdefault("public_paths", {PUBLIC})
+        authenticator = options.pop("authenticator", None) or world.authenticator()
+        client: AsgiClient | WsgiClient
+        if request.param == "asgi":
+            middleware = agentkey_asgi.AgentKeyMiddleware(
+                asgi_app(world), authenticator=authenticator, **options
+            )
+            client = AsgiClient(middleware)
+        else:
+            client = WsgiClient(
+                agentkey_wsgi.AgentKeyMiddleware(
+                    wsgi_app(world), authenticator=authenticator, **options
+                )
+            )
+        clients.append(client)
+        return client
+
+    yield build
+    for client in clients:
+        client.close()
+
+
+@pytest.fixture
+def client(serve: Serve) -> Client:
+    """The test app behind one adapter, with the default options."""
+    return serve()

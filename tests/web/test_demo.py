@@ -1,0 +1,96 @@
+"""``python -m agentkey.demo``: the printed curl lines do what their comments say."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+
+from agentkey import Authenticator, AuthRequest, Principal
+from agentkey.demo import seed
+from agentkey.stores.memory import MemoryDirectory, MemoryKeyStore
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_seed_gives_working_keys() -> None:
+    """seed() fills a store and a directory so that both demo keys authenticate."""
+    store, directory = MemoryKeyStore(), MemoryDirectory()
+    keys = seed(store, directory)
+    authenticator = Authenticator(store, directory)
+    try:
+        tenant = authenticator.authenticate(
+            AuthRequest(authorization=(f"Bearer {keys.tenant.secret}",), organization=("default",))
+        )
+        organization = authenticator.authenticate(
+            AuthRequest(authorization=(f"Bearer {keys.organization.secret}",))
+        )
+    finally:
+        authenticator.close()
+    assert isinstance(tenant, Principal) and tenant.organization_id == "acme-main"
+    assert isinstance(organization, Principal) and organization.organization_id == "acme-research"
+
+
+def test_demo_serves_what_it_prints() -> None:
+    """The demo starts uvicorn, and each printed curl line gets the status its comment names."""
+    port = free_port()
+    env = {**os.environ, "AGENTKEY_DEMO_PORT": str(port), "PYTHONUNBUFFERED": "1"}
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "agentkey.demo"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    watchdog = threading.Timer(30, demo.kill)  # no hang, whatever happens
+    watchdog.start()
+    try:
+        assert demo.stdout is not None
+        lines: list[str] = []
+        while sum(line.startswith("curl ") for line in lines) < 4 and len(lines) < 30:
+            lines.append(demo.stdout.readline())
+        commands = []
+        for comment, command in itertools.pairwise(lines):
+            if comment.startswith("# ") and command.startswith("curl "):
+                status = re.match(r"# (\d{3})", comment)
+                assert status is not None
+                commands.append((int(status[1]), shlex.split(command)))
+        assert [status for status, _ in commands] == [200, 200, 400, 401]
+
+        with httpx.Client(timeout=5) as client:
+            for _ in range(200):  # bounded: about 10 seconds
+                try:
+                    client.get(f"http://127.0.0.1:{port}/healthz")
+                    break
+                except httpx.TransportError:
+                    time.sleep(0.05)
+            for expected, argv in commands:
+                headers = [
+                    (name, value)
+                    for flag, header in itertools.pairwise(argv)
+                    if flag == "-H"
+                    for name, value in [header.split(": ", 1)]
+                ]
+                reply = client.get(argv[-1], headers=headers)
+                assert reply.status_code == expected, (argv, reply.text)
+                if expected == 200:
+                    assert reply.headers["service-tenant-id"] == "acme"
+                    assert reply.json()["items"]
+    finally:
+        watchdog.cancel()
+        demo.terminate()
+        demo.wait(10)
+        if demo.stdout is not None:
+            demo.stdout.close()

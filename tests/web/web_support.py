@@ -1,0 +1,293 @@
+"""Shared by the web tests: a small world of keys and organizations, and one test app
+written twice (Starlette and Werkzeug) so that both adapters face the same routes.
+
+The test apps record each call, so a test can tell that a refused request never reached
+the app.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Protocol
+
+import attrs
+from starlette.applications import Starlette
+from starlette.requests import Request as StarletteRequest
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.testclient import TestClient
+from werkzeug.test import Client as WerkzeugClient
+from werkzeug.wrappers import Request as WerkzeugRequest
+from werkzeug.wrappers import Response as WerkzeugResponse
+
+from agentkey import ApiKey, Authenticator, AuthRequest, KeyManager, Principal, Scope
+from agentkey import asgi as agentkey_asgi
+from agentkey import wsgi as agentkey_wsgi
+from agentkey.stores.memory import MemoryDirectory, MemoryKeyStore
+
+MODELS = "/managed-agents/v1/models"
+WHOAMI = "/managed-agents/v1/whoami"
+ADMIN = "/managed-agents/v1/admin"  # the role policy wants an admin here
+BOOM = "/managed-agents/v1/boom"  # the app answers 500 itself
+SPOOF = "/managed-agents/v1/spoof"  # the app sets the service headers itself
+PUBLIC = "/managed-agents/v1/public"  # a public path under the prefix
+HEALTHZ = "/healthz"  # outside the prefix
+EPOCH = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+class ManualClock:
+    """A clock that moves only when told to."""
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, delta: timedelta) -> None:
+        self.now += delta
+
+
+class BreakableStore(MemoryKeyStore):
+    """The in-memory store, with a switch that makes every read fail like a dropped database."""
+
+    broken = False
+
+    def get_key(self, key_id: str) -> ApiKey | None:
+        if self.broken:
+            raise ConnectionError("key store unreachable")
+        return super().get_key(key_id)
+
+
+class BreakableDirectory(MemoryDirectory):
+    """The in-memory directory, with a switch that makes role lookups fail."""
+
+    broken = False
+
+    def get_role(self, account_id: str, organization_id: str) -> str | None:
+        if self.broken:
+            raise ConnectionError("membership provider unreachable")
+        return super().get_role(account_id, organization_id)
+
+
+def admins_only_on_admin(principal: Principal, request: AuthRequest) -> bool:
+    """The test apps' role policy: only admins may call the admin route."""
+    return request.path != ADMIN or principal.role == "admin"
+
+
+@attrs.define
+class World:
+    """Tenant ``acme`` (``org_main`` is its default, ``org_research``, ``org_secret``) and
+    tenant ``globex``; alice is admin in org_main and member in org_research.
+    """
+
+    store: BreakableStore
+    directory: BreakableDirectory
+    manager: KeyManager
+    clock: ManualClock
+    keys: dict[str, str]  # name -> full key string
+    key_ids: dict[str, str]
+    calls: list[str] = attrs.Factory(list)  # paths that reached a test app
+    audit: list[Any] = attrs.Factory(list)
+    authenticators: list[Authenticator] = attrs.Factory(list)
+
+    def authenticator(self) -> Authenticator:
+        authenticator = Authenticator(
+            self.store,
+            self.directory,
+            clock=self.clock,
+            policy=admins_only_on_admin,
+            audit=self.audit.append,
+        )
+        self.authenticators.append(authenticator)
+        return authenticator
+
+
+def _mistype(key: str) -> str:
+    position = 20  # inside the secret; the checksum no longer matches
+    replacement = "b" if key[position] == "a" else "a"
+    return key[:position] + replacement + key[position + 1 :]
+
+
+def make_world() -> World:
+    clock = ManualClock(EPOCH)
+    store, directory = BreakableStore(), BreakableDirectory()
+    directory.add_organization("org_main", tenant_id="acme", default=True)
+    directory.add_organization("org_research", tenant_id="acme")
+    directory.add_organization("org_secret", tenant_id="acme")
+    directory.add_organization("org_globex", tenant_id="globex", default=True)
+    directory.add_member("alice", "org_main", role="admin")
+    directory.add_member("alice", "org_research", role="member")
+    directory.add_member("bob", "org_globex", role="admin")
+    manager = KeyManager(store, directory, clock=clock)
+    created = {
+        "tenant": manager.create("alice", name="tenant", scope=Scope.tenant("acme")),
+        "research": manager.create(
+            "alice", name="research", scope=Scope.organization("org_research", tenant_id="acme")
+        ),
+        "main": manager.create(
+            "alice", name="main", scope=Scope.organization("org_main", tenant_id="acme")
+        ),
+    }
+    keys = {name: key.secret for name, key in created.items()}
+    keys["tenant_typo"] = _mistype(keys["tenant"])
+    # Well formed, checksum right, but from another store: unknown here.
+    elsewhere = MemoryDirectory()
+    elsewhere.add_organization("org_x", tenant_id="x")
+    elsewhere.add_member("eve", "org_x", role="admin")
+    stranger = KeyManager(MemoryKeyStore(), elsewhere)
+    keys["unknown"] = stranger.create("eve", name="x", scope=Scope.tenant("x")).secret
+    key_ids = {name: key.info.key_id for name, key in created.items()}
+    return World(store, directory, manager, clock, keys, key_ids)
+
+
+# --- one app, two protocols -------------------------------------------------------------
+
+
+def whoami_body(principal: Principal, authorization: str | None) -> dict[str, Any]:
+    return {
+        "account_id": principal.account_id,
+        "organization_id": principal.organization_id,
+        "tenant_id": principal.tenant_id,
+        "role": principal.role,
+        "authorization": authorization,
+    }
+
+
+def asgi_app(world: World) -> Starlette:
+    async def whoami(request: StarletteRequest) -> Response:
+        who = agentkey_asgi.principal(request)
+        return JSONResponse(whoami_body(who, request.headers.get("authorization")))
+
+    async def items(request: StarletteRequest) -> Response:
+        return JSONResponse({"items": []})
+
+    async def boom(request: StarletteRequest) -> Response:
+        return JSONResponse({"detail": "boom"}, status_code=500)
+
+    async def spoof(request: StarletteRequest) -> Response:
+        return JSONResponse({"items": []}, headers={"Service-Organization-Id": "spoofed"})
+
+    async def not_found(request: StarletteRequest, exc: Exception) -> Response:
+        return JSONResponse({"detail": "not found"}, status_code=404)
+
+    routes = [
+        Route(path, endpoint)
+        for path, endpoint in [
+            (MODELS, items),
+            (WHOAMI, whoami),
+            (ADMIN, items),
+            (BOOM, boom),
+            (SPOOF, spoof),
+            (PUBLIC, items),
+            (HEALTHZ, items),
+            ("/managed-agents/v1", items),
+        ]
+    ]
+
+    app = Starlette(routes=routes, exception_handlers={404: not_found})
+
+    async def recording(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            world.calls.append(scope["path"])
+        await app(scope, receive, send)
+
+    return recording  # type: ignore[return-value]
+
+
+def wsgi_app(world: World) -> Any:
+    def json_response(
+        data: Any, status: int = 200, headers: dict[str, str] | None = None
+    ) -> WerkzeugResponse:
+        return WerkzeugResponse(
+            json.dumps(data), status=status, mimetype="application/json", headers=headers
+        )
+
+    @WerkzeugRequest.application
+    def app(request: WerkzeugRequest) -> WerkzeugResponse:
+        world.calls.append(request.path)
+        if request.path == WHOAMI:
+            who = agentkey_wsgi.principal(request)
+            return json_response(whoami_body(who, request.headers.get("authorization")))
+        if request.path == BOOM:
+            return json_response({"detail": "boom"}, 500)
+        if request.path == SPOOF:
+            return json_response({"items": []}, headers={"Service-Organization-Id": "spoofed"})
+        if request.path in (MODELS, ADMIN, PUBLIC, HEALTHZ, "/managed-agents/v1"):
+            return json_response({"items": []})
+        return json_response({"detail": "not found"}, 404)
+
+    return app
+
+
+@attrs.frozen
+class Reply:
+    status: int
+    headers: list[tuple[str, str]]  # names in lower case, in order, repeats kept
+    body: bytes
+
+    def values(self, name: str) -> list[str]:
+        return [value for key, value in self.headers if key == name]
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+Headers = Sequence[tuple[str, str]]
+
+
+class Client(Protocol):
+    adapter: str
+
+    def get(self, path: str, headers: Headers = ()) -> Reply: ...
+
+
+class AsgiClient:
+    adapter = "asgi"
+
+    def __init__(self, app: Any) -> None:
+        self.client = TestClient(app)
+
+    def get(self, path: str, headers: Headers = ()) -> Reply:
+        response = self.client.get(path, headers=list(headers))
+        pairs = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers.raw]
+        return Reply(response.status_code, pairs, response.content)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class WsgiClient:
+    adapter = "wsgi"
+
+    def __init__(self, app: Any) -> None:
+        self.client = WerkzeugClient(app)
+
+    def get(self, path: str, headers: Headers = ()) -> Reply:
+        response = self.client.get(path, headers=list(headers))
+        try:
+            pairs = [(k.lower(), v) for k, v in response.headers.to_wsgi_list()]
+            return Reply(response.status_code, pairs, response.get_data())
+        finally:
+            response.close()
+
+    def close(self) -> None:
+        pass
+
+
+Serve = Callable[..., Client]
+
+
+def load_example(name: str) -> ModuleType:
+    """Import ``examples/<name>.py`` (the examples are files to copy, not a package)."""
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
