@@ -42,6 +42,7 @@ from agentkey._decision import (
 )
 from agentkey._hashing import Overloaded, SecretVerifier, VerifiedTokenCache
 from agentkey._model import Principal
+from agentkey._usage import UsageRecorder
 from agentkey.errors import AuthError, Reason, ServiceUnavailable
 
 __all__ = ["AuditEvent", "AuditHook", "Authenticator", "Clock", "utc_now"]
@@ -97,6 +98,8 @@ class Authenticator:
     :param timeout: seconds a store or provider call may take before the request gets 503.
     :param retry_after: the ``Retry-After`` seconds sent with a 503.
     :param clock: returns the current UTC time; injectable for tests.
+    :param usage_interval: seconds between two ``last_used_at`` writes for one key, made
+        off the request's path (see ``_usage.py``); ``None`` never writes it.
     """
 
     def __init__(
@@ -112,6 +115,7 @@ class Authenticator:
         clock: Clock = utc_now,
         cache: VerifiedTokenCache | None = None,
         verifier: SecretVerifier | None = None,
+        usage_interval: float | None = 60.0,
     ) -> None:
         if timeout is not None and timeout <= 0:
             raise ValueError(f"timeout must be positive seconds or None, got {timeout!r}")
@@ -126,6 +130,12 @@ class Authenticator:
         self.verifier = verifier if verifier is not None else SecretVerifier()
         self._store_mode = _mode_of(store, "get_key")
         self._directory_mode = _mode_of(directory, "get_role")
+        # A store without mark_used (a read-only double) simply has no usage recorded.
+        self.usage = (
+            UsageRecorder(store, interval=usage_interval, clock=clock)
+            if usage_interval is not None and hasattr(store, "mark_used")
+            else None
+        )
         # Only the sync driver needs its own threads, and only to bound a blocking call.
         self._calls: ThreadPoolExecutor | None = None
 
@@ -214,6 +224,8 @@ class Authenticator:
     def _finish(
         self, request: AuthRequest, outcome: Principal | AuthError
     ) -> Principal | AuthError:
+        if self.usage is not None and type(outcome) is Principal:
+            self.usage.seen(outcome.key_id)  # a dict lookup unless a write is due
         if isinstance(outcome, AuthError) and log.isEnabledFor(logging.INFO):
             log.info(
                 "refused %s %r with %d: %s (key id %s)",
@@ -239,7 +251,9 @@ class Authenticator:
         return outcome
 
     def close(self) -> None:
-        """Stop the worker threads (argon2 and bounded calls)."""
+        """Stop the worker threads (argon2, bounded calls, pending ``last_used_at`` writes)."""
         self.verifier.close()
+        if self.usage is not None:
+            self.usage.close()
         if self._calls is not None:
             self._calls.shutdown(wait=False, cancel_futures=True)

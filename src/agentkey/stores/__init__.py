@@ -1,0 +1,55 @@
+"""Key stores and membership directories that ship with agentkey.
+
+- :mod:`agentkey.stores.memory`: dicts in the process; tests, examples, demos.
+- :mod:`agentkey.stores.sqlite`: one file, nothing to start; the embedded default.
+- :mod:`agentkey.stores.postgres`: a shared database for many app instances, sync and async.
+
+A store URL picks one: :func:`open_store` is what the ``agentkey`` command uses, and apps
+may use it too::
+
+    db = open_store("sqlite:///agentkey.sqlite3")  # relative path; sqlite:////abs/path for absolute
+    db = open_store("postgresql://app@127.0.0.1:5432/app")
+    auth = Authenticator(db.keys, db.directory)
+
+Each is a *database*: ``.keys`` (a :class:`~agentkey.protocols.KeyStore`), ``.directory``
+(a :class:`~agentkey.protocols.MembershipProvider` with ``add_organization``,
+``add_member`` and ``remove_member``), ``create_schema()``, ``schema_version()`` and
+``close()``. Importing this package imports no database driver.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from agentkey.stores.postgres import PostgresDatabase
+    from agentkey.stores.sqlite import SQLiteDatabase
+
+__all__ = ["open_store"]
+
+_SQLITE = "sqlite:///"
+_POSTGRES = ("postgresql://", "postgres://")
+
+
+def open_store(url: str) -> SQLiteDatabase | PostgresDatabase:
+    """Open the database named by *url*: ``sqlite:///path`` or ``postgresql://...``.
+
+    :raises ValueError: the URL names no supported store.
+    """
+    if url.startswith(_SQLITE):
+        from agentkey.stores.sqlite import SQLiteDatabase
+
+        return SQLiteDatabase(url.removeprefix(_SQLITE))
+    if url.startswith(_POSTGRES):
+        try:
+            from agentkey.stores.postgres import PostgresDatabase
+        except ImportError as exc:
+            raise ValueError(
+                "a postgresql:// store needs psycopg: pip install 'agentkey[postgres]'"
+            ) from exc
+        return PostgresDatabase(url)
+    scheme = url.partition(":")[0] if ":" in url else url
+    raise ValueError(
+        f"unsupported store URL scheme {scheme!r}: use sqlite:///path/to/file.sqlite3 "
+        "or postgresql://user@host:port/database"
+    )

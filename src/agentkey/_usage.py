@@ -1,0 +1,151 @@
+"""``last_used_at``: at most one write per key per interval, off the request's path.
+
+The :class:`~agentkey.Authenticator` calls :meth:`UsageRecorder.seen` after every request
+that passed. While the key's last write is recent -- nearly always -- that costs one dict
+lookup and one float comparison. When a write is due, it goes:
+
+- to one background thread, for a store that may block (SQLite, sync PostgreSQL);
+- to a fire-and-forget task on the running loop, for an async store;
+- straight to the store, for one that says it never blocks (``nonblocking = True``).
+
+The write is best effort: a failure is logged and forgotten, never raised into a request,
+and the key is still considered written so a failing database is not asked again at once.
+The store's ``mark_used`` never moves ``last_used_at`` backwards, so a late write is harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, Final
+
+__all__ = ["UsageRecorder"]
+
+log: Final = logging.getLogger("agentkey")
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class UsageRecorder:
+    """Throttles and forwards ``store.mark_used(key_id, at)`` calls.
+
+    :param store: any key store, sync or async.
+    :param interval: seconds between two writes for the same key; 0 writes on every use.
+    :param clock: the ``at`` of each write (the Authenticator passes its own clock).
+    :param timer: a monotonic clock for the throttle.
+    :param max_keys: keys remembered at most; forgetting one costs one early write at most.
+    :param max_pending: writes queued for the background thread at most; more are dropped.
+    """
+
+    def __init__(
+        self,
+        store: Any,
+        *,
+        interval: float = 60.0,
+        clock: Callable[[], datetime] = _utc_now,
+        timer: Callable[[], float] = time.monotonic,
+        max_keys: int = 100_000,
+        max_pending: int = 10_000,
+    ) -> None:
+        if interval < 0:
+            raise ValueError(f"interval must be zero or positive seconds, got {interval!r}")
+        self.store = store
+        self.interval = interval
+        self.clock = clock
+        self.timer = timer
+        self.max_keys = max_keys
+        self._due: dict[str, float] = {}  # key id -> next write allowed; oldest first
+        self._lock = threading.Lock()
+        self._async = inspect.iscoroutinefunction(store.mark_used)
+        self._inline = not self._async and bool(getattr(store, "nonblocking", False))
+        self._queue: queue.Queue[tuple[str, datetime] | None] = queue.Queue(max_pending)
+        self._thread: threading.Thread | None = None
+        self._tasks: set[asyncio.Task[None]] = set()  # strong references until they finish
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"UsageRecorder(store={self.store!r}, interval={self.interval!r})"
+
+    def seen(self, key_id: str) -> None:
+        """The key was just used: write ``last_used_at`` if its interval has passed."""
+        now = self.timer()
+        due = self._due.get(key_id)
+        if due is not None and now < due:
+            return
+        with self._lock:
+            due = self._due.get(key_id)
+            if due is not None and now < due:  # another thread wrote it meanwhile
+                return
+            # Re-inserting keeps the dict ordered by due time, so the first entry is the
+            # one to forget when it is full.
+            self._due.pop(key_id, None)
+            self._due[key_id] = now + self.interval
+            if len(self._due) > self.max_keys:
+                del self._due[next(iter(self._due))]
+        self._write(key_id, self.clock())
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Write what is queued (waiting at most *timeout* seconds), then stop the thread."""
+        with self._lock:
+            self._closed = True
+            thread = self._thread
+        if thread is not None:
+            try:
+                self._queue.put(None, timeout=timeout)
+            except queue.Full:  # the store is stuck: leave the daemon thread behind
+                return
+            thread.join(timeout)
+
+    # --- the three ways to write -----------------------------------------------------------
+
+    def _write(self, key_id: str, at: datetime) -> None:
+        if self._async:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # no loop to run it on: nothing sensible to do
+                return
+            task = loop.create_task(self._mark_async(key_id, at))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        elif self._inline:
+            self._mark(key_id, at)
+        else:
+            self._enqueue(key_id, at)
+
+    def _mark(self, key_id: str, at: datetime) -> None:
+        try:
+            self.store.mark_used(key_id, at)
+        except Exception as exc:
+            log.warning("could not record the use of key %s: %s", key_id, type(exc).__name__)
+
+    async def _mark_async(self, key_id: str, at: datetime) -> None:
+        try:
+            await self.store.mark_used(key_id, at)
+        except Exception as exc:
+            log.warning("could not record the use of key %s: %s", key_id, type(exc).__name__)
+
+    def _enqueue(self, key_id: str, at: datetime) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._work, name="agentkey-usage", daemon=True
+                )
+                self._thread.start()
+        try:
+            self._queue.put_nowait((key_id, at))
+        except queue.Full:
+            log.warning("dropped a last_used_at write: %d are already queued", self._queue.maxsize)
+
+    def _work(self) -> None:
+        while (item := self._queue.get()) is not None:
+            self._mark(*item)

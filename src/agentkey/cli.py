@@ -1,0 +1,445 @@
+"""The ``agentkey`` command: keys, organizations and memberships in a store, from a shell.
+
+::
+
+    agentkey db init
+    agentkey org add org_acme --tenant acme --default
+    agentkey member add alice org_acme --role admin
+    agentkey keys create --as alice --name "CI deploys" --tenant acme --lifetime 7d
+    agentkey keys list --as alice --status active
+    agentkey keys revoke --as alice 3fZk8QmPx2Lw
+
+The store is ``--store URL``, else ``$AGENTKEY_STORE_URL``, else
+``sqlite:///agentkey.sqlite3`` (see :func:`agentkey.stores.open_store`). Every command but
+``db init`` needs an initialized store.
+
+``--as ACCOUNT`` names the signed-in account the console would act for: the command follows
+the console's rules (a user lists and revokes only the keys they created), and is meant for
+operators and local development -- whoever runs it can already write to the store.
+
+Exit status: 0 done; 1 not found, not revocable, not reachable, conflicting, or the store
+failed; 2 bad usage or an invalid value (name, expiry, time zone, store URL).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import sys
+from collections.abc import Callable, Sequence
+from datetime import UTC, date, datetime
+from typing import TYPE_CHECKING, Any, Final, TextIO, TypeAlias
+from urllib.parse import urlsplit, urlunsplit
+from zoneinfo import ZoneInfo
+
+from agentkey._model import CustomDate, KeyInfo, Lifetime, Scope, ScopeKind, Status
+from agentkey.errors import (
+    InvalidExpiry,
+    InvalidKeyName,
+    KeyNotFound,
+    KeyNotRevocable,
+    ScopeNotReachable,
+)
+from agentkey.manager import KeyManager
+from agentkey.stores import open_store
+from agentkey.stores.sqlite import SQLiteDatabase
+
+if TYPE_CHECKING:
+    from agentkey.stores.postgres import PostgresDatabase
+
+    Database: TypeAlias = SQLiteDatabase | PostgresDatabase
+    Handler: TypeAlias = Callable[[Database, argparse.Namespace, TextIO], None]
+
+__all__ = ["main"]
+
+ENVIRONMENT_VARIABLE: Final = "AGENTKEY_STORE_URL"
+DEFAULT_STORE_URL: Final = "sqlite:///agentkey.sqlite3"
+
+LIFETIMES: Final = {
+    "3h": Lifetime.HOURS_3,
+    "1d": Lifetime.DAYS_1,
+    "7d": Lifetime.DAYS_7,
+    "30d": Lifetime.DAYS_30,
+    "90d": Lifetime.DAYS_90,
+}
+STATUSES: Final = {status.value.lower(): status for status in Status}
+
+# Most specific first: InvalidKeyName is a ValueError, KeyNotFound a LookupError.
+_EXIT_CODES: Final[Sequence[tuple[type[Exception], int]]] = (
+    (InvalidKeyName, 2),
+    (InvalidExpiry, 2),
+    (KeyNotFound, 1),
+    (KeyNotRevocable, 1),
+    (ScopeNotReachable, 1),
+    (LookupError, 1),  # an organization that does not exist
+    (ValueError, 1),  # a conflicting organization
+)
+
+
+class CommandError(Exception):
+    """A failure the command reports in one line, with its exit status."""
+
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+# --- the commands ---------------------------------------------------------------------------
+
+
+def _db_init(db: Database, args: argparse.Namespace, out: TextIO) -> None:
+    version = db.create_schema()
+    print(f"The store {_redact(args.store)} is ready (schema version {version}).", file=out)
+
+
+def _org_add(db: Database, args: argparse.Namespace, out: TextIO) -> None:
+    db.directory.add_organization(args.organization, tenant_id=args.tenant, default=args.default)
+    default = ", its default organization" if args.default else ""
+    print(f"Organization {args.organization} is in tenant {args.tenant}{default}.", file=out)
+
+
+def _member_add(db: Database, args: argparse.Namespace, out: TextIO) -> None:
+    db.directory.add_member(args.account, args.organization, role=args.role)
+    print(f"{args.account} has the role {args.role} in {args.organization}.", file=out)
+
+
+def _member_remove(db: Database, args: argparse.Namespace, out: TextIO) -> None:
+    if db.directory.get_role(args.account, args.organization) is None:
+        raise CommandError(f"{args.account} has no role in {args.organization}")
+    db.directory.remove_member(args.account, args.organization)
+    print(f"{args.account} no longer has a role in {args.organization}.", file=out)
+
+
+def _keys_create(db: Database, args: argparse.Namespace, out: TextIO) -> None:
+    if args.organization is not None:
+        organization = db.directory.get_organization(args.organization)
+        if organization is None:
+            raise CommandError(f"there is no organization {args.organization!r}")
+        scope = Scope.organization(organization.id, tenant_id=organization.tenant_id)
+    else:
+        scope = Scope.tenant(args.tenant)
+    expiry: Lifetime | CustomDate
+    if args.expires_on is not None:
+        expiry = CustomDate(args.expires_on, args.time_zone or _local_time_zone())
+    elif args.time_zone is not None:
+        raise CommandError("--time-zone goes with --expires-on", status=2)
+    else:
+        expiry = LIFETIMES[args.lifetime]
+    created = KeyManager(db.keys, db.directory).create(
+        args.account, name=args.name, scope=scope, expiry=expiry
+    )
+    info = created.info
+    local = ""
+    if isinstance(expiry, CustomDate):  # the zone is valid: create() checked it
+        zone = str(expiry.time_zone)
+        local = f" ({info.expires_at.astimezone(ZoneInfo(zone)):%Y-%m-%d %H:%M} in {zone})"
+    print(f"Created key {info.key_id} for {args.account}.", file=out)
+    print(f"  name     {info.name}", file=out)
+    print(f"  scope    {info.scope}", file=out)
+    print(f"  hint     {info.hint}", file=out)
+    print(f"  expires  {_when(info.expires_at)}{local}", file=out)
+    print("", file=out)
+    print(
+        "Secret -- shown once, it cannot be retrieved later; keep it in a secret store:", file=out
+    )
+    print(created.secret, file=out)
+
+
+def _keys_list(db: Database, args: argparse.Namespace, out: TextIO) -> None:
+    scope, organization_id = None, None
+    if args.scope in ("tenant", "organization"):
+        scope = ScopeKind(args.scope)
+    elif args.scope is not None:
+        scope, organization_id = ScopeKind.ORGANIZATION, args.scope
+    status = None if args.status is None else STATUSES[args.status]
+    infos = KeyManager(db.keys, db.directory).list(args.account, status=status, scope=scope)
+    if organization_id is not None:
+        infos = [info for info in infos if info.scope.organization_id == organization_id]
+    if args.json:
+        json.dump([_as_json(info) for info in infos], out, indent=2)
+        print(file=out)
+    elif not infos:
+        print(f"No keys of {args.account} match.", file=out)
+    else:
+        _table(infos, out)
+
+
+def _keys_revoke(db: Database, args: argparse.Namespace, out: TextIO) -> None:
+    info = KeyManager(db.keys, db.directory).revoke(args.account, args.key_id)
+    print(
+        f"Revoked key {info.key_id} ({info.hint}, {info.name!r}): "
+        "refused from its next request on.",
+        file=out,
+    )
+
+
+# --- output ---------------------------------------------------------------------------------
+
+
+def _when(at: datetime | None) -> str:
+    return "-" if at is None else at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _as_json(info: KeyInfo) -> dict[str, Any]:
+    def instant(at: datetime | None) -> str | None:
+        return None if at is None else at.astimezone(UTC).isoformat()
+
+    return {
+        "key_id": info.key_id,
+        "hint": info.hint,
+        "name": info.name,
+        "status": info.status.value,
+        "scope": {
+            "kind": info.scope.kind.value,
+            "tenant_id": info.scope.tenant_id,
+            "organization_id": info.scope.organization_id,
+        },
+        "created_at": instant(info.created_at),
+        "expires_at": instant(info.expires_at),
+        "revoked_at": instant(info.revoked_at),
+        "last_used_at": instant(info.last_used_at),
+    }
+
+
+def _table(infos: Sequence[KeyInfo], out: TextIO) -> None:
+    header = ("KEY ID", "HINT", "STATUS", "SCOPE", "EXPIRES", "LAST USED", "NAME")
+    rows = [
+        (
+            info.key_id,
+            info.hint,
+            info.status.value,
+            info.scope.organization_id or f"tenant {info.scope.tenant_id}",
+            _when(info.expires_at),
+            _when(info.last_used_at),
+            info.name,
+        )
+        for info in infos
+    ]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
+    for row in [header, *rows]:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        print("  ".join([*cells, row[-1]]), file=out)
+
+
+def _redact(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _local_time_zone() -> str:
+    """The IANA name of this machine's zone: $TZ, else /etc/localtime's target, else UTC."""
+    name = os.environ.get("TZ", "").removeprefix(":")
+    if name:
+        return name
+    target = os.path.realpath("/etc/localtime")
+    _, found, zone = target.partition("/zoneinfo/")
+    return zone if found and zone else "UTC"
+
+
+# --- the parser -----------------------------------------------------------------------------
+
+_EXAMPLES: Final = """\
+examples:
+  agentkey db init
+  agentkey org add org_acme --tenant acme --default
+  agentkey member add alice org_acme --role admin
+  agentkey keys create --as alice --name "CI deploys" --tenant acme --lifetime 7d
+  agentkey keys create --as alice --name laptop --org org_acme \\
+      --expires-on 2026-12-31 --time-zone Europe/Paris
+  agentkey keys list --as alice --status active --json
+  agentkey keys revoke --as alice 3fZk8QmPx2Lw
+
+store URLs:
+  sqlite:///agentkey.sqlite3        a file, relative to the current directory
+  sqlite:////var/lib/app/keys.db    an absolute path (four slashes)
+  postgresql://app@127.0.0.1:5432/app
+
+exit status: 0 done; 1 not found, not revocable, not reachable, conflicting, or the
+store failed; 2 bad usage or an invalid value.
+"""
+
+
+_AS: Final = "the signed-in account the console would act for"
+
+
+def _date(text: str) -> date:
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a date in YYYY-MM-DD form: {text!r}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``agentkey`` argument parser (each leaf command sets ``handler``)."""
+    formatter = argparse.RawDescriptionHelpFormatter
+    store = argparse.ArgumentParser(add_help=False)
+    store.add_argument(
+        "--store",
+        metavar="URL",
+        default=argparse.SUPPRESS,  # given after the command, it overrides the one before
+        help=f"the store (default: ${ENVIRONMENT_VARIABLE}, else {DEFAULT_STORE_URL})",
+    )
+    parser = argparse.ArgumentParser(
+        prog="agentkey",
+        description="Manage personal API keys, organizations and memberships in a store.",
+        epilog=_EXAMPLES,
+        formatter_class=formatter,
+    )
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        default=None,
+        help=f"the store (default: ${ENVIRONMENT_VARIABLE}, else {DEFAULT_STORE_URL})",
+    )
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+
+    def group(name: str, text: str) -> argparse._SubParsersAction[argparse.ArgumentParser]:
+        sub = commands.add_parser(name, help=text, description=text)
+        return sub.add_subparsers(title="commands", metavar="COMMAND", required=True)
+
+    def leaf(
+        parent: argparse._SubParsersAction[argparse.ArgumentParser],
+        name: str,
+        handler: Handler,
+        text: str,
+        epilog: str | None = None,
+    ) -> argparse.ArgumentParser:
+        sub = parent.add_parser(
+            name,
+            help=text,
+            description=text,
+            epilog=epilog,
+            parents=[store],
+            formatter_class=formatter,
+        )
+        sub.set_defaults(handler=handler)
+        return sub
+
+    db = group("db", "the store itself")
+    leaf(db, "init", _db_init, "create or upgrade agentkey's tables (idempotent)")
+
+    org = group("org", "organizations")
+    sub = leaf(org, "add", _org_add, "add an organization to a tenant")
+    sub.add_argument("organization", metavar="ORG", help="the organization id")
+    sub.add_argument("--tenant", required=True, help="the tenant it belongs to")
+    sub.add_argument(
+        "--default", action="store_true", help="make it the tenant's 'default' organization"
+    )
+
+    member = group("member", "who holds which role in which organization")
+    sub = leaf(member, "add", _member_add, "give an account a role in an organization")
+    sub.add_argument("account", metavar="ACCOUNT")
+    sub.add_argument("organization", metavar="ORG")
+    sub.add_argument("--role", required=True, help="e.g. admin, member, viewer")
+    sub = leaf(member, "remove", _member_remove, "take an account's role in an organization away")
+    sub.add_argument("account", metavar="ACCOUNT")
+    sub.add_argument("organization", metavar="ORG")
+
+    keys = group("keys", "create, list and revoke personal API keys")
+    sub = leaf(
+        keys,
+        "create",
+        _keys_create,
+        "create a key; its secret is printed once and cannot be retrieved later",
+        epilog=(
+            "The key expires after --lifetime (default 30d), or at the end of the day given\n"
+            "by --expires-on in --time-zone (between tomorrow and one year from today)."
+        ),
+    )
+    sub.add_argument("--as", dest="account", metavar="ACCOUNT", required=True, help=_AS)
+    sub.add_argument("--name", required=True, help="where the key is used (1-100 characters)")
+    scope = sub.add_mutually_exclusive_group(required=True)
+    scope.add_argument("--tenant", help="a tenant-scoped key: works in every organization")
+    scope.add_argument(
+        "--org", dest="organization", metavar="ORG", help="an organization-scoped key"
+    )
+    expiry = sub.add_mutually_exclusive_group()
+    expiry.add_argument("--lifetime", choices=LIFETIMES, default="30d", help="default: 30d")
+    expiry.add_argument("--expires-on", type=_date, metavar="YYYY-MM-DD", help="a custom date")
+    sub.add_argument(
+        "--time-zone",
+        metavar="ZONE",
+        help="IANA zone of --expires-on, e.g. Europe/Paris (default: this machine's zone)",
+    )
+
+    sub = leaf(keys, "list", _keys_list, "list the account's own keys, newest first (no secrets)")
+    sub.add_argument("--as", dest="account", metavar="ACCOUNT", required=True, help=_AS)
+    sub.add_argument("--status", choices=STATUSES)
+    sub.add_argument(
+        "--scope", metavar="SCOPE", help="tenant, organization, or one organization's id"
+    )
+    sub.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    sub = leaf(keys, "revoke", _keys_revoke, "revoke one of the account's keys: immediate, final")
+    sub.add_argument("--as", dest="account", metavar="ACCOUNT", required=True, help=_AS)
+    sub.add_argument("key_id", metavar="KEY_ID", help="as shown by 'agentkey keys list'")
+    return parser
+
+
+# --- running a command --------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command in *argv* (default: ``sys.argv[1:]``); returns the exit status."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exit:  # --help, or a usage error already printed by argparse
+        return exit.code if isinstance(exit.code, int) else 2
+    args.store = args.store or os.environ.get(ENVIRONMENT_VARIABLE) or DEFAULT_STORE_URL
+    try:
+        return _run(args, sys.stdout)
+    except CommandError as error:
+        print(f"agentkey: error: {error}", file=sys.stderr)
+        return error.status
+
+
+def _run(args: argparse.Namespace, out: TextIO) -> int:
+    try:
+        db = open_store(args.store)
+    except ValueError as exc:
+        raise CommandError(str(exc), status=2) from None
+    try:
+        if args.handler is not _db_init:
+            _require_schema(db, args.store)
+        args.handler(db, args, out)
+    except CommandError:
+        raise
+    except Exception as exc:
+        error = _command_error(exc)
+        if error is None:
+            raise  # a bug: let the traceback show
+        raise error from None
+    finally:
+        db.close()
+    return 0
+
+
+def _require_schema(db: Database, url: str) -> None:
+    # The library creates a SQLite file on first use; the command does not, so that a typo
+    # in a path is an error rather than a new empty store.
+    if isinstance(db, SQLiteDatabase):
+        missing = not os.path.exists(db.path)
+    else:
+        missing = db.schema_version() == 0
+    if missing:
+        raise CommandError(f"the store {_redact(url)} is not initialized: run 'agentkey db init'")
+
+
+def _command_error(exc: Exception) -> CommandError | None:
+    for kind, status in _EXIT_CODES:
+        if isinstance(exc, kind):
+            return CommandError(str(exc), status)
+    psycopg = sys.modules.get("psycopg")  # imported only if a PostgreSQL store was opened
+    driver_errors = (sqlite3.Error,) if psycopg is None else (sqlite3.Error, psycopg.Error)
+    if isinstance(exc, driver_errors):
+        return CommandError(f"the store failed: {type(exc).__name__}: {exc}")
+    return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,468 @@
+"""The SQL behind the SQLite and PostgreSQL stores: one schema, one set of statements.
+
+Rules of this file:
+
+1. Every operation is a generator in the style of ``_decision.py``: it yields :class:`Query`
+   objects and receives their results. The SQLite driver, the psycopg driver and the async
+   psycopg driver each run these same operations in a dozen lines, so the three stores
+   cannot drift apart, and sync and async never duplicate logic.
+2. Statements use ``%s`` placeholders (the SQLite driver rewrites them to ``?``) and only
+   SQL that both databases speak. The few differences (the timestamp column type, how to
+   ask whether a table exists) are a :class:`Dialect`.
+3. Instants go in as UTC datetimes and come out as UTC-aware datetimes, microseconds kept:
+   PostgreSQL stores ``timestamptz``; SQLite stores fixed-width ISO 8601 text in UTC, which
+   sorts and compares as the instants do.
+4. No secret ever reaches this file: a key row holds the argon2id hash and the hint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Generator, Sequence
+from datetime import UTC, datetime
+from typing import Any, Final, NamedTuple, Protocol, TypeVar
+
+from agentkey._model import ApiKey, Organization, Scope
+from agentkey.errors import DuplicateKey
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "AsyncSQLDirectory",
+    "AsyncSQLKeyStore",
+    "Dialect",
+    "Query",
+    "SQLDirectory",
+    "SQLKeyStore",
+]
+
+T = TypeVar("T")
+
+# What a driver hands back for a query: the first row, every row, or the rowcount.
+ONE: Final = "one"
+ALL: Final = "all"
+COUNT: Final = "count"
+
+
+class Query(NamedTuple):
+    sql: str
+    params: tuple[Any, ...]
+    fetch: str  # ONE, ALL or COUNT
+
+
+Op = Generator[Query, Any, T]
+
+
+class Dialect(NamedTuple):
+    """What differs between the databases: the type of an instant column, a catalog query."""
+
+    timestamp: str  # column type for instants
+    has_version_table: str  # one row, one column: truthy when agentkey_schema_version exists
+
+
+# --- the schema ---------------------------------------------------------------------------
+
+# Each entry upgrades the schema by one version; never edit a released entry, append one.
+MIGRATIONS: Final[Sequence[Sequence[str]]] = (
+    (
+        """CREATE TABLE agentkey_keys (
+            key_id          TEXT PRIMARY KEY,
+            secret_hash     TEXT NOT NULL,
+            hint            TEXT NOT NULL,
+            name            TEXT NOT NULL,
+            account_id      TEXT NOT NULL,
+            tenant_id       TEXT NOT NULL,
+            organization_id TEXT,
+            created_at      {timestamp} NOT NULL,
+            expires_at      {timestamp} NOT NULL,
+            revoked_at      {timestamp},
+            last_used_at    {timestamp}
+        )""",
+        "CREATE INDEX agentkey_keys_by_account ON agentkey_keys (account_id, created_at)",
+        """CREATE TABLE agentkey_organizations (
+            id         TEXT PRIMARY KEY,
+            tenant_id  TEXT NOT NULL,
+            is_default BOOLEAN NOT NULL DEFAULT FALSE
+        )""",
+        # At most one default organization per tenant, whatever writes to the table.
+        """CREATE UNIQUE INDEX agentkey_organizations_one_default
+            ON agentkey_organizations (tenant_id) WHERE is_default""",
+        """CREATE TABLE agentkey_memberships (
+            account_id      TEXT NOT NULL,
+            organization_id TEXT NOT NULL
+                REFERENCES agentkey_organizations (id) ON DELETE CASCADE,
+            role            TEXT NOT NULL,
+            PRIMARY KEY (account_id, organization_id)
+        )""",
+        """CREATE INDEX agentkey_memberships_by_organization
+            ON agentkey_memberships (organization_id)""",
+    ),
+)
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+
+_CREATE_VERSION_TABLE: Final = (
+    "CREATE TABLE IF NOT EXISTS agentkey_schema_version (version INTEGER PRIMARY KEY)"
+)
+_SELECT_VERSION: Final = "SELECT coalesce(max(version), 0) FROM agentkey_schema_version"
+_INSERT_VERSION: Final = "INSERT INTO agentkey_schema_version (version) VALUES (%s)"
+
+
+def migrate(dialect: Dialect) -> Op[int]:
+    """Bring the schema up to :data:`SCHEMA_VERSION`; the driver runs it in one transaction."""
+    yield Query(_CREATE_VERSION_TABLE, (), COUNT)
+    (current,) = yield Query(_SELECT_VERSION, (), ONE)
+    _check_version(current)
+    for version in range(current + 1, SCHEMA_VERSION + 1):
+        for statement in MIGRATIONS[version - 1]:
+            yield Query(statement.format(timestamp=dialect.timestamp), (), COUNT)
+        yield Query(_INSERT_VERSION, (version,), COUNT)
+    return SCHEMA_VERSION
+
+
+def schema_version(dialect: Dialect) -> Op[int]:
+    """The schema version in the database, 0 when it has no agentkey tables; creates nothing."""
+    (exists,) = yield Query(dialect.has_version_table, (), ONE)
+    if not exists:
+        return 0
+    (version,) = yield Query(_SELECT_VERSION, (), ONE)
+    _check_version(version)
+    return int(version)
+
+
+def _check_version(version: int) -> None:
+    if version > SCHEMA_VERSION:
+        raise RuntimeError(
+            f"the database holds agentkey schema version {version}, newer than the "
+            f"{SCHEMA_VERSION} this version of agentkey knows: upgrade agentkey"
+        )
+
+
+# --- keys ---------------------------------------------------------------------------------
+
+_SELECT_KEY: Final = (
+    "SELECT key_id, secret_hash, hint, name, account_id, tenant_id, organization_id, "
+    "created_at, expires_at, revoked_at, last_used_at FROM agentkey_keys WHERE key_id = %s"
+)
+# key_id breaks ties so that keys created in the same microsecond list in a stable order.
+_SELECT_KEYS_OF: Final = (
+    "SELECT key_id, secret_hash, hint, name, account_id, tenant_id, organization_id, "
+    "created_at, expires_at, revoked_at, last_used_at FROM agentkey_keys "
+    "WHERE account_id = %s ORDER BY created_at DESC, key_id DESC"
+)
+# ON CONFLICT DO NOTHING + rowcount: a duplicate id is an answer, not a driver exception.
+_INSERT_KEY: Final = (
+    "INSERT INTO agentkey_keys (key_id, secret_hash, hint, name, account_id, tenant_id, "
+    "organization_id, created_at, expires_at, revoked_at, last_used_at) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
+)
+# Conditional updates: only one concurrent revoke wins, and last_used_at never moves back.
+_REVOKE_KEY: Final = (
+    "UPDATE agentkey_keys SET revoked_at = %s WHERE key_id = %s AND revoked_at IS NULL"
+)
+_MARK_USED: Final = (
+    "UPDATE agentkey_keys SET last_used_at = %s "
+    "WHERE key_id = %s AND (last_used_at IS NULL OR last_used_at < %s)"
+)
+
+
+def _utc(at: datetime) -> datetime:
+    return at.astimezone(UTC)
+
+
+def _instant(value: datetime | str) -> datetime:
+    if isinstance(value, str):  # SQLite: ISO 8601 text written by the driver, always UTC
+        return datetime.fromisoformat(value)
+    return value if value.tzinfo is UTC else value.astimezone(UTC)
+
+
+def _key(row: Sequence[Any]) -> ApiKey:
+    (key_id, secret_hash, hint, name, account_id, tenant_id, organization_id) = row[:7]
+    created_at, expires_at, revoked_at, last_used_at = row[7:]
+    return ApiKey(
+        key_id=key_id,
+        secret_hash=secret_hash,
+        hint=hint,
+        name=name,
+        account_id=account_id,
+        scope=Scope(tenant_id=tenant_id, organization_id=organization_id),
+        created_at=_instant(created_at),
+        expires_at=_instant(expires_at),
+        revoked_at=None if revoked_at is None else _instant(revoked_at),
+        last_used_at=None if last_used_at is None else _instant(last_used_at),
+    )
+
+
+def get_key(key_id: str) -> Op[ApiKey | None]:
+    row = yield Query(_SELECT_KEY, (key_id,), ONE)
+    return None if row is None else _key(row)
+
+
+def add_key(key: ApiKey) -> Op[None]:
+    inserted = yield Query(
+        _INSERT_KEY,
+        (
+            key.key_id,
+            key.secret_hash,
+            key.hint,
+            key.name,
+            key.account_id,
+            key.scope.tenant_id,
+            key.scope.organization_id,
+            _utc(key.created_at),
+            _utc(key.expires_at),
+            None if key.revoked_at is None else _utc(key.revoked_at),
+            None if key.last_used_at is None else _utc(key.last_used_at),
+        ),
+        COUNT,
+    )
+    if not inserted:
+        raise DuplicateKey(f"a key with id {key.key_id!r} already exists")
+
+
+def keys_of(account_id: str) -> Op[list[ApiKey]]:
+    rows = yield Query(_SELECT_KEYS_OF, (account_id,), ALL)
+    return [_key(row) for row in rows]
+
+
+def revoke_key(key_id: str, at: datetime) -> Op[bool]:
+    revoked = yield Query(_REVOKE_KEY, (_utc(at), key_id), COUNT)
+    return bool(revoked == 1)
+
+
+def mark_used(key_id: str, at: datetime) -> Op[None]:
+    at = _utc(at)
+    yield Query(_MARK_USED, (at, key_id, at), COUNT)
+
+
+# --- organizations and memberships --------------------------------------------------------
+
+_SELECT_ORGANIZATION: Final = (
+    "SELECT id, tenant_id, is_default FROM agentkey_organizations WHERE id = %s"
+)
+_SELECT_DEFAULT_ORGANIZATION: Final = (
+    "SELECT id, tenant_id, is_default FROM agentkey_organizations "
+    "WHERE tenant_id = %s AND is_default"
+)
+# Without a conflict target, this also does nothing when the tenant already has a default.
+_INSERT_ORGANIZATION: Final = (
+    "INSERT INTO agentkey_organizations (id, tenant_id, is_default) VALUES (%s, %s, %s) "
+    "ON CONFLICT DO NOTHING"
+)
+_SELECT_ROLE: Final = (
+    "SELECT role FROM agentkey_memberships WHERE account_id = %s AND organization_id = %s"
+)
+_REACHES_TENANT: Final = (
+    "SELECT 1 FROM agentkey_memberships m "
+    "JOIN agentkey_organizations o ON o.id = m.organization_id "
+    "WHERE m.account_id = %s AND o.tenant_id = %s LIMIT 1"
+)
+# Inserts nothing when the organization does not exist: rowcount 0 says so.
+_UPSERT_MEMBERSHIP: Final = (
+    "INSERT INTO agentkey_memberships (account_id, organization_id, role) "
+    "SELECT %s, id, %s FROM agentkey_organizations WHERE id = %s "
+    "ON CONFLICT (account_id, organization_id) DO UPDATE SET role = excluded.role"
+)
+_DELETE_MEMBERSHIP: Final = (
+    "DELETE FROM agentkey_memberships WHERE account_id = %s AND organization_id = %s"
+)
+
+
+def _organization(row: Sequence[Any] | None) -> Organization | None:
+    if row is None:
+        return None
+    return Organization(id=row[0], tenant_id=row[1], is_default=bool(row[2]))
+
+
+def get_organization(organization_id: str) -> Op[Organization | None]:
+    return _organization((yield Query(_SELECT_ORGANIZATION, (organization_id,), ONE)))
+
+
+def get_default_organization(tenant_id: str) -> Op[Organization | None]:
+    return _organization((yield Query(_SELECT_DEFAULT_ORGANIZATION, (tenant_id,), ONE)))
+
+
+def get_role(account_id: str, organization_id: str) -> Op[str | None]:
+    row = yield Query(_SELECT_ROLE, (account_id, organization_id), ONE)
+    return None if row is None else str(row[0])
+
+
+def reaches_tenant(account_id: str, tenant_id: str) -> Op[bool]:
+    return (yield Query(_REACHES_TENANT, (account_id, tenant_id), ONE)) is not None
+
+
+def add_organization(organization: Organization) -> Op[Organization]:
+    inserted = yield Query(
+        _INSERT_ORGANIZATION,
+        (organization.id, organization.tenant_id, organization.is_default),
+        COUNT,
+    )
+    if not inserted:
+        known = _organization((yield Query(_SELECT_ORGANIZATION, (organization.id,), ONE)))
+        if known is None:
+            raise ValueError(
+                f"tenant {organization.tenant_id!r} already has a default organization"
+            )
+        if known != organization:
+            raise ValueError(f"organization {organization.id!r} already exists differently")
+    return organization
+
+
+def add_member(account_id: str, organization_id: str, role: str) -> Op[None]:
+    if not isinstance(role, str) or not role:
+        raise ValueError("role must be a non-empty string")
+    added = yield Query(_UPSERT_MEMBERSHIP, (account_id, role, organization_id), COUNT)
+    if not added:
+        raise LookupError(f"no organization {organization_id!r}: add it first")
+
+
+def remove_member(account_id: str, organization_id: str) -> Op[None]:
+    yield Query(_DELETE_MEMBERSHIP, (account_id, organization_id), COUNT)
+
+
+# --- the stores, over a driver --------------------------------------------------------------
+
+
+class Runner(Protocol):
+    """Runs one operation on a connection (a database's ``run`` method)."""
+
+    def __call__(self, op: Op[T]) -> T: ...
+
+
+class AsyncRunner(Protocol):
+    def __call__(self, op: Op[T]) -> Awaitable[T]: ...
+
+
+class SQLKeyStore:
+    """A :class:`~agentkey.protocols.KeyStore` over a SQL database's driver."""
+
+    def __init__(self, database: Any) -> None:
+        self.database = database
+        self._run: Runner = database.run
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.database!r})"
+
+    def get_key(self, key_id: str) -> ApiKey | None:
+        return self._run(get_key(key_id))
+
+    def add_key(self, key: ApiKey) -> None:
+        self._run(add_key(key))
+
+    def keys_of(self, account_id: str) -> Sequence[ApiKey]:
+        return self._run(keys_of(account_id))
+
+    def revoke_key(self, key_id: str, at: datetime) -> bool:
+        return self._run(revoke_key(key_id, at))
+
+    def mark_used(self, key_id: str, at: datetime) -> None:
+        self._run(mark_used(key_id, at))
+
+
+class SQLDirectory:
+    """A :class:`~agentkey.protocols.MembershipProvider` over a SQL database's driver.
+
+    The tables are a reference: replace this class with your own provider over your own
+    tables whenever your application already knows who belongs where.
+    """
+
+    def __init__(self, database: Any) -> None:
+        self.database = database
+        self._run: Runner = database.run
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.database!r})"
+
+    def add_organization(
+        self, organization_id: str, *, tenant_id: str, default: bool = False
+    ) -> Organization:
+        """Add an organization; ``default=True`` makes it the tenant's ``default`` one.
+
+        :raises ValueError: it exists with other values, or the tenant already has a default.
+        """
+        organization = Organization(id=organization_id, tenant_id=tenant_id, is_default=default)
+        return self._run(add_organization(organization))
+
+    def add_member(self, account_id: str, organization_id: str, *, role: str) -> None:
+        """Give *account_id* a *role* in the organization (replacing any previous role).
+
+        :raises LookupError: there is no such organization.
+        """
+        self._run(add_member(account_id, organization_id, role))
+
+    def remove_member(self, account_id: str, organization_id: str) -> None:
+        """Take the account's role in the organization away (nothing if it had none)."""
+        self._run(remove_member(account_id, organization_id))
+
+    def get_organization(self, organization_id: str) -> Organization | None:
+        return self._run(get_organization(organization_id))
+
+    def get_default_organization(self, tenant_id: str) -> Organization | None:
+        return self._run(get_default_organization(tenant_id))
+
+    def get_role(self, account_id: str, organization_id: str) -> str | None:
+        return self._run(get_role(account_id, organization_id))
+
+    def reaches_tenant(self, account_id: str, tenant_id: str) -> bool:
+        return self._run(reaches_tenant(account_id, tenant_id))
+
+
+class AsyncSQLKeyStore:
+    """The async twin of :class:`SQLKeyStore`."""
+
+    def __init__(self, database: Any) -> None:
+        self.database = database
+        self._run: AsyncRunner = database.run
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.database!r})"
+
+    async def get_key(self, key_id: str) -> ApiKey | None:
+        return await self._run(get_key(key_id))
+
+    async def add_key(self, key: ApiKey) -> None:
+        await self._run(add_key(key))
+
+    async def keys_of(self, account_id: str) -> Sequence[ApiKey]:
+        return await self._run(keys_of(account_id))
+
+    async def revoke_key(self, key_id: str, at: datetime) -> bool:
+        return await self._run(revoke_key(key_id, at))
+
+    async def mark_used(self, key_id: str, at: datetime) -> None:
+        await self._run(mark_used(key_id, at))
+
+
+class AsyncSQLDirectory:
+    """The async twin of :class:`SQLDirectory`."""
+
+    def __init__(self, database: Any) -> None:
+        self.database = database
+        self._run: AsyncRunner = database.run
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.database!r})"
+
+    async def add_organization(
+        self, organization_id: str, *, tenant_id: str, default: bool = False
+    ) -> Organization:
+        """Add an organization; ``default=True`` makes it the tenant's ``default`` one."""
+        organization = Organization(id=organization_id, tenant_id=tenant_id, is_default=default)
+        return await self._run(add_organization(organization))
+
+    async def add_member(self, account_id: str, organization_id: str, *, role: str) -> None:
+        """Give *account_id* a *role* in the organization (replacing any previous role)."""
+        await self._run(add_member(account_id, organization_id, role))
+
+    async def remove_member(self, account_id: str, organization_id: str) -> None:
+        """Take the account's role in the organization away (nothing if it had none)."""
+        await self._run(remove_member(account_id, organization_id))
+
+    async def get_organization(self, organization_id: str) -> Organization | None:
+        return await self._run(get_organization(organization_id))
+
+    async def get_default_organization(self, tenant_id: str) -> Organization | None:
+        return await self._run(get_default_organization(tenant_id))
+
+    async def get_role(self, account_id: str, organization_id: str) -> str | None:
+        return await self._run(get_role(account_id, organization_id))
+
+    async def reaches_tenant(self, account_id: str, tenant_id: str) -> bool:
+        return await self._run(reaches_tenant(account_id, tenant_id))

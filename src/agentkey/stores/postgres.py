@@ -1,0 +1,259 @@
+"""The PostgreSQL key store and directory: one database shared by many app instances.
+
+Install the extra (``pip install 'agentkey[postgres]'``: psycopg 3 and its pool). A
+:class:`PostgresDatabase` owns a connection pool and gives the key store (``.keys``) and
+the membership directory (``.directory``); :class:`AsyncPostgresDatabase` is its twin for
+the ASGI middleware::
+
+    from agentkey.stores.postgres import PostgresDatabase
+
+    db = PostgresDatabase("postgresql://app@127.0.0.1:5432/app", max_size=10)
+    db.create_schema()  # explicit and idempotent: run it at deploy time, or `agentkey db init`
+    auth = Authenticator(db.keys, db.directory)
+
+    async with AsyncPostgresDatabase("postgresql://app@127.0.0.1:5432/app") as adb:
+        auth = Authenticator(adb.keys, adb.directory)  # awaited on the event loop
+
+Nothing touches the database on import or construction (the pool connects in the
+background); the schema is created or upgraded only by ``create_schema()``, under an
+advisory lock so that several instances deploying at once do not race. The tables live in
+the first schema of the connection's ``search_path``: to keep them in a schema of their
+own, add ``?options=-csearch_path%3Dagentkey`` to the URL.
+
+Every call borrows a pooled connection in autocommit mode and runs one or two statements,
+so a revoke is committed when ``revoke_key`` returns and every instance refuses the key
+on its next request. Instants are ``timestamptz`` and come back as UTC datetimes.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any, Final, TypeVar
+
+from psycopg import AsyncConnection, Connection
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from agentkey.stores import _sql
+
+__all__ = [
+    "AsyncPostgresDatabase",
+    "AsyncPostgresDirectory",
+    "AsyncPostgresKeyStore",
+    "PostgresDatabase",
+    "PostgresDirectory",
+    "PostgresKeyStore",
+]
+
+T = TypeVar("T")
+
+_DIALECT: Final = _sql.Dialect(
+    timestamp="timestamptz",
+    has_version_table="SELECT to_regclass('agentkey_schema_version') IS NOT NULL",
+)
+# Serializes create_schema() across instances: the bytes of "agentkey" as a bigint.
+_MIGRATION_LOCK: Final = "SELECT pg_advisory_xact_lock(7017280452245743993)"
+
+
+class PostgresKeyStore(_sql.SQLKeyStore):
+    """A :class:`~agentkey.protocols.KeyStore` on PostgreSQL; get it as ``db.keys``."""
+
+
+class PostgresDirectory(_sql.SQLDirectory):
+    """A :class:`~agentkey.protocols.MembershipProvider` on PostgreSQL: ``db.directory``.
+
+    Tables ``agentkey_organizations`` (at most one default per tenant, by a partial unique
+    index) and ``agentkey_memberships``. A reference: replace it with your own tables.
+    """
+
+
+class AsyncPostgresKeyStore(_sql.AsyncSQLKeyStore):
+    """The async twin of :class:`PostgresKeyStore`: ``adb.keys``."""
+
+
+class AsyncPostgresDirectory(_sql.AsyncSQLDirectory):
+    """The async twin of :class:`PostgresDirectory`: ``adb.directory``."""
+
+
+def _describe(pool: ConnectionPool[Any] | AsyncConnectionPool[Any]) -> str:
+    # Enough to recognise the database; never the password.
+    try:
+        params = conninfo_to_dict(pool.conninfo) if isinstance(pool.conninfo, str) else {}
+    except Exception:
+        params = {}
+    shown = ("host", "port", "dbname", "user")
+    return " ".join(f"{name}={params[name]}" for name in shown if params.get(name))
+
+
+def _pool_options(min_size: int, max_size: int, timeout: float) -> dict[str, Any]:
+    return {
+        "min_size": min_size,
+        "max_size": max_size,
+        "timeout": timeout,  # waiting for a free connection longer than this raises: 503
+        "kwargs": {"autocommit": True},  # one statement, one round trip; no idle transactions
+        "name": "agentkey",
+    }
+
+
+class PostgresDatabase:
+    """A PostgreSQL database holding agentkey's tables, through a connection pool.
+
+    :param conninfo: a ``postgresql://`` URL or libpq connection string.
+    :param pool: use this :class:`psycopg_pool.ConnectionPool` instead of opening one (it is
+        then yours to close); *conninfo* and the sizes are ignored.
+    :param min_size: connections kept open.
+    :param max_size: connections at most; each app instance holds up to this many.
+    :param timeout: seconds to wait for a free connection before the call fails.
+    """
+
+    def __init__(
+        self,
+        conninfo: str = "",
+        *,
+        pool: ConnectionPool[Any] | None = None,
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout: float = 5.0,
+    ) -> None:
+        self._owns_pool = pool is None
+        if pool is None:
+            pool = ConnectionPool(conninfo, open=True, **_pool_options(min_size, max_size, timeout))
+        self.pool: ConnectionPool[Any] = pool
+        self.keys = PostgresKeyStore(self)
+        self.directory = PostgresDirectory(self)
+
+    def __repr__(self) -> str:
+        return f"PostgresDatabase({_describe(self.pool)!r})"
+
+    def __enter__(self) -> PostgresDatabase:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def create_schema(self) -> int:
+        """Create or upgrade the tables (idempotent, safe to run concurrently); the version."""
+        with self.pool.connection() as connection, connection.transaction():
+            connection.execute(_MIGRATION_LOCK)
+            return _drive(connection, _sql.migrate(_DIALECT))
+
+    def schema_version(self) -> int:
+        """The schema version in the database; 0 when ``create_schema()`` never ran."""
+        return self.run(_sql.schema_version(_DIALECT))
+
+    def close(self) -> None:
+        """Close the pool, unless it was passed in."""
+        if self._owns_pool:
+            self.pool.close()
+
+    def run(self, op: _sql.Op[T]) -> T:
+        """Run one operation of :mod:`agentkey.stores._sql` on a pooled connection."""
+        with self.pool.connection() as connection:
+            return _drive(connection, op)
+
+
+class AsyncPostgresDatabase:
+    """The async twin of :class:`PostgresDatabase`, over an ``AsyncConnectionPool``.
+
+    Open it inside the event loop: ``async with AsyncPostgresDatabase(url) as adb:``, or
+    ``await adb.open()`` and later ``await adb.close()``.
+    """
+
+    def __init__(
+        self,
+        conninfo: str = "",
+        *,
+        pool: AsyncConnectionPool[Any] | None = None,
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout: float = 5.0,
+    ) -> None:
+        self._owns_pool = pool is None
+        if pool is None:
+            # An async pool may only start inside a running loop: open() does it.
+            pool = AsyncConnectionPool(
+                conninfo, open=False, **_pool_options(min_size, max_size, timeout)
+            )
+        self.pool: AsyncConnectionPool[Any] = pool
+        self.keys = AsyncPostgresKeyStore(self)
+        self.directory = AsyncPostgresDirectory(self)
+
+    def __repr__(self) -> str:
+        return f"AsyncPostgresDatabase({_describe(self.pool)!r})"
+
+    async def __aenter__(self) -> AsyncPostgresDatabase:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def open(self) -> None:
+        """Start the pool (it connects in the background)."""
+        if self._owns_pool:
+            await self.pool.open()
+
+    async def create_schema(self) -> int:
+        """Create or upgrade the tables (idempotent, safe to run concurrently); the version."""
+        async with self.pool.connection() as connection, connection.transaction():
+            await connection.execute(_MIGRATION_LOCK)
+            return await _drive_async(connection, _sql.migrate(_DIALECT))
+
+    async def schema_version(self) -> int:
+        """The schema version in the database; 0 when ``create_schema()`` never ran."""
+        return await self.run(_sql.schema_version(_DIALECT))
+
+    async def close(self) -> None:
+        """Close the pool, unless it was passed in."""
+        if self._owns_pool:
+            await self.pool.close()
+
+    async def run(self, op: _sql.Op[T]) -> T:
+        """Run one operation of :mod:`agentkey.stores._sql` on a pooled connection."""
+        async with self.pool.connection() as connection:
+            return await _drive_async(connection, op)
+
+
+# --- the two drivers: the only difference between sync and async is `await` ----------------
+
+
+def _drive(connection: Connection[Any], op: _sql.Op[T]) -> T:
+    answer: Any = None
+    try:
+        while True:
+            query = op.send(answer)
+            cursor = connection.execute(query.sql, query.params)
+            if query.fetch == _sql.ONE:
+                answer = cursor.fetchone()
+            elif query.fetch == _sql.ALL:
+                answer = cursor.fetchall()
+            else:
+                answer = cursor.rowcount
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+async def _drive_async(connection: AsyncConnection[Any], op: _sql.Op[T]) -> T:
+    answer: Any = None
+    try:
+        while True:
+            query = op.send(answer)
+            cursor = await connection.execute(query.sql, query.params)
+            if query.fetch == _sql.ONE:
+                answer = await cursor.fetchone()
+            elif query.fetch == _sql.ALL:
+                answer = await cursor.fetchall()
+            else:
+                answer = cursor.rowcount
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]

@@ -1,0 +1,377 @@
+"""The store contract: every store agentkey ships behaves like the memory store.
+
+Each test runs against memory, SQLite, PostgreSQL and async PostgreSQL (see ``backend``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import attrs
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agentkey import (
+    ApiKey,
+    AuthError,
+    AuthRequest,
+    DuplicateKey,
+    KeyManager,
+    Organization,
+    Principal,
+    Reason,
+    Scope,
+    Status,
+)
+from tests.stores.conftest import Backend
+
+NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+TENANT = Scope.tenant("acme")
+RESEARCH = Scope.organization("org_research", tenant_id="acme")
+HASH = "$argon2id$v=19$m=8192,t=1,p=1$c2FsdHNhbHRzYWx0$aGFzaGhhc2hoYXNoaGFzaGhhc2hoYXNoaGFzaA"
+
+
+def make_key(
+    key_id: str | None = None,
+    *,
+    account_id: str = "alice",
+    created_at: datetime = NOW,
+    scope: Scope = TENANT,
+    **fields: Any,
+) -> ApiKey:
+    values: dict[str, Any] = {
+        "key_id": key_id or secrets.token_hex(6),
+        "secret_hash": HASH,
+        "hint": "rma_\u2026abcd",
+        "name": "CI deploys",
+        "account_id": account_id,
+        "scope": scope,
+        "created_at": created_at,
+        "expires_at": created_at + timedelta(days=30),
+    }
+    return ApiKey(**{**values, **fields})
+
+
+def wait_until(backend: Backend, condition: Callable[[], bool], timeout: float = 5.0) -> bool:
+    """Poll *condition* (giving an async store's loop time to run) until true or timeout."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        settle(backend, 0.01)
+    return True
+
+
+def settle(backend: Backend, seconds: float) -> None:
+    """Wait a moment, letting an async store's loop run its pending writes meanwhile."""
+    if backend.runner is not None:
+        backend.runner.run(asyncio.sleep(seconds))
+    else:
+        time.sleep(seconds)
+
+
+def world(backend: Backend) -> None:
+    """Tenant acme (org_default, org_research) and globex; alice is in both acme ones."""
+    directory = backend.directory
+    directory.add_organization("org_default", tenant_id="acme", default=True)
+    directory.add_organization("org_research", tenant_id="acme")
+    directory.add_organization("org_globex", tenant_id="globex", default=True)
+    directory.add_member("alice", "org_default", role="admin")
+    directory.add_member("alice", "org_research", role="member")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC).replace(microsecond=123456)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+# --- keys ---------------------------------------------------------------------------------
+
+
+def test_get_key_returns_the_key_that_was_added(backend: Backend) -> None:
+    """A key reads back with every field equal, including an organization scope and Unicode."""
+    key = make_key(
+        scope=RESEARCH,
+        name="d\u00e9ploiement \u2014 \u2713",
+        revoked_at=NOW + timedelta(hours=1),
+        last_used_at=NOW + timedelta(minutes=5, microseconds=7),
+    )
+    backend.keys.add_key(key)
+    assert backend.keys.get_key(key.key_id) == key
+
+
+def test_unknown_key_is_none(backend: Backend) -> None:
+    """Asking for an id nobody added answers None, not an error."""
+    assert backend.keys.get_key("NoSuchKey123") is None
+
+
+def test_duplicate_key_id_is_refused(backend: Backend) -> None:
+    """Adding an id twice raises DuplicateKey and keeps the first key untouched."""
+    first = make_key("SameKeyId123")
+    backend.keys.add_key(first)
+    with pytest.raises(DuplicateKey):
+        backend.keys.add_key(make_key("SameKeyId123", account_id="mallory"))
+    assert backend.keys.get_key("SameKeyId123") == first
+
+
+def test_keys_of_lists_the_account_s_keys_newest_first(backend: Backend) -> None:
+    """keys_of gives only that account's keys, the most recently created first."""
+    oldest = make_key(created_at=NOW)
+    middle = make_key(created_at=NOW + timedelta(microseconds=1))
+    newest = make_key(created_at=NOW + timedelta(days=1))
+    for key in (middle, newest, make_key(account_id="bob"), oldest):
+        backend.keys.add_key(key)
+    assert [k.key_id for k in backend.keys.keys_of("alice")] == [
+        newest.key_id,
+        middle.key_id,
+        oldest.key_id,
+    ]
+    assert list(backend.keys.keys_of("carol")) == []
+
+
+def test_revoke_succeeds_once(backend: Backend) -> None:
+    """The first revoke returns True and sets revoked_at; a second one, or an unknown id, False."""
+    key = make_key()
+    backend.keys.add_key(key)
+    assert backend.keys.revoke_key(key.key_id, NOW + timedelta(hours=1)) is True
+    assert backend.keys.revoke_key(key.key_id, NOW + timedelta(hours=2)) is False
+    assert backend.keys.revoke_key("NoSuchKey123", NOW) is False
+    stored = backend.keys.get_key(key.key_id)
+    assert stored is not None
+    assert stored.revoked_at == NOW + timedelta(hours=1)
+
+
+def test_mark_used_never_moves_backwards(backend: Backend) -> None:
+    """last_used_at only moves forward; marking an unknown key is a no-op."""
+    key = make_key()
+    backend.keys.add_key(key)
+
+    def last_used() -> datetime | None:
+        stored = backend.keys.get_key(key.key_id)
+        assert stored is not None
+        return stored.last_used_at
+
+    backend.keys.mark_used(key.key_id, NOW + timedelta(minutes=2))
+    backend.keys.mark_used(key.key_id, NOW + timedelta(minutes=1))
+    assert last_used() == NOW + timedelta(minutes=2)
+    backend.keys.mark_used(key.key_id, NOW + timedelta(minutes=3, microseconds=1))
+    assert last_used() == NOW + timedelta(minutes=3, microseconds=1)
+    backend.keys.mark_used("NoSuchKey123", NOW)
+    assert backend.keys.get_key("NoSuchKey123") is None
+
+
+# Offsets to the second, and real zones (DST, historical local mean time).
+ZONES = st.one_of(
+    st.integers(min_value=-86_399, max_value=86_399).map(
+        lambda seconds: timezone(timedelta(seconds=seconds))
+    ),
+    st.timezones(),
+)
+INSTANTS = st.datetimes(
+    min_value=datetime(2, 1, 1), max_value=datetime(9998, 12, 31), timezones=ZONES
+)
+PROPERTY = settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+
+
+@PROPERTY
+@given(created=INSTANTS, expires=INSTANTS, revoked=INSTANTS, used=INSTANTS)
+def test_instants_round_trip_exactly(
+    backend: Backend, created: datetime, expires: datetime, revoked: datetime, used: datetime
+) -> None:
+    """Any aware instant, in any zone, reads back as the same instant to the microsecond."""
+    key = attrs.evolve(
+        make_key(created_at=created, revoked_at=revoked, last_used_at=used), expires_at=expires
+    )
+    backend.keys.add_key(key)
+    stored = backend.keys.get_key(key.key_id)
+    assert stored is not None
+    for sent, back in [
+        (created, stored.created_at),
+        (expires, stored.expires_at),
+        (revoked, stored.revoked_at),
+        (used, stored.last_used_at),
+    ]:
+        assert back is not None
+        assert back.astimezone(UTC) == sent.astimezone(UTC)
+        if backend.persistent:
+            assert back.tzinfo is UTC
+
+
+@PROPERTY
+@given(first=INSTANTS, second=INSTANTS)
+def test_mark_used_keeps_the_later_instant(
+    backend: Backend, first: datetime, second: datetime
+) -> None:
+    """Whatever the order and zones of two uses, the later instant is the one kept."""
+    key = make_key()
+    backend.keys.add_key(key)
+    backend.keys.mark_used(key.key_id, first)
+    backend.keys.mark_used(key.key_id, second)
+    stored = backend.keys.get_key(key.key_id)
+    assert stored is not None
+    assert stored.last_used_at is not None
+    assert stored.last_used_at.astimezone(UTC) == max(first, second).astimezone(UTC)
+
+
+def test_no_secret_is_stored(backend: Backend) -> None:
+    """Nothing the store keeps -- rows, columns, file bytes -- contains a secret or its part."""
+    world(backend)
+    manager = KeyManager(backend.keys, backend.directory)
+    created = [
+        manager.create("alice", name="tenant", scope=TENANT),
+        manager.create("alice", name="research", scope=RESEARCH),
+    ]
+    backend.keys.mark_used(created[0].info.key_id, datetime.now(UTC))
+    manager.revoke("alice", created[1].info.key_id)
+    stored = backend.dump()
+    for key in created:
+        assert key.info.key_id in stored and key.info.hint in stored  # the dump sees the data
+        assert key.secret not in stored
+        assert key.secret[16:44] not in stored  # the secret part on its own
+        assert key.secret[-20:] not in stored
+
+
+# --- the directory ------------------------------------------------------------------------
+
+
+def test_organizations_and_the_default_one(backend: Backend) -> None:
+    """Organizations read back; each tenant's default is found; unknown ones are None."""
+    world(backend)
+    directory = backend.directory
+    assert directory.get_organization("org_research") == Organization(
+        id="org_research", tenant_id="acme", is_default=False
+    )
+    assert directory.get_default_organization("acme") == Organization(
+        id="org_default", tenant_id="acme", is_default=True
+    )
+    assert directory.get_default_organization("globex").id == "org_globex"
+    assert directory.get_organization("org_nope") is None
+    assert directory.get_default_organization("initech") is None
+    directory.add_organization("org_initech", tenant_id="initech")
+    assert directory.get_default_organization("initech") is None
+
+
+def test_a_tenant_has_at_most_one_default(backend: Backend) -> None:
+    """A second default in a tenant is refused; re-adding the same one is harmless."""
+    world(backend)
+    directory = backend.directory
+    with pytest.raises(ValueError, match="default"):
+        directory.add_organization("org_second", tenant_id="acme", default=True)
+    assert directory.get_organization("org_second") is None
+    directory.add_organization("org_default", tenant_id="acme", default=True)
+    assert directory.get_default_organization("acme").id == "org_default"
+
+
+def test_an_organization_cannot_change_on_re_adding(backend: Backend) -> None:
+    """Adding an existing id with another tenant or default flag is refused."""
+    world(backend)
+    with pytest.raises(ValueError, match="differently"):
+        backend.directory.add_organization("org_research", tenant_id="globex")
+    assert backend.directory.get_organization("org_research").tenant_id == "acme"
+
+
+def test_roles(backend: Backend) -> None:
+    """A member has one role per organization, replaced on re-adding; none elsewhere."""
+    world(backend)
+    directory = backend.directory
+    assert directory.get_role("alice", "org_research") == "member"
+    directory.add_member("alice", "org_research", role="admin")
+    assert directory.get_role("alice", "org_research") == "admin"
+    assert directory.get_role("alice", "org_globex") is None
+    assert directory.get_role("bob", "org_research") is None
+    with pytest.raises(LookupError):
+        directory.add_member("alice", "org_nope", role="admin")
+    with pytest.raises(ValueError, match="role"):
+        directory.add_member("alice", "org_research", role="")
+
+
+def test_reaches_tenant_and_remove_member(backend: Backend) -> None:
+    """An account reaches a tenant while it holds a role in any of its organizations."""
+    world(backend)
+    directory = backend.directory
+    assert directory.reaches_tenant("alice", "acme")
+    assert not directory.reaches_tenant("alice", "globex")
+    assert not directory.reaches_tenant("bob", "acme")
+    directory.remove_member("alice", "org_default")
+    assert directory.get_role("alice", "org_default") is None
+    assert directory.reaches_tenant("alice", "acme")
+    directory.remove_member("alice", "org_research")
+    assert not directory.reaches_tenant("alice", "acme")
+    directory.remove_member("alice", "org_research")  # not a member any more: no error
+
+
+# --- KeyManager and Authenticator on each store ---------------------------------------------
+
+
+def bearer(secret: str, organization: str | None = None) -> AuthRequest:
+    return AuthRequest(
+        authorization=(f"Bearer {secret}",),
+        organization=() if organization is None else (organization,),
+    )
+
+
+def test_console_and_authentication_end_to_end(backend: Backend) -> None:
+    """Create, authenticate, revoke and lose access on a real store, with the real checks."""
+    world(backend)
+    manager = KeyManager(backend.keys, backend.directory)
+    tenant_key = manager.create("alice", name="tenant", scope=TENANT)
+    research_key = manager.create("alice", name="research", scope=RESEARCH)
+    auth = backend.authenticator()
+    try:
+        principal = backend.decide(auth, bearer(tenant_key.secret, "default"))
+        assert isinstance(principal, Principal)
+        assert (principal.organization_id, principal.role) == ("org_default", "admin")
+        principal = backend.decide(auth, bearer(research_key.secret))
+        assert isinstance(principal, Principal)
+        assert (principal.organization_id, principal.tenant_id) == ("org_research", "acme")
+
+        manager.revoke("alice", tenant_key.info.key_id)
+        refused = backend.decide(auth, bearer(tenant_key.secret, "default"))
+        assert isinstance(refused, AuthError)
+        assert (refused.status, refused.reason) == (401, Reason.REVOKED)
+
+        backend.directory.remove_member("alice", "org_research")
+        refused = backend.decide(auth, bearer(research_key.secret))
+        assert isinstance(refused, AuthError)
+        assert (refused.status, refused.reason) == (401, Reason.INACTIVE)
+    finally:
+        auth.close()
+    statuses = {info.name: info.status for info in manager.list("alice")}
+    assert statuses == {"tenant": Status.REVOKED, "research": Status.INACTIVE}
+
+
+def test_authenticator_records_last_use_at_most_once_per_interval(backend: Backend) -> None:
+    """The first request writes last_used_at; another within the interval writes nothing."""
+    world(backend)
+    clock = Clock()
+    manager = KeyManager(backend.keys, backend.directory, clock=clock)
+    created = manager.create("alice", name="research", scope=RESEARCH)
+    first_use = clock.now
+    auth = backend.authenticator(clock=clock, usage_interval=3600)
+
+    def last_used() -> datetime | None:
+        return manager.list("alice")[0].last_used_at
+
+    try:
+        assert isinstance(backend.decide(auth, bearer(created.secret)), Principal)
+        assert wait_until(backend, lambda: last_used() == first_use)
+        clock.now += timedelta(minutes=5)
+        assert isinstance(backend.decide(auth, bearer(created.secret)), Principal)
+    finally:
+        auth.close()  # waits for queued writes
+    settle(backend, 0.05)  # an async write, had there been one, would land meanwhile
+    assert last_used() == first_use

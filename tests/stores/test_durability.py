@@ -1,0 +1,99 @@
+"""Durability across processes: what one process commits, the next request of another sees."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentkey import Authenticator, AuthError, AuthRequest, KeyManager, Principal, Reason, Scope
+from agentkey.cli import main
+from agentkey.stores import open_store
+
+# Authenticates the secret read from stdin against the store named by argv[1]; prints the
+# organization it reached, or the refusal's status and reason.
+AUTHENTICATE = """
+import sys
+from agentkey import Authenticator, AuthRequest, Principal
+from agentkey.stores import open_store
+
+db = open_store(sys.argv[1])
+auth = Authenticator(db.keys, db.directory)
+secret = sys.stdin.readline().strip()
+outcome = auth.authenticate(
+    AuthRequest(authorization=("Bearer " + secret,), organization=("default",))
+)
+if isinstance(outcome, Principal):
+    print("passed", outcome.organization_id)
+else:
+    print("refused", outcome.status, outcome.reason.value)
+auth.close()
+db.close()
+"""
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A store URL for SQLite (a file in a temporary directory) or PostgreSQL, set up."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/agentkey.sqlite3"
+    else:
+        url = request.getfixturevalue("postgres_url")
+    for command in (
+        ["db", "init"],
+        ["org", "add", "org_default", "--tenant", "acme", "--default"],
+        ["member", "add", "alice", "org_default", "--role", "admin"],
+    ):
+        assert main(["--store", url, *command]) == 0
+    return url
+
+
+def run(*args: str, stdin: str = "") -> str:
+    done = subprocess.run(  # noqa: S603 -- our own interpreter and arguments
+        [sys.executable, *args], input=stdin, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def cli(store_url: str, *args: str) -> str:
+    """Run the agentkey command in a process of its own."""
+    return run("-m", "agentkey.cli", "--store", store_url, *args)
+
+
+def test_a_key_created_here_authenticates_in_a_fresh_process(store_url: str) -> None:
+    """A key created by this process is accepted by a new process reading the same store."""
+    db = open_store(store_url)
+    try:
+        created = KeyManager(db.keys, db.directory).create(
+            "alice", name="deploys", scope=Scope.tenant("acme")
+        )
+    finally:
+        db.close()
+    output = run("-c", AUTHENTICATE, store_url, stdin=created.secret + "\n")
+    assert output.split() == ["passed", "org_default"]
+
+
+def test_a_revoke_in_another_process_refuses_the_next_request_here(store_url: str) -> None:
+    """A key created by another process works here; its revoke there refuses it here at once."""
+    output = cli(store_url, "keys", "create", "--as", "alice", "--name", "ci", "--tenant", "acme")
+    secret = output.strip().splitlines()[-1]
+    key_id = output.split()[2]
+    request = AuthRequest(authorization=(f"Bearer {secret}",), organization=("default",))
+
+    db = open_store(store_url)
+    auth = Authenticator(db.keys, db.directory)
+    try:
+        assert isinstance(auth.authenticate(request), Principal)
+        assert isinstance(auth.authenticate(request), Principal)  # warm: verified-token cache
+        cli(store_url, "keys", "revoke", "--as", "alice", key_id)
+        refused = auth.authenticate(request)
+        assert isinstance(refused, AuthError)
+        assert (refused.status, refused.reason) == (401, Reason.REVOKED)
+    finally:
+        auth.close()
+        db.close()
+    output = run("-c", AUTHENTICATE, store_url, stdin=secret + "\n")
+    assert output.split() == ["refused", "401", "revoked"]

@@ -1,0 +1,149 @@
+"""What the SQLite store adds to the contract: the file, its schema, WAL, threads."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from agentkey.stores import _sql, open_store
+from agentkey.stores.sqlite import SQLiteDatabase
+from tests.stores.test_contract import make_key
+
+
+def pragma(db: SQLiteDatabase, name: str) -> object:
+    (value,) = db.run(_one(f"PRAGMA {name}"))
+    return value
+
+
+def _one(sql: str) -> _sql.Op[tuple[object, ...]]:
+    row = yield _sql.Query(sql, (), _sql.ONE)
+    return tuple(row)
+
+
+def test_the_file_and_schema_appear_on_first_use(sqlite_path: Path) -> None:
+    """Constructing touches nothing; the first call creates the file at the current version."""
+    with SQLiteDatabase(sqlite_path) as db:
+        assert not sqlite_path.exists()
+        assert db.keys.get_key("NoSuchKey123") is None
+        assert sqlite_path.exists()
+        assert db.schema_version() == _sql.SCHEMA_VERSION == 1
+        assert db.create_schema() == 1  # idempotent
+    raw = sqlite3.connect(sqlite_path)
+    try:
+        assert raw.execute("SELECT version FROM agentkey_schema_version").fetchall() == [(1,)]
+    finally:
+        raw.close()
+
+
+def test_wal_busy_timeout_and_foreign_keys(sqlite_path: Path) -> None:
+    """Every connection runs in WAL mode, waits for a busy writer, and enforces foreign keys."""
+    with SQLiteDatabase(sqlite_path, timeout=2.5) as db:
+        assert pragma(db, "journal_mode") == "wal"
+        assert pragma(db, "busy_timeout") == 2500
+        assert pragma(db, "foreign_keys") == 1
+
+
+def test_keys_survive_reopening(sqlite_path: Path) -> None:
+    """A key written through one database object is read by a new one on the same file."""
+    key = make_key()
+    with SQLiteDatabase(sqlite_path) as db:
+        db.keys.add_key(key)
+    with SQLiteDatabase(sqlite_path) as db:
+        assert db.keys.get_key(key.key_id) == key
+
+
+def test_a_newer_schema_is_refused(sqlite_path: Path) -> None:
+    """A file written by a newer agentkey is refused with a clear message, not misread."""
+    with SQLiteDatabase(sqlite_path) as db:
+        db.create_schema()
+    raw = sqlite3.connect(sqlite_path)
+    raw.execute("INSERT INTO agentkey_schema_version (version) VALUES (99)")
+    raw.commit()
+    raw.close()
+    with SQLiteDatabase(sqlite_path) as db, pytest.raises(RuntimeError, match="upgrade agentkey"):
+        db.keys.get_key("NoSuchKey123")
+
+
+@pytest.mark.parametrize("path", ["", ":memory:", "file::memory:?cache=shared"])
+def test_in_memory_paths_are_refused(path: str) -> None:
+    """SQLite in memory would give each connection its own empty database: refused."""
+    with pytest.raises(ValueError, match=r"agentkey\.stores\.memory"):
+        SQLiteDatabase(path)
+
+
+def test_a_closed_database_refuses_calls(sqlite_path: Path) -> None:
+    """After close(), calls fail instead of silently reopening the file."""
+    db = SQLiteDatabase(sqlite_path)
+    db.keys.get_key("NoSuchKey123")
+    db.close()
+    with pytest.raises(sqlite3.ProgrammingError):
+        db.keys.get_key("NoSuchKey123")
+
+
+def test_threads_share_a_few_connections(sqlite_path: Path) -> None:
+    """Eight threads reading at once use at most eight connections and see the same data."""
+    key = make_key()
+    errors: list[BaseException] = []
+    with SQLiteDatabase(sqlite_path) as db:
+        db.keys.add_key(key)
+        start = threading.Barrier(8)
+
+        def read() -> None:
+            try:
+                start.wait(5)
+                for _ in range(200):
+                    assert db.keys.get_key(key.key_id) == key
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=read) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert errors == []
+        assert 1 <= len(db._opened) <= 8
+
+
+def test_two_processes_worth_of_first_use_migrate_once(sqlite_path: Path) -> None:
+    """Several database objects creating the same new file at once leave one schema version."""
+    databases = [SQLiteDatabase(sqlite_path) for _ in range(4)]
+    start = threading.Barrier(4)
+    versions: list[int] = []
+
+    def create(db: SQLiteDatabase) -> None:
+        start.wait(5)
+        versions.append(db.create_schema())
+
+    threads = [threading.Thread(target=create, args=(db,)) for db in databases]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    for db in databases:
+        db.close()
+    assert versions == [1, 1, 1, 1]
+    raw = sqlite3.connect(sqlite_path)
+    try:
+        assert raw.execute("SELECT version FROM agentkey_schema_version").fetchall() == [(1,)]
+    finally:
+        raw.close()
+
+
+def test_open_store_reads_sqlite_urls(tmp_path: Path) -> None:
+    """sqlite:/// takes a relative path, sqlite://// an absolute one; other schemes are refused."""
+    absolute = open_store(f"sqlite:///{tmp_path}/keys.db")
+    relative = open_store("sqlite:///keys.db")
+    try:
+        assert isinstance(absolute, SQLiteDatabase)
+        assert absolute.path == f"{tmp_path}/keys.db"
+        assert isinstance(relative, SQLiteDatabase)
+        assert relative.path == "keys.db"
+    finally:
+        absolute.close()
+        relative.close()
+    with pytest.raises(ValueError, match="unsupported store URL scheme 'mysql'"):
+        open_store("mysql://root:hunter2@127.0.0.1/keys")
