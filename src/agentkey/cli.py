@@ -378,6 +378,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = leaf(keys, "revoke", _keys_revoke, "revoke one of the account's keys: immediate, final")
     sub.add_argument("--as", dest="account", metavar="ACCOUNT", required=True, help=_AS)
     sub.add_argument("key_id", metavar="KEY_ID", help="as shown by 'agentkey keys list'")
+
+    sub = commands.add_parser(
+        "demo",
+        help="serve the list-models example with fresh demo keys (from a source checkout)",
+        description="Seed a demo tenant and user, print two fresh keys and curl lines, and "
+        "serve the list-models example on 127.0.0.1. Its store defaults to "
+        "sqlite:///agentkey-demo.sqlite3, not to your own store.",
+        parents=[store],
+    )
+    sub.add_argument("--port", type=int, default=8000, help="default: 8000")
+    sub.set_defaults(handler=None)
     return parser
 
 
@@ -390,6 +401,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exit:  # --help, or a usage error already printed by argparse
         return exit.code if isinstance(exit.code, int) else 2
+    if args.handler is None:  # the demo serves until stopped; it has its own store default
+        from agentkey import demo
+
+        demo.main([*(["--store", args.store] if args.store else []), "--port", str(args.port)])
+        return 0
     args.store = args.store or os.environ.get(ENVIRONMENT_VARIABLE) or DEFAULT_STORE_URL
     try:
         return _run(args, sys.stdout)

@@ -1,24 +1,30 @@
-"""``python -m agentkey.demo`` (``make demo``): the list-models example, live, with demo keys.
+"""``python -m agentkey.demo`` (``make demo``, ``agentkey demo``): the list-models example, live.
 
-Seeds a key store with the tenant ``acme`` (organizations ``acme-main``, its ``default``,
-and ``acme-research``) and the user ``demo-user``, creates a tenant-scoped and an
-organization-scoped key, prints them with ready ``curl`` lines, and serves
-``examples/starlette_app.py`` under uvicorn on 127.0.0.1, port 8000 or
-``$AGENTKEY_DEMO_PORT``. Stop it with Ctrl-C; the keys die with the process.
+Seeds the embedded SQLite store with the tenant ``acme`` (organizations ``acme-main``, its
+``default``, and ``acme-research``) and the user ``demo-user``, creates a fresh
+tenant-scoped and organization-scoped key, prints them with ready ``curl`` lines, and
+serves ``examples/starlette_app.py`` under uvicorn on 127.0.0.1.
+
+Options: ``--store URL`` (else ``$AGENTKEY_DEMO_STORE``, else
+``sqlite:///agentkey-demo.sqlite3``) and ``--port N`` (else ``$AGENTKEY_DEMO_PORT``, else
+8000). The keys stay in the store after the demo stops; look at them with
+``agentkey keys list --as demo-user --store sqlite:///agentkey-demo.sqlite3``.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import os
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 import attrs
 
 from agentkey import CreatedKey, KeyManager, KeyStore, Lifetime, MembershipProvider, Scope
-from agentkey.stores.memory import MemoryDirectory, MemoryKeyStore
+from agentkey.stores import open_store
 
 __all__ = ["DemoKeys", "instructions", "main", "seed"]
 
@@ -26,6 +32,7 @@ TENANT = "acme"
 DEFAULT_ORGANIZATION = "acme-main"
 OTHER_ORGANIZATION = "acme-research"
 USER = "demo-user"
+DEMO_STORE = "sqlite:///agentkey-demo.sqlite3"
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "starlette_app.py"
 
 
@@ -76,7 +83,7 @@ def instructions(keys: DemoKeys, base_url: str) -> str:
     organization = f"Authorization: Bearer {keys.organization.secret}"
     return "\n".join(
         [
-            f"Demo keys for {USER} (tenant {TENANT}); they vanish when the demo stops.",
+            f"Fresh demo keys for {USER} (tenant {TENANT}), valid for one day:",
             f"  tenant-scoped:       {keys.tenant.secret}",
             f"  organization-scoped: {keys.organization.secret}  ({OTHER_ORGANIZATION})",
             "",
@@ -104,15 +111,22 @@ def _load_example() -> Any:
     return module
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     import uvicorn  # the demo extra; the library itself does not need it
 
-    port = int(os.environ.get("AGENTKEY_DEMO_PORT", "8000"))
-    store, directory = MemoryKeyStore(), MemoryDirectory()
-    keys = seed(store, directory)
-    app = _load_example().create_app(store, directory)
-    print(instructions(keys, f"http://127.0.0.1:{port}"), flush=True)
-    uvicorn.run(app, host="127.0.0.1", port=port)
+    parser = argparse.ArgumentParser(prog="agentkey demo", description=__doc__.split("\n")[0])
+    parser.add_argument("--store", default=os.environ.get("AGENTKEY_DEMO_STORE", DEMO_STORE))
+    parser.add_argument(
+        "--port", type=int, default=int(os.environ.get("AGENTKEY_DEMO_PORT", "8000"))
+    )
+    args = parser.parse_args(argv)
+    with open_store(args.store) as db:
+        db.create_schema()
+        keys = seed(db.keys, db.directory)
+        app = _load_example().create_app(db.keys, db.directory)
+        print(f"Store: {args.store}")
+        print(instructions(keys, f"http://127.0.0.1:{args.port}"), flush=True)
+        uvicorn.run(app, host="127.0.0.1", port=args.port)
 
 
 if __name__ == "__main__":

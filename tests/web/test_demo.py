@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
 
@@ -43,10 +44,16 @@ def test_seed_gives_working_keys() -> None:
     assert isinstance(organization, Principal) and organization.organization_id == "acme-research"
 
 
-def test_demo_serves_what_it_prints() -> None:
-    """The demo starts uvicorn, and each printed curl line gets the status its comment names."""
+def test_demo_serves_what_it_prints(tmp_path: Path) -> None:
+    """The demo starts uvicorn on SQLite, and each printed curl line gets the status it names."""
     port = free_port()
-    env = {**os.environ, "AGENTKEY_DEMO_PORT": str(port), "PYTHONUNBUFFERED": "1"}
+    store = tmp_path / "demo.sqlite3"
+    env = {
+        **os.environ,
+        "AGENTKEY_DEMO_PORT": str(port),
+        "AGENTKEY_DEMO_STORE": f"sqlite:///{store}",
+        "PYTHONUNBUFFERED": "1",
+    }
     demo = subprocess.Popen(
         [sys.executable, "-m", "agentkey.demo"],
         env=env,
@@ -59,7 +66,7 @@ def test_demo_serves_what_it_prints() -> None:
     try:
         assert demo.stdout is not None
         lines: list[str] = []
-        while sum(line.startswith("curl ") for line in lines) < 4 and len(lines) < 30:
+        while sum(line.startswith("curl ") for line in lines) < 4 and len(lines) < 40:
             lines.append(demo.stdout.readline())
         commands = []
         for comment, command in itertools.pairwise(lines):
@@ -94,3 +101,4 @@ def test_demo_serves_what_it_prints() -> None:
         demo.wait(10)
         if demo.stdout is not None:
             demo.stdout.close()
+    assert store.is_file()  # the keys live in the embedded SQLite store, not in memory
