@@ -86,6 +86,24 @@ def _mode_of(obj: object, probe: str) -> _Mode:
     return _Mode.INLINE if getattr(obj, "nonblocking", False) else _Mode.THREAD
 
 
+_DIRECTORY_METHODS: Final = (
+    "get_organization",
+    "get_default_organization",
+    "get_role",
+    "reaches_tenant",
+)
+
+
+def _require(obj: object, name: str, kind: str, methods: tuple[str, ...]) -> None:
+    # Said now, not as a 503 on every request later.
+    missing = [method for method in methods if not callable(getattr(obj, method, None))]
+    if missing:
+        raise TypeError(
+            f"{name} must be {kind} (see agentkey.protocols); {type(obj).__name__} "
+            f"lacks {', '.join(missing)}"
+        )
+
+
 class Authenticator:
     """Authenticates requests against a key store and a membership provider.
 
@@ -119,6 +137,8 @@ class Authenticator:
     ) -> None:
         if timeout is not None and timeout <= 0:
             raise ValueError(f"timeout must be positive seconds or None, got {timeout!r}")
+        _require(store, "store", "a KeyStore", ("get_key",))
+        _require(directory, "directory", "a MembershipProvider", _DIRECTORY_METHODS)
         self.store = store
         self.directory = directory
         self.rules = Rules(organization_pattern=organization_pattern, policy=policy)

@@ -584,6 +584,14 @@ def test_verification_overload_is_shed_with_503(world: World, make_decide: MakeD
     passes(decide(bearer(created.secret)))
 
 
+def test_constructor_refuses_what_is_not_a_store_or_provider(world: World) -> None:
+    """Passing something that is not a store or provider fails at once, naming what lacks."""
+    with pytest.raises(TypeError, match="store must be a KeyStore.*NoneType lacks get_key"):
+        Authenticator(None, world.directory)
+    with pytest.raises(TypeError, match="directory must be a MembershipProvider.*reaches_tenant"):
+        Authenticator(world.store, world.store)
+
+
 def test_constructor_refuses_a_non_positive_timeout(world: World) -> None:
     """A zero or negative timeout is a configuration error, said at construction."""
     with pytest.raises(ValueError, match="timeout must be positive"):
