@@ -1,0 +1,289 @@
+"""The instrument: settings, paired timing, tables, bars and the report of one section.
+
+Every figure is taken in one run of one process, with *paired* repetitions: each repetition
+runs every variant back to back, in an order that rotates from one repetition to the next,
+so a noisy neighbour slows all variants of that repetition alike. Ratios are computed per
+repetition and the median of those ratios is reported, together with the min and median of
+the absolute figures. The garbage collector is off inside every timed loop.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Final
+
+__all__ = [
+    "FULL",
+    "QUICK",
+    "SMOKE",
+    "Bar",
+    "Batch",
+    "Paired",
+    "Report",
+    "Settings",
+    "Table",
+    "machine",
+    "paired",
+    "ratio",
+    "run_batch",
+    "us",
+]
+
+POSTGRES_ENV: Final = "AGENTKEY_TEST_POSTGRES_DSN"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How much work each section does. Every loop is bounded by these numbers."""
+
+    label: str
+    reps: int  # paired repetitions of the in-process sections
+    batch: int  # requests per variant per repetition (in-process, warm)
+    slow_batch: int  # requests per repetition that run argon2 or reach a database
+    cold_keys: int  # distinct fresh keys timed on their first request
+    concurrency: int  # simultaneous first requests with one new key
+    http_rounds: int  # paired rounds of the real-HTTP section
+    http_requests: int  # requests per variant per round, at most
+    http_seconds: float  # seconds per variant per round, at most
+    http_clients: int  # concurrent keep-alive connections
+    scale_sizes: tuple[int, ...]  # keys in the memory store
+    sql_keys: int  # keys bulk-inserted into SQLite / PostgreSQL
+    warm_tokens: int  # distinct warm tokens cycled through by the scale section
+    cache_entries: int  # entries put in the verified-token cache to weigh it
+    postgres_dsn: str | None = None
+
+    def with_postgres(self, dsn: str | None) -> Settings:
+        return replace(self, postgres_dsn=dsn or None)
+
+
+FULL: Final = Settings(
+    label="full",
+    reps=21,
+    batch=2000,
+    slow_batch=200,
+    cold_keys=15,
+    concurrency=50,
+    http_rounds=6,
+    http_requests=40_000,
+    http_seconds=4.0,
+    http_clients=4,
+    scale_sizes=(10, 10_000, 1_000_000),
+    sql_keys=100_000,
+    warm_tokens=1000,
+    cache_entries=100_000,
+)
+QUICK: Final = Settings(
+    label="quick",
+    reps=7,
+    batch=500,
+    slow_batch=50,
+    cold_keys=5,
+    concurrency=50,
+    http_rounds=2,
+    http_requests=5000,
+    http_seconds=1.0,
+    http_clients=4,
+    scale_sizes=(10, 10_000, 100_000),
+    sql_keys=10_000,
+    warm_tokens=200,
+    cache_entries=20_000,
+)
+# For the smoke test: every code path once, tiny counts, no meaningful timing.
+SMOKE: Final = Settings(
+    label="smoke",
+    reps=2,
+    batch=20,
+    slow_batch=4,
+    cold_keys=2,
+    concurrency=20,
+    http_rounds=1,
+    http_requests=30,
+    http_seconds=2.0,
+    http_clients=2,
+    scale_sizes=(10, 200),
+    sql_keys=200,
+    warm_tokens=10,
+    cache_entries=500,
+)
+
+
+# --- timing ---------------------------------------------------------------------------------
+
+Batch = Callable[[int], int]
+"""Runs *n* requests and returns the nanoseconds they took (timed inside, setup excluded)."""
+
+
+def run_batch(batch: Batch, n: int) -> float:
+    """Nanoseconds per request of one batch, with the garbage collector off while it runs."""
+    gc.collect(1)  # the young generations only: a full collection per batch is slow
+    gc.disable()
+    try:
+        elapsed = batch(n)
+    finally:
+        gc.enable()
+    return elapsed / n
+
+
+@dataclass
+class Paired:
+    """Per-repetition figures (nanoseconds per request) of variants timed together."""
+
+    samples: dict[str, list[float]]
+
+    def min(self, name: str) -> float:
+        return min(self.samples[name])
+
+    def median(self, name: str) -> float:
+        return statistics.median(self.samples[name])
+
+    def overheads(self, name: str, base: str) -> list[float]:
+        """Per repetition: how much longer *name* took than *base*, in nanoseconds."""
+        return [a - b for a, b in zip(self.samples[name], self.samples[base], strict=True)]
+
+    def overhead(self, name: str, base: str) -> float:
+        return statistics.median(self.overheads(name, base))
+
+    def ratio(self, name: str, other: str, base: str | None = None) -> float:
+        """Median over repetitions of ``name / other`` (of their overheads over *base*)."""
+        if base is None:
+            return ratio(self.samples[name], self.samples[other])
+        return ratio(self.overheads(name, base), self.overheads(other, base))
+
+
+def ratio(numerators: Sequence[float], denominators: Sequence[float]) -> float:
+    """The median of the per-repetition ratios (a repetition dividing by <= 0 counts as inf)."""
+    values = [
+        n / d if d > 0 else float("inf") for n, d in zip(numerators, denominators, strict=True)
+    ]
+    return statistics.median(values)
+
+
+def paired(
+    variants: Mapping[str, Batch],
+    *,
+    reps: int,
+    n: int | Mapping[str, int],
+    warmup: int | None = None,
+) -> Paired:
+    """Time every variant in each of *reps* repetitions, in rotating order."""
+    names = list(variants)
+    sizes = {name: n if isinstance(n, int) else n[name] for name in names}
+    for name in names:  # warm-up: caches, lazy imports, the first allocation of everything
+        run_batch(variants[name], warmup if warmup is not None else max(1, sizes[name] // 4))
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for rep in range(reps):
+        gc.collect()
+        shift = rep % len(names)
+        for name in names[shift:] + names[:shift]:
+            samples[name].append(run_batch(variants[name], sizes[name]))
+    return Paired(samples)
+
+
+def timed(fn: Callable[[], object]) -> tuple[object, int]:
+    """Call *fn* once; its result and the nanoseconds it took."""
+    start = time.perf_counter_ns()
+    result = fn()
+    return result, time.perf_counter_ns() - start
+
+
+# --- reporting ------------------------------------------------------------------------------
+
+
+def us(ns: float, digits: int = 2) -> str:
+    """Nanoseconds as microseconds, for a table cell."""
+    if ns != ns or ns in (float("inf"), float("-inf")):  # NaN or infinite
+        return "n/a"
+    return f"{ns / 1000:.{digits}f}"
+
+
+def times(value: float) -> str:
+    if value != value or value in (float("inf"), float("-inf")):
+        return "n/a"
+    return f"{value:.2f}x"
+
+
+@dataclass
+class Table:
+    title: str
+    columns: list[str]
+    rows: list[list[str]] = field(default_factory=list)
+
+    def add(self, *cells: object) -> None:
+        self.rows.append([str(cell) for cell in cells])
+
+    def render(self) -> str:
+        widths = [len(column) for column in self.columns]
+        for row in self.rows:
+            widths = [max(width, len(cell)) for width, cell in zip(widths, row, strict=True)]
+
+        def line(cells: Iterable[str]) -> str:
+            parts = [
+                cell.ljust(width) if index == 0 else cell.rjust(width)
+                for index, (cell, width) in enumerate(zip(cells, widths, strict=True))
+            ]
+            return "  ".join(parts).rstrip()
+
+        rule = "  ".join("-" * width for width in widths)
+        body = [line(self.columns), rule, *(line(row) for row in self.rows)]
+        return "\n".join([self.title, *body])
+
+
+@dataclass(frozen=True)
+class Bar:
+    """A performance bar of the design (section 5): what was measured against the target."""
+
+    name: str
+    measured: str
+    target: str
+    passed: bool
+
+    def render(self) -> str:
+        verdict = "PASS" if self.passed else "MISS"
+        return f"[{verdict}] {self.name}: {self.measured} (bar: {self.target})"
+
+
+@dataclass
+class Report:
+    """What one section found: tables to print, bars, counted facts, notes."""
+
+    name: str
+    title: str
+    tables: list[Table] = field(default_factory=list)
+    bars: list[Bar] = field(default_factory=list)
+    facts: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def bar(self, name: str, measured: str, target: str, passed: bool) -> None:
+        self.bars.append(Bar(name, measured, target, passed))
+
+    def render(self) -> str:
+        parts = [table.render() for table in self.tables]
+        if self.bars:
+            parts.append("\n".join(bar.render() for bar in self.bars))
+        if self.notes:
+            parts.append("\n".join(f"note: {note}" for note in self.notes))
+        return "\n\n".join(parts)
+
+
+def machine() -> str:
+    """The machine in one line: CPU model, cores, Python; no paths, no host name."""
+    model = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as cpuinfo:
+            for text in cpuinfo:
+                if text.startswith("model name"):
+                    model = text.partition(":")[2].strip()
+                    break
+    except OSError:
+        model = platform.processor() or model
+    return (
+        f"{model}, {os.cpu_count()} cores, {platform.python_implementation()} "
+        f"{platform.python_version()} on {sys.platform}"
+    )

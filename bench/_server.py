@@ -1,0 +1,67 @@
+"""The server process of the real-HTTP section: ``python -m bench._server bare|agentkey``.
+
+Builds the benchmark world and the Starlette list-models app (bare, or behind agentkey),
+binds a socket on 127.0.0.1 to a free port, prints one JSON line -- the port and a valid
+organization-scoped key -- and serves with uvicorn until it receives SIGTERM. The parent
+reads the line, loads the server, reads this process's CPU time from ``/proc``, and stops
+it by its PID.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from typing import Any, Final
+
+import uvicorn
+from starlette.middleware import Middleware
+
+from agentkey import Authenticator
+from agentkey.asgi import AgentKeyMiddleware
+from bench._apps import starlette_app
+from bench._world import memory_world
+
+__all__ = ["HTTP", "LOOP", "VARIANTS", "main"]
+
+VARIANTS: Final = ("bare", "agentkey")
+# The pure-Python HTTP stack every uvicorn install has; named so the figures are repeatable.
+HTTP: Final = "h11"
+LOOP: Final = "asyncio"
+
+
+def build(variant: str) -> tuple[Any, str]:
+    store, directory, keys = memory_world()
+    if variant == "bare":
+        return starlette_app(), keys.organization
+    authenticator = Authenticator(store, directory)
+    return starlette_app(Middleware(AgentKeyMiddleware, authenticator=authenticator)), (
+        keys.organization
+    )
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) != 1 or argv[0] not in VARIANTS:
+        raise SystemExit(f"usage: python -m bench._server {{{'|'.join(VARIANTS)}}}")
+    app, token = build(argv[0])
+    # proto=IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted connections only when
+    # the listening socket says TCP; without it each response waits on a delayed ACK (40 ms).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        backlog=64,
+        timeout_keep_alive=30,
+        http=HTTP,
+        loop=LOOP,
+    )
+    print(json.dumps({"port": sock.getsockname()[1], "token": token}), flush=True)
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
