@@ -53,15 +53,20 @@ _SECRET_START: Final = len(_token.PREFIX) + _token.ID_LENGTH
 _SECRET_END: Final = _SECRET_START + _token.SECRET_LENGTH
 
 
+def _count_hidden(values: tuple[str, ...]) -> str:
+    return f"<{len(values)} hidden>"
+
+
 @attrs.frozen(kw_only=True)
 class AuthRequest:
     """What the decision reads from a request: every value of the two headers, and the route.
 
     Header values are given as received (latin-1 text), one entry per header line, so that
-    repeated headers can be refused.
+    repeated headers can be refused. The repr counts the ``Authorization`` lines and never
+    shows them: they hold the key.
     """
 
-    authorization: tuple[str, ...] = ()
+    authorization: tuple[str, ...] = attrs.field(default=(), repr=_count_hidden)
     organization: tuple[str, ...] = ()
     method: str = "GET"
     path: str = "/"

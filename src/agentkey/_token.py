@@ -30,6 +30,7 @@ __all__ = [
     "ParsedToken",
     "generate",
     "hint_of",
+    "is_key_id",
     "parse",
 ]
 
@@ -44,6 +45,7 @@ _ID_END: Final = len(PREFIX) + ID_LENGTH
 _BODY_END: Final = TOKEN_LENGTH - CHECKSUM_LENGTH
 # re.ASCII keeps [A-Za-z0-9] from matching other scripts' letters and digits.
 _SHAPE: Final = re.compile(rf"{PREFIX}[A-Za-z0-9]{{{TOKEN_LENGTH - len(PREFIX)}}}", re.ASCII)
+_KEY_ID: Final = re.compile(rf"[A-Za-z0-9]{{{ID_LENGTH}}}", re.ASCII)
 # Hint: the prefix, an ellipsis and the last four characters (U+2026, never sent in a header).
 _ELLIPSIS: Final = "\u2026"
 
@@ -97,3 +99,8 @@ def parse(text: str) -> ParsedToken | Reason:
 def hint_of(token: str) -> str:
     """The part of a key that may be shown after creation: ``rma_…`` and the last four."""
     return PREFIX + _ELLIPSIS + token[-4:]
+
+
+def is_key_id(text: str) -> bool:
+    """Whether *text* has the shape of a key id, so that a message may repeat it."""
+    return _KEY_ID.fullmatch(text) is not None

@@ -41,7 +41,9 @@ class Paths:
 
     Every path under *prefix* is guarded, and so is the prefix without its trailing slash
     (``/managed-agents/v1``): a path that could reach the API is never left open by a
-    missing slash. *public_paths* (exact paths, or a predicate on the path) are exempt.
+    missing slash. *public_paths* (exact paths, or a predicate on the path) are exempt. A
+    path is also guarded when it is ours once its repeated slashes are collapsed and its dot
+    segments resolved (``//managed-agents/v1/models``), as some routers read it so.
     """
 
     def __init__(self, prefix: str, public_paths: PublicPaths) -> None:
@@ -57,7 +59,27 @@ class Paths:
         )
 
     def guarded(self, path: str) -> bool:
+        if self._guards(path):
+            return True
+        # Routers differ on odd paths (Werkzeug drops leading slashes, others collapse runs
+        # or resolve dot segments): a path that any of them may read as ours is guarded too.
+        return ("//" in path or "/." in path) and self._guards(_normalized(path))
+
+    def _guards(self, path: str) -> bool:
         return (path.startswith(self._under) or path == self._root) and not self._public(path)
+
+
+def _normalized(path: str) -> str:
+    """*path* with runs of slashes collapsed and ``.`` and ``..`` segments resolved."""
+    segments: list[str] = []
+    for segment in path.split("/"):
+        if segment == "..":
+            if segments:
+                segments.pop()
+        elif segment not in ("", "."):
+            segments.append(segment)
+    trailing = "/" if segments and path.endswith(("/", "/.", "/..")) else ""
+    return "/" + "/".join(segments) + trailing
 
 
 def check_realm(realm: str) -> str:

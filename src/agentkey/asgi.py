@@ -38,7 +38,9 @@ What it does, precisely:
     prefix without its trailing slash, so a missing slash never opens the API. Paths
     listed in *public_paths* (or for which it returns true, if it is a function) are not
     authenticated. Paths are matched as the app routes them: without the ``root_path`` a
-    server or proxy set puts in front. Anything else passes through untouched.
+    server or proxy set puts in front. A path some router may read as one under the
+    prefix is guarded too (``//managed-agents/v1/models``, dot segments). Anything else
+    passes through untouched.
 -   What it reads: every ``Authorization`` and ``x-organization-id`` header line, whatever
     the spelling of the name, so that a repeated header is refused, not guessed.
 -   A refused HTTP request gets the error's status, ``content-type: application/json``,

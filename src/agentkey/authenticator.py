@@ -21,7 +21,9 @@ Usage, without any web framework::
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import enum
+import functools
 import inspect
 import logging
 from collections.abc import Callable
@@ -104,6 +106,11 @@ def _require(obj: object, name: str, kind: str, methods: tuple[str, ...]) -> Non
         )
 
 
+def _loggable(text: str, limit: int = 200) -> str:
+    """Request text for a log line: quoted and escaped, so one line, and never unbounded."""
+    return repr(text[:limit]) + ("..." if len(text) > limit else "")
+
+
 class Authenticator:
     """Authenticates requests against a key store and a membership provider.
 
@@ -156,8 +163,10 @@ class Authenticator:
             if usage_interval is not None and hasattr(store, "mark_used")
             else None
         )
-        # Only the sync driver needs its own threads, and only to bound a blocking call.
-        self._calls: ThreadPoolExecutor | None = None
+        # Blocking store and provider calls run on threads of our own (started on first use):
+        # calls stuck in a hung backend must not starve the event loop's default executor,
+        # which the application and the loop itself rely on.
+        self._calls = ThreadPoolExecutor(16, thread_name_prefix="agentkey-call")
 
     def __repr__(self) -> str:
         return f"Authenticator(store={self.store!r}, directory={self.directory!r})"
@@ -189,9 +198,12 @@ class Authenticator:
         mode = self._store_mode if step.uses_store else self._directory_mode
         if mode is _Mode.INLINE or self.timeout is None:
             return step.ask(self.store, self.directory)
-        if self._calls is None:
-            self._calls = ThreadPoolExecutor(16, thread_name_prefix="agentkey-call")
-        return self._calls.submit(step.ask, self.store, self.directory).result(self.timeout)
+        call = self._calls.submit(step.ask, self.store, self.directory)
+        try:
+            return call.result(self.timeout)
+        except TimeoutError:
+            call.cancel()  # if still queued, it must not hit the store once that is back
+            raise
 
     # --- the async driver ------------------------------------------------------------------
 
@@ -220,7 +232,11 @@ class Authenticator:
         async with asyncio.timeout(self.timeout):
             if mode is _Mode.AWAIT:
                 return await step.ask(self.store, self.directory)
-            return await asyncio.to_thread(step.ask, self.store, self.directory)
+            # A wait cut by the timeout cancels the call too, if it is still queued.
+            call = functools.partial(
+                contextvars.copy_context().run, step.ask, self.store, self.directory
+            )
+            return await asyncio.get_running_loop().run_in_executor(self._calls, call)
 
     # --- shared by both drivers ------------------------------------------------------------
 
@@ -248,9 +264,9 @@ class Authenticator:
             self.usage.seen(outcome.key_id)  # a dict lookup unless a write is due
         if isinstance(outcome, AuthError) and log.isEnabledFor(logging.INFO):
             log.info(
-                "refused %s %r with %d: %s (key id %s)",
-                request.method,
-                request.path,
+                "refused %s %s with %d: %s (key id %s)",
+                _loggable(request.method),
+                _loggable(request.path),
                 outcome.status,
                 outcome.reason.value,
                 outcome.key_id,
@@ -275,5 +291,4 @@ class Authenticator:
         self.verifier.close()
         if self.usage is not None:
             self.usage.close()
-        if self._calls is not None:
-            self._calls.shutdown(wait=False, cancel_futures=True)
+        self._calls.shutdown(wait=False, cancel_futures=True)

@@ -139,7 +139,9 @@ class KeyManager:
             raise TypeError(f"key_id must be a str, got {type(key_id).__name__}")
         key = self.store.get_key(key_id) if key_id else None
         if key is None or key.account_id != account_id:
-            raise KeyNotFound(f"you have no key with id {key_id!r}")
+            # Echo the id only if it is shaped like one: a pasted key must not land in a log.
+            named = f"id {key_id!r}" if _token.is_key_id(key_id) else "that id"
+            raise KeyNotFound(f"you have no key with {named}")
         now = self.clock()
         # Inactive keys are revocable too, so membership does not matter here.
         status = derive_status(key, now, reaches_scope=True)

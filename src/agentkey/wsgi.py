@@ -31,8 +31,10 @@ What it does, precisely:
 -   Which paths: every ``PATH_INFO`` under *prefix* (default ``/managed-agents/v1/``), and
     the prefix without its trailing slash, so a missing slash never opens the API. Paths
     listed in *public_paths* (or for which it returns true, if it is a function) are not
-    authenticated. Anything else passes through untouched. ``PATH_INFO`` is relative to
-    ``SCRIPT_NAME``: if the app is mounted below a path, so is the prefix.
+    authenticated. A path some router may read as one under the prefix is guarded too
+    (Werkzeug routes ``//managed-agents/v1/models`` to ``/managed-agents/v1/models``).
+    Anything else passes through untouched. ``PATH_INFO`` is relative to ``SCRIPT_NAME``:
+    if the app is mounted below a path, so is the prefix.
 -   What it reads: ``HTTP_AUTHORIZATION`` and ``HTTP_X_ORGANIZATION_ID``. WSGI servers
     join a repeated header into one comma-separated value; a joined ``Authorization`` is
     refused with 401 (it is not one key), a joined ``x-organization-id`` with 400 (a comma

@@ -586,9 +586,9 @@ def test_verification_overload_is_shed_with_503(world: World, make_decide: MakeD
 
 def test_constructor_refuses_what_is_not_a_store_or_provider(world: World) -> None:
     """Passing something that is not a store or provider fails at once, naming what lacks."""
-    with pytest.raises(TypeError, match="store must be a KeyStore.*NoneType lacks get_key"):
+    with pytest.raises(TypeError, match=r"store must be a KeyStore.*NoneType lacks get_key"):
         Authenticator(None, world.directory)
-    with pytest.raises(TypeError, match="directory must be a MembershipProvider.*reaches_tenant"):
+    with pytest.raises(TypeError, match=r"directory must be a MembershipProvider.*reaches_tenant"):
         Authenticator(world.store, world.store)
 
 

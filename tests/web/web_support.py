@@ -7,8 +7,10 @@ the app.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
+import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -97,14 +99,17 @@ class World:
     audit: list[Any] = attrs.Factory(list)
     authenticators: list[Authenticator] = attrs.Factory(list)
 
-    def authenticator(self) -> Authenticator:
-        authenticator = Authenticator(
-            self.store,
-            self.directory,
-            clock=self.clock,
-            policy=admins_only_on_admin,
-            audit=self.audit.append,
-        )
+    def authenticator(self, **options: Any) -> Authenticator:
+        """An Authenticator over this world; *options* replace its arguments (``store=`` too)."""
+        options = {
+            "store": self.store,
+            "directory": self.directory,
+            "clock": self.clock,
+            "policy": admins_only_on_admin,
+            "audit": self.audit.append,
+            **options,
+        }
+        authenticator = Authenticator(options.pop("store"), options.pop("directory"), **options)
         self.authenticators.append(authenticator)
         return authenticator
 
@@ -231,6 +236,7 @@ class Reply:
     status: int
     headers: list[tuple[str, str]]  # names in lower case, in order, repeats kept
     body: bytes
+    reads: int = 0  # how often the request body was read (raw requests only)
 
     def values(self, name: str) -> list[str]:
         return [value for key, value in self.headers if key == name]
@@ -240,18 +246,28 @@ class Reply:
 
 
 Headers = Sequence[tuple[str, str]]
+RawHeaders = Sequence[tuple[bytes, bytes]]
+CHUNK = 64 * 1024
 
 
 class Client(Protocol):
     adapter: str
+    app: Any  # the middleware
 
     def get(self, path: str, headers: Headers = ()) -> Reply: ...
 
+    def raw(
+        self, path: str, headers: RawHeaders, *, method: str = "GET", body_size: int = 0
+    ) -> Reply: ...
+
 
 class AsgiClient:
+    """Requests through Starlette's TestClient, or raw: a scope built as a server would."""
+
     adapter = "asgi"
 
     def __init__(self, app: Any) -> None:
+        self.app = app
         self.client = TestClient(app)
 
     def get(self, path: str, headers: Headers = ()) -> Reply:
@@ -259,14 +275,83 @@ class AsgiClient:
         pairs = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers.raw]
         return Reply(response.status_code, pairs, response.content)
 
+    async def exchange(
+        self, path: str, headers: RawHeaders, *, method: str = "GET", body_size: int = 0
+    ) -> Reply:
+        """One request with the header bytes as given; the body is *body_size* zero bytes."""
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": method,
+            "scheme": "http",
+            "path": path,
+            "raw_path": path.encode("utf-8"),
+            "root_path": "",
+            "query_string": b"",
+            "headers": list(headers),
+            "server": ("127.0.0.1", 80),
+            "client": ("127.0.0.1", 50000),
+        }
+        reads = 0
+        left = body_size
+        status, pairs, body = 0, [], b""
+
+        async def receive() -> dict[str, Any]:
+            nonlocal reads, left
+            reads += 1
+            size = min(left, CHUNK)
+            left -= size
+            return {"type": "http.request", "body": bytes(size), "more_body": left > 0}
+
+        async def send(message: dict[str, Any]) -> None:
+            nonlocal status, pairs, body
+            if message["type"] == "http.response.start":
+                assert status == 0, "a second http.response.start"
+                status = message["status"]
+                pairs = [
+                    (k.decode("latin-1").lower(), v.decode("latin-1"))
+                    for k, v in message.get("headers", [])
+                ]
+            elif message["type"] == "http.response.body":
+                body += message.get("body", b"")
+
+        await self.app(scope, receive, send)
+        return Reply(status, pairs, body, reads)
+
+    def raw(
+        self, path: str, headers: RawHeaders, *, method: str = "GET", body_size: int = 0
+    ) -> Reply:
+        return asyncio.run(self.exchange(path, headers, method=method, body_size=body_size))
+
     def close(self) -> None:
         self.client.close()
 
 
+class ZeroBody:
+    """A ``wsgi.input`` of *size* zero bytes that counts how often it is read."""
+
+    def __init__(self, size: int) -> None:
+        self.left = size
+        self.reads = 0
+
+    def read(self, size: int = -1) -> bytes:
+        self.reads += 1
+        size = self.left if size < 0 else min(size, self.left)
+        self.left -= size
+        return bytes(size)
+
+    def readline(self, size: int = -1) -> bytes:
+        return self.read(size)
+
+
 class WsgiClient:
+    """Requests through Werkzeug's test Client, or raw: an environ built as a server would."""
+
     adapter = "wsgi"
 
     def __init__(self, app: Any) -> None:
+        self.app = app
         self.client = WerkzeugClient(app)
 
     def get(self, path: str, headers: Headers = ()) -> Reply:
@@ -276,6 +361,49 @@ class WsgiClient:
             return Reply(response.status_code, pairs, response.get_data())
         finally:
             response.close()
+
+    def raw(
+        self, path: str, headers: RawHeaders, *, method: str = "GET", body_size: int = 0
+    ) -> Reply:
+        """One request with the header bytes as a server hands them over: latin-1 text in
+        the environ, repeated headers joined with ", " (Werkzeug's and most servers' way).
+        """
+        body = ZeroBody(body_size)
+        environ: dict[str, Any] = {
+            "REQUEST_METHOD": method,
+            "SCRIPT_NAME": "",
+            "PATH_INFO": path.encode("utf-8").decode("latin-1"),
+            "QUERY_STRING": "",
+            "SERVER_NAME": "127.0.0.1",
+            "SERVER_PORT": "80",
+            "SERVER_PROTOCOL": "HTTP/1.1",
+            "REMOTE_ADDR": "127.0.0.1",
+            "CONTENT_LENGTH": str(body_size),
+            "wsgi.version": (1, 0),
+            "wsgi.url_scheme": "http",
+            "wsgi.input": body,
+            "wsgi.errors": sys.stderr,
+            "wsgi.multithread": True,
+            "wsgi.multiprocess": False,
+            "wsgi.run_once": False,
+        }
+        for name, value in headers:
+            key = "HTTP_" + name.decode("latin-1").upper().replace("-", "_")
+            text = value.decode("latin-1")
+            environ[key] = f"{environ[key]}, {text}" if key in environ else text
+        started: list[Any] = []
+
+        def start_response(status: str, pairs: Any, exc_info: Any = None) -> Any:
+            started[:] = [int(status.split()[0]), [(k.lower(), v) for k, v in pairs]]
+            return lambda data: None
+
+        chunks = self.app(environ, start_response)
+        try:
+            data = b"".join(chunks)
+        finally:
+            if hasattr(chunks, "close"):
+                chunks.close()
+        return Reply(started[0], started[1], data, body.reads)
 
     def close(self) -> None:
         pass
