@@ -118,7 +118,7 @@ def run(settings: Settings) -> Report:
         names = agentkey_asgi._SERVICE_NAMES
 
         def drive() -> object:
-            flow = decide(request, now, cache, authenticator.rules)
+            flow = decide(request, now, cache, authenticator.rules, authenticator._principals)
             answer: Any = None
             try:
                 while True:

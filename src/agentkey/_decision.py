@@ -17,9 +17,9 @@ Rules of this file (keep them):
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from datetime import datetime
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, NamedTuple
 
 import attrs
 
@@ -53,23 +53,25 @@ _SECRET_START: Final = len(_token.PREFIX) + _token.ID_LENGTH
 _SECRET_END: Final = _SECRET_START + _token.SECRET_LENGTH
 
 
-def _count_hidden(values: tuple[str, ...]) -> str:
-    return f"<{len(values)} hidden>"
-
-
-@attrs.frozen(kw_only=True)
-class AuthRequest:
+class AuthRequest(NamedTuple):
     """What the decision reads from a request: every value of the two headers, and the route.
 
     Header values are given as received (latin-1 text), one entry per header line, so that
     repeated headers can be refused. The repr counts the ``Authorization`` lines and never
-    shows them: they hold the key.
+    shows them: they hold the key. (A named tuple, not an attrs class: the middleware builds
+    one per request, and this is the cheapest immutable record Python has.)
     """
 
-    authorization: tuple[str, ...] = attrs.field(default=(), repr=_count_hidden)
+    authorization: tuple[str, ...] = ()
     organization: tuple[str, ...] = ()
     method: str = "GET"
     path: str = "/"
+
+    def __repr__(self) -> str:
+        return (
+            f"AuthRequest(authorization=<{len(self.authorization)} hidden>, "
+            f"organization={self.organization!r}, method={self.method!r}, path={self.path!r})"
+        )
 
 
 Policy = Callable[[Principal, AuthRequest], bool]
@@ -173,8 +175,10 @@ class ReachesTenant(Step):
 # --- header parsing -----------------------------------------------------------------------
 
 
-def bearer_token(values: tuple[str, ...]) -> str | Reason:
+def bearer_token(values: Sequence[str]) -> str | Reason:
     """The token of the one ``Authorization: Bearer <token>`` header, or why there is none (D5)."""
+    if isinstance(values, str):  # a str is a sequence of str: refuse the misuse, loudly
+        raise TypeError("AuthRequest.authorization is a tuple of header values, not a str")
     if not values:
         return Reason.MISSING
     if len(values) > 1:
@@ -187,9 +191,11 @@ def bearer_token(values: tuple[str, ...]) -> str | Reason:
 
 
 def organization_header(
-    values: tuple[str, ...], pattern: re.Pattern[str]
+    values: Sequence[str], pattern: re.Pattern[str]
 ) -> str | InvalidRequest | None:
     """The organization named by ``x-organization-id``, ``None`` if absent, or a 400 (D8)."""
+    if isinstance(values, str):
+        raise TypeError("AuthRequest.organization is a tuple of header values, not a str")
     if not values:
         return None
     if len(values) > 1:
@@ -210,10 +216,22 @@ _MISSING_ORGANIZATION: Final = (
 # --- the decision -------------------------------------------------------------------------
 
 
+PrincipalMemo = dict[tuple[str, str, str, str], Principal]
+_MEMO_SIZE: Final = 10_000
+
+
 def decide(
-    request: AuthRequest, now: datetime, cache: VerifiedTokenCache, rules: Rules
+    request: AuthRequest,
+    now: datetime,
+    cache: VerifiedTokenCache,
+    rules: Rules,
+    principals: PrincipalMemo,
 ) -> Generator[Step, Any, Principal | AuthError]:
-    """Decide one request; yields steps, returns a :class:`Principal` or the refusal."""
+    """Decide one request; yields steps, returns a :class:`Principal` or the refusal.
+
+    *principals* remembers the immutable principals already built, keyed by all they vary
+    with (a key's account and scope never change), so the warm path builds none.
+    """
     # 1. The credential: any failure here is the same 401 to the client.
     token = bearer_token(request.authorization)
     if isinstance(token, Reason):
@@ -289,15 +307,21 @@ def decide(
         assert organization is not None
         organization_id = organization.id
 
-    principal = Principal(
-        account_id=account_id,
-        key_id=key_id,
-        key_name=key.name,
-        scope=scope,
-        organization_id=organization_id,
-        tenant_id=scope.tenant_id,
-        role=role,
-    )
+    memo = (key_id, key.name, organization_id, role)
+    principal = principals.get(memo)
+    if principal is None:
+        principal = Principal(
+            account_id=account_id,
+            key_id=key_id,
+            key_name=key.name,
+            scope=scope,
+            organization_id=organization_id,
+            tenant_id=scope.tenant_id,
+            role=role,
+        )
+        if len(principals) >= _MEMO_SIZE:
+            principals.clear()  # rare, and rebuilding costs one record per key
+        principals[memo] = principal
     # 4. The application's own rule on roles, if it has one.
     if rules.policy is not None and not rules.policy(principal, request):
         return PermissionDenied(Reason.POLICY, key_id=key_id)

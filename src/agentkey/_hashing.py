@@ -19,7 +19,6 @@ import hashlib
 import os
 import secrets
 import threading
-from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Final
 
@@ -90,14 +89,20 @@ def fingerprint(secret_hash: str) -> str:
 
 
 class VerifiedTokenCache:
-    """A bounded LRU of tokens that verified, keyed so it never holds a secret."""
+    """A bounded map of tokens that verified, keyed so that it never holds a secret.
+
+    Reads take no lock (a dict lookup is atomic in CPython); writes, which happen once per
+    key per process, do. When full, the oldest entry goes first: evicting a key still in use
+    costs it one more argon2 run, never a refusal.
+    """
 
     def __init__(self, max_size: int = 100_000) -> None:
         if max_size < 1:
             raise ValueError(f"max_size must be at least 1, got {max_size}")
         self.max_size = max_size
-        self._digest_key = secrets.token_bytes(32)
-        self._entries: OrderedDict[bytes, str] = OrderedDict()
+        # Keyed once per process; each digest copies the keyed state instead of re-keying.
+        self._keyed = hashlib.blake2b(key=secrets.token_bytes(32), digest_size=16)
+        self._entries: dict[bytes, str] = {}
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -107,22 +112,19 @@ class VerifiedTokenCache:
         return f"VerifiedTokenCache(size={len(self)}, max_size={self.max_size})"
 
     def digest(self, token: str) -> bytes:
-        return hashlib.blake2b(token.encode("ascii"), key=self._digest_key, digest_size=16).digest()
+        keyed = self._keyed.copy()
+        keyed.update(token.encode("ascii"))
+        return keyed.digest()
 
     def lookup(self, digest: bytes) -> str | None:
         """The fingerprint the token behind *digest* was verified against, if it ever was."""
-        with self._lock:
-            known = self._entries.get(digest)
-            if known is not None:
-                self._entries.move_to_end(digest)
-        return known
+        return self._entries.get(digest)
 
     def add(self, digest: bytes, secret_hash: str) -> None:
         with self._lock:
             self._entries[digest] = fingerprint(secret_hash)
-            self._entries.move_to_end(digest)
             while len(self._entries) > self.max_size:
-                self._entries.popitem(last=False)
+                del self._entries[next(iter(self._entries))]  # dicts keep insertion order
 
     def clear(self) -> None:
         with self._lock:

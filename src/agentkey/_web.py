@@ -17,8 +17,10 @@ from agentkey.errors import AuthError
 __all__ = [
     "DEFAULT_PREFIX",
     "DEFAULT_REALM",
+    "ORGANIZATION_HEADER",
     "PRINCIPAL_KEY",
     "SERVICE_HEADER_NAMES",
+    "TENANT_HEADER",
     "Paths",
     "PublicPaths",
     "check_realm",
@@ -29,7 +31,9 @@ __all__ = [
 PRINCIPAL_KEY: Final = "agentkey.principal"
 DEFAULT_PREFIX: Final = "/managed-agents/v1/"
 DEFAULT_REALM: Final = "agents-api"
-SERVICE_HEADER_NAMES: Final = frozenset({"service-organization-id", "service-tenant-id"})
+ORGANIZATION_HEADER: Final = "service-organization-id"
+TENANT_HEADER: Final = "service-tenant-id"
+SERVICE_HEADER_NAMES: Final = frozenset({ORGANIZATION_HEADER, TENANT_HEADER})
 # The realm sits inside a quoted string of WWW-Authenticate: printable ASCII but '"' and '\'.
 _REALM: Final = re.compile(r"[ !#-\[\]-~]+")
 
@@ -97,7 +101,4 @@ def refusal(error: AuthError, realm: str) -> tuple[list[tuple[str, str]], bytes]
 
 def service_headers(principal: Principal) -> list[tuple[str, str]]:
     """The response headers naming where the request ran: canonical ids, never request text."""
-    return [
-        ("service-organization-id", principal.organization_id),
-        ("service-tenant-id", principal.tenant_id),
-    ]
+    return [(ORGANIZATION_HEADER, principal.organization_id), (TENANT_HEADER, principal.tenant_id)]

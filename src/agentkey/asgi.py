@@ -73,13 +73,14 @@ from agentkey._model import Principal
 from agentkey._web import (
     DEFAULT_PREFIX,
     DEFAULT_REALM,
+    ORGANIZATION_HEADER,
     PRINCIPAL_KEY,
     SERVICE_HEADER_NAMES,
+    TENANT_HEADER,
     Paths,
     PublicPaths,
     check_realm,
     refusal,
-    service_headers,
 )
 from agentkey.authenticator import Authenticator
 from agentkey.errors import AuthError, MissingPrincipal
@@ -97,6 +98,9 @@ _RESPONSE_STARTS: Final = frozenset(
     {"http.response.start", "websocket.accept", "websocket.http.response.start"}
 )
 _SERVICE_NAMES: Final = frozenset(name.encode("ascii") for name in SERVICE_HEADER_NAMES)
+_SERVICE_LENGTHS: Final = frozenset(len(name) for name in _SERVICE_NAMES)
+_ORGANIZATION_HEADER: Final = ORGANIZATION_HEADER.encode("ascii")
+_TENANT_HEADER: Final = TENANT_HEADER.encode("ascii")
 
 
 class AgentKeyMiddleware:
@@ -132,13 +136,16 @@ class AgentKeyMiddleware:
         if path is None or not self.paths.guarded(path):  # lifespan, or not ours to guard
             await self.app(scope, receive, send)
             return
-        request, kept = _read(scope, path)
+        request, credentials = _read(scope, path)
         outcome = await self.authenticator.authenticate_async(request)
         if isinstance(outcome, AuthError):
             await self._refuse(outcome, scope, send)
             return
         scope.setdefault("state", {})[PRINCIPAL_KEY] = outcome
-        if self.strip_authorization:
+        if self.strip_authorization and credentials:
+            kept = list(scope["headers"])
+            for line in credentials:
+                kept.remove(line)
             scope["headers"] = kept
         await self._call_app(outcome, scope, receive, send)
 
@@ -146,17 +153,22 @@ class AgentKeyMiddleware:
         self, caller: Principal, scope: Scope, receive: Receive, send: Send
     ) -> None:
         # Encoded now, so a provider id that is no header value fails before the app runs.
-        extra = [(n.encode("latin-1"), v.encode("latin-1")) for n, v in service_headers(caller)]
+        extra = [
+            (_ORGANIZATION_HEADER, caller.organization_id.encode("latin-1")),
+            (_TENANT_HEADER, caller.tenant_id.encode("latin-1")),
+        ]
         started = False
 
         async def send_with_service_headers(message: Message) -> None:
             nonlocal started
             if message["type"] in _RESPONSE_STARTS:
                 started = True
+                # The app's own service headers are dropped (ours are the canonical ones);
+                # the length test spares lower-casing every other header name.
                 headers = [
-                    (name, value)
-                    for name, value in message.get("headers", ())
-                    if name.lower() not in _SERVICE_NAMES
+                    line
+                    for line in message.get("headers", ())
+                    if len(line[0]) not in _SERVICE_LENGTHS or line[0].lower() not in _SERVICE_NAMES
                 ]
                 message = {**message, "headers": headers + extra}  # the app's list is left as is
             await send(message)
@@ -190,26 +202,23 @@ class AgentKeyMiddleware:
         await send({"type": f"{kind}.body", "body": body})
 
 
-def _read(scope: Scope, path: str) -> tuple[AuthRequest, list[tuple[bytes, bytes]]]:
-    """The decision's input, and the headers without ``Authorization`` for the app."""
-    authorization: list[str] = []
-    organization: list[str] = []
-    kept: list[tuple[bytes, bytes]] = []
-    for raw_name, value in scope["headers"]:
-        name = raw_name.lower()  # servers may pass the client's spelling through
-        if name == b"authorization":
-            authorization.append(value.decode("latin-1"))
-            continue
-        if name == b"x-organization-id":
-            organization.append(value.decode("latin-1"))
-        kept.append((raw_name, value))
-    request = AuthRequest(
-        authorization=tuple(authorization),
-        organization=tuple(organization),
-        method=scope.get("method", "GET"),  # a WebSocket handshake is a GET
-        path=path,
-    )
-    return request, kept
+def _read(scope: Scope, path: str) -> tuple[AuthRequest, list[Any]]:
+    """The decision's input, and the raw ``Authorization`` lines (to hide from the app)."""
+    authorization: tuple[str, ...] = ()
+    organization: tuple[str, ...] = ()
+    credentials = []
+    for line in scope["headers"]:
+        name = line[0]
+        # Servers may pass the client's spelling of a name through: compare lower-cased,
+        # but only names of the right length.
+        if len(name) == 13:
+            if name.lower() == b"authorization":
+                authorization += (line[1].decode("latin-1"),)
+                credentials.append(line)
+        elif len(name) == 17 and name.lower() == b"x-organization-id":
+            organization += (line[1].decode("latin-1"),)
+    method = scope.get("method", "GET")  # a WebSocket handshake is a GET
+    return AuthRequest(authorization, organization, method, path), credentials
 
 
 def _route_path(scope: Scope) -> str:

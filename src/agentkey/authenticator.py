@@ -37,6 +37,7 @@ from agentkey._decision import (
     DEFAULT_ORGANIZATION_PATTERN,
     AuthRequest,
     Policy,
+    PrincipalMemo,
     Rules,
     Step,
     VerifySecret,
@@ -106,6 +107,12 @@ def _require(obj: object, name: str, kind: str, methods: tuple[str, ...]) -> Non
         )
 
 
+def _watched(obj: object, mode: _Mode, timeout: float | None) -> bool:
+    return (
+        timeout is not None and mode is _Mode.THREAD and not getattr(obj, "enforces_timeout", False)
+    )
+
+
 def _loggable(text: str, limit: int = 200) -> str:
     """Request text for a log line: quoted and escaped, so one line, and never unbounded."""
     return repr(text[:limit]) + ("..." if len(text) > limit else "")
@@ -157,6 +164,11 @@ class Authenticator:
         self.verifier = verifier if verifier is not None else SecretVerifier()
         self._store_mode = _mode_of(store, "get_key")
         self._directory_mode = _mode_of(directory, "get_role")
+        # The sync driver bounds a blocking call with a watchdog thread, unless the object
+        # bounds its own calls (``enforces_timeout = True``, as the SQLite store does).
+        self._store_watched = _watched(store, self._store_mode, timeout)
+        self._directory_watched = _watched(directory, self._directory_mode, timeout)
+        self._principals: PrincipalMemo = {}
         # A store without mark_used (a read-only double) simply has no usage recorded.
         self.usage = (
             UsageRecorder(store, interval=usage_interval, clock=clock)
@@ -179,7 +191,7 @@ class Authenticator:
             raise TypeError(
                 "this Authenticator has an async store or provider: use authenticate_async()"
             )
-        flow = decide(request, self.clock(), self.cache, self.rules)
+        flow = decide(request, self.clock(), self.cache, self.rules, self._principals)
         answer: Any = None
         try:
             while True:
@@ -195,8 +207,7 @@ class Authenticator:
     def _answer(self, step: Step) -> Any:
         if type(step) is VerifySecret:
             return self._verify(step).result()
-        mode = self._store_mode if step.uses_store else self._directory_mode
-        if mode is _Mode.INLINE or self.timeout is None:
+        if not (self._store_watched if step.uses_store else self._directory_watched):
             return step.ask(self.store, self.directory)
         call = self._calls.submit(step.ask, self.store, self.directory)
         try:
@@ -209,26 +220,33 @@ class Authenticator:
 
     async def authenticate_async(self, request: AuthRequest) -> Principal | AuthError:
         """Decide *request* without blocking the event loop (argon2 runs in threads)."""
-        flow = decide(request, self.clock(), self.cache, self.rules)
+        flow = decide(request, self.clock(), self.cache, self.rules, self._principals)
         answer: Any = None
         try:
             while True:
                 step = flow.send(answer)
                 try:
-                    answer = await self._answer_async(step)
+                    # A step that never blocks is answered right here: no coroutine, no await.
+                    if type(step) is VerifySecret:
+                        answer = await self._verify_async(step)
+                    elif (
+                        self._store_mode if step.uses_store else self._directory_mode
+                    ) is _Mode.INLINE:
+                        answer = step.ask(self.store, self.directory)
+                    else:
+                        answer = await self._call_async(step)
                 except Exception as exc:
                     flow.close()
                     return self._finish(request, self._failure(exc))
         except StopIteration as done:
             return self._finish(request, done.value)
 
-    async def _answer_async(self, step: Step) -> Any:
-        if type(step) is VerifySecret:
-            # shield: a cancelled request must not cancel a verification others are waiting on
-            return await asyncio.shield(asyncio.wrap_future(self._verify(step)))
+    async def _verify_async(self, step: VerifySecret) -> Any:
+        # shield: a cancelled request must not cancel a verification others are waiting on
+        return await asyncio.shield(asyncio.wrap_future(self._verify(step)))
+
+    async def _call_async(self, step: Step) -> Any:
         mode = self._store_mode if step.uses_store else self._directory_mode
-        if mode is _Mode.INLINE:
-            return step.ask(self.store, self.directory)
         async with asyncio.timeout(self.timeout):
             if mode is _Mode.AWAIT:
                 return await step.ask(self.store, self.directory)

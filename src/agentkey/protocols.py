@@ -4,7 +4,9 @@ Implement these with your own tables (or use :mod:`agentkey.stores`). Both come 
 flavour, for the WSGI middleware and scripts, and an async twin for the ASGI middleware.
 The async middleware also accepts the sync flavour: it calls it in a worker thread, or
 directly when the object says it never blocks (``nonblocking = True``, as the in-memory
-implementations do).
+implementations do). The sync middleware bounds each blocking call with a watchdog thread
+(the Authenticator's ``timeout``), unless the object says it bounds its own calls
+(``enforces_timeout = True``, as the SQLite store does with its busy timeout).
 
 Contract, for every method: answer from committed state (a revoke committed anywhere must
 be seen by the next call), return ``None``/``False`` for "not there", and raise for "cannot

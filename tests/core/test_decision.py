@@ -641,3 +641,49 @@ def test_refusals_are_logged_with_reason_and_never_the_secret(
     secret_part = created.secret[16:44]
     assert secret_part not in caplog.text
     assert all(secret_part not in repr(r.__dict__) for r in caplog.records)
+
+
+# --- hot-path shortcuts keep their promises --------------------------------------------------
+
+
+def test_principal_follows_a_role_change(world: World, decide: Decide) -> None:
+    """The principal memo never hides a role change: the next request carries the new role."""
+    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
+    first = passes(decide(bearer(created.secret)))
+    assert passes(decide(bearer(created.secret))) is first  # built once, reused
+    world.directory.add_member("alice", "org_research", role="admin")
+    assert passes(decide(bearer(created.secret))).role == "admin"
+
+
+def test_a_str_instead_of_header_values_is_refused_loudly(world: World, decide: Decide) -> None:
+    """AuthRequest fields hold one entry per header line; a bare str is a caller's bug."""
+    with pytest.raises(TypeError, match="tuple of header values"):
+        decide(AuthRequest(authorization="Bearer rma_x"))  # type: ignore[arg-type]
+    created = world.manager.create("alice", name="ci", scope=TENANT_SCOPE)
+    misuse = AuthRequest(authorization=(f"Bearer {created.secret}",), organization="default")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="tuple of header values"):
+        decide(misuse)
+
+
+class SelfTimedStore:
+    """A blocking store that bounds its own calls, and notes the thread that called it."""
+
+    enforces_timeout = True
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.threads: set[str] = set()
+
+    def get_key(self, key_id: str) -> Any:
+        self.threads.add(threading.current_thread().name)
+        return self.inner.get_key(key_id)
+
+
+def test_a_store_that_bounds_itself_is_called_without_a_watchdog(world: World) -> None:
+    """With enforces_timeout, the sync driver calls the store in the request's own thread."""
+    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
+    store = SelfTimedStore(world.store)
+    auth = Authenticator(store, world.directory, clock=world.clock, timeout=1)
+    passes(auth.authenticate(bearer(created.secret)))
+    assert store.threads == {threading.current_thread().name}
+    auth.close()

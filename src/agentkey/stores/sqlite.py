@@ -56,6 +56,10 @@ _DIALECT: Final = _sql.Dialect(
 class SQLiteKeyStore(_sql.SQLKeyStore):
     """A :class:`~agentkey.protocols.KeyStore` in a SQLite file; get it as ``db.keys``."""
 
+    # Reads never wait under WAL and writes wait at most the busy timeout: the sync
+    # middleware needs no watchdog thread around these calls.
+    enforces_timeout = True
+
 
 class SQLiteDirectory(_sql.SQLDirectory):
     """A :class:`~agentkey.protocols.MembershipProvider` in a SQLite file: ``db.directory``.
@@ -64,6 +68,8 @@ class SQLiteDirectory(_sql.SQLDirectory):
     default per tenant) and ``agentkey_memberships`` (``account_id``, ``organization_id``,
     ``role``). A reference implementation: replace it with a provider over your own tables.
     """
+
+    enforces_timeout = True
 
 
 class SQLiteDatabase:
