@@ -1,6 +1,7 @@
-"""The server process of the real-HTTP section: ``python -m bench._server bare|agentkey``.
+"""The server process of the real-HTTP section: ``python -m bench._server VARIANT``.
 
-Builds the benchmark world and the Starlette list-models app (bare, or behind agentkey),
+Builds the benchmark world and the Starlette list-models app (bare, behind the floor
+middleware, or behind agentkey),
 binds a socket on 127.0.0.1 to a free port, prints one JSON line -- the port and a valid
 organization-scoped key -- and serves with uvicorn until it receives SIGTERM. The parent
 reads the line, loads the server, reads this process's CPU time from ``/proc``, and stops
@@ -19,12 +20,12 @@ from starlette.middleware import Middleware
 
 from agentkey import Authenticator
 from agentkey.asgi import AgentKeyMiddleware
-from bench._apps import starlette_app
-from bench._world import memory_world
+from bench._apps import FloorASGI, Who, sha256_keys, starlette_app
+from bench._world import ACCOUNT, ORGANIZATION, TENANT, memory_world
 
 __all__ = ["HTTP", "LOOP", "VARIANTS", "main"]
 
-VARIANTS: Final = ("bare", "agentkey")
+VARIANTS: Final = ("bare", "floor", "agentkey")
 # The pure-Python HTTP stack every uvicorn install has; named so the figures are repeatable.
 HTTP: Final = "h11"
 LOOP: Final = "asyncio"
@@ -34,6 +35,9 @@ def build(variant: str) -> tuple[Any, str]:
     store, directory, keys = memory_world()
     if variant == "bare":
         return starlette_app(), keys.organization
+    if variant == "floor":
+        table = sha256_keys({keys.organization: Who(ACCOUNT, ORGANIZATION, TENANT)})
+        return starlette_app(Middleware(FloorASGI, keys=table)), keys.organization
     authenticator = Authenticator(store, directory)
     return starlette_app(Middleware(AgentKeyMiddleware, authenticator=authenticator)), (
         keys.organization

@@ -221,7 +221,8 @@ def run(settings: Settings) -> Report:
             if warm.failed:
                 raise RuntimeError(f"{server.variant} server failed {warm.failed} warm-up requests")
         for round_ in range(settings.http_rounds):
-            order = VARIANTS[round_ % 2 :] + VARIANTS[: round_ % 2]
+            turn = round_ % len(VARIANTS)
+            order = VARIANTS[turn:] + VARIANTS[:turn]
             for variant in order:
                 samples[variant].append(
                     load(
@@ -272,10 +273,20 @@ def run(settings: Settings) -> Report:
     cpu_overhead = statistics.median(
         a.cpu_per_request_ns - b.cpu_per_request_ns for a, b in zip(agentkey, bare, strict=True)
     )
+    floor = samples["floor"]
+    floor_throughput = statistics.median(
+        a.throughput / b.throughput if b.throughput else 0.0
+        for a, b in zip(floor, bare, strict=True)
+    )
+    floor_overhead = statistics.median(
+        a.cpu_per_request_ns - b.cpu_per_request_ns for a, b in zip(floor, bare, strict=True)
+    )
     ratios = Table("ratios (median of per-round ratios)", ["comparison", "value", "bar"])
     ratios.add("throughput: agentkey / bare", times(throughput), ">= 0.85x")
+    ratios.add("throughput: floor / bare", times(floor_throughput), "(info)")
     ratios.add("server CPU per request: agentkey / bare", times(cpu_ratio), "(info)")
     ratios.add("server CPU per request: agentkey - bare", f"{cpu_overhead / 1000:.1f} us", "(info)")
+    ratios.add("server CPU per request: floor - bare", f"{floor_overhead / 1000:.1f} us", "(info)")
     report.tables.append(ratios)
     failed = sum(load.failed for loads in samples.values() for load in loads)
     report.facts["throughput_ratio"] = throughput
