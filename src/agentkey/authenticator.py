@@ -168,6 +168,8 @@ class Authenticator:
         # bounds its own calls (``enforces_timeout = True``, as the SQLite store does).
         self._store_watched = _watched(store, self._store_mode, timeout)
         self._directory_watched = _watched(directory, self._directory_mode, timeout)
+        modes = {self._store_mode, self._directory_mode}
+        self._hop = _Mode.THREAD in modes and _Mode.AWAIT not in modes
         self._principals: PrincipalMemo = {}
         # A store without mark_used (a read-only double) simply has no usage recorded.
         self.usage = (
@@ -191,23 +193,26 @@ class Authenticator:
             raise TypeError(
                 "this Authenticator has an async store or provider: use authenticate_async()"
             )
+        return self._drive(request, watch=True)
+
+    def _drive(self, request: AuthRequest, *, watch: bool) -> Principal | AuthError:
         flow = decide(request, self.clock(), self.cache, self.rules, self._principals)
         answer: Any = None
         try:
             while True:
                 step = flow.send(answer)
                 try:
-                    answer = self._answer(step)
+                    answer = self._answer(step, watch)
                 except Exception as exc:
                     flow.close()
                     return self._finish(request, self._failure(exc))
         except StopIteration as done:
             return self._finish(request, done.value)
 
-    def _answer(self, step: Step) -> Any:
+    def _answer(self, step: Step, watch: bool) -> Any:
         if type(step) is VerifySecret:
             return self._verify(step).result()
-        if not (self._store_watched if step.uses_store else self._directory_watched):
+        if not (watch and (self._store_watched if step.uses_store else self._directory_watched)):
             return step.ask(self.store, self.directory)
         call = self._calls.submit(step.ask, self.store, self.directory)
         try:
@@ -220,6 +225,8 @@ class Authenticator:
 
     async def authenticate_async(self, request: AuthRequest) -> Principal | AuthError:
         """Decide *request* without blocking the event loop (argon2 runs in threads)."""
+        if self._hop:
+            return await self._authenticate_in_thread(request)
         flow = decide(request, self.clock(), self.cache, self.rules, self._principals)
         answer: Any = None
         try:
@@ -240,6 +247,17 @@ class Authenticator:
                     return self._finish(request, self._failure(exc))
         except StopIteration as done:
             return self._finish(request, done.value)
+
+    async def _authenticate_in_thread(self, request: AuthRequest) -> Principal | AuthError:
+        # Blocking sync store or provider, no async one: the whole decision takes one trip
+        # to a worker thread instead of one per question. The timeout bounds the trip; a
+        # trip cut by it is cancelled too, if it is still queued.
+        call = functools.partial(contextvars.copy_context().run, self._drive, request, watch=False)
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await asyncio.get_running_loop().run_in_executor(self._calls, call)
+        except TimeoutError as exc:
+            return self._finish(request, self._failure(exc))
 
     async def _verify_async(self, step: VerifySecret) -> Any:
         # shield: a cancelled request must not cancel a verification others are waiting on
