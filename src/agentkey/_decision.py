@@ -216,7 +216,7 @@ _MISSING_ORGANIZATION: Final = (
 # --- the decision -------------------------------------------------------------------------
 
 
-PrincipalMemo = dict[tuple[str, str, str, str], Principal]
+PrincipalMemo = dict[tuple[str | None, ...], Principal]
 _MEMO_SIZE: Final = 10_000
 
 
@@ -229,8 +229,8 @@ def decide(
 ) -> Generator[Step, Any, Principal | AuthError]:
     """Decide one request; yields steps, returns a :class:`Principal` or the refusal.
 
-    *principals* remembers the immutable principals already built, keyed by all they vary
-    with (a key's account and scope never change), so the warm path builds none.
+    *principals* remembers the immutable principals already built, keyed by every field
+    they are made of, so the warm path builds none and a changed record is never hidden.
     """
     # 1. The credential: any failure here is the same 401 to the client.
     token = bearer_token(request.authorization)
@@ -307,7 +307,15 @@ def decide(
         assert organization is not None
         organization_id = organization.id
 
-    memo = (key_id, key.name, organization_id, role)
+    memo = (
+        key_id,
+        key.name,
+        account_id,
+        scope.tenant_id,
+        scope.organization_id,
+        organization_id,
+        role,
+    )
     principal = principals.get(memo)
     if principal is None:
         principal = Principal(

@@ -687,3 +687,15 @@ def test_a_store_that_bounds_itself_is_called_without_a_watchdog(world: World) -
     passes(auth.authenticate(bearer(created.secret)))
     assert store.threads == {threading.current_thread().name}
     auth.close()
+
+
+def test_principal_memo_never_hides_a_changed_record(world: World, decide: Decide) -> None:
+    """A record that changes under the same key id (a custom store's doing) shows at once."""
+    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
+    passes(decide(bearer(created.secret)))
+    old = world.store.get_key(created.info.key_id)
+    assert old is not None
+    world.directory.add_member("bob", "org_research", role="member")
+    world.store._keys[old.key_id] = attrs.evolve(old, account_id="bob", name="renamed")
+    principal = passes(decide(bearer(created.secret)))
+    assert (principal.account_id, principal.key_name) == ("bob", "renamed")
