@@ -47,6 +47,7 @@ from agentkey._hashing import Overloaded, SecretVerifier, VerifiedTokenCache
 from agentkey._model import Principal
 from agentkey._usage import UsageRecorder
 from agentkey.errors import AuthError, Reason, ServiceUnavailable
+from agentkey.protocols import AsyncKeyStore, AsyncMembershipProvider, KeyStore, MembershipProvider
 
 __all__ = ["AuditEvent", "AuditHook", "Authenticator", "Clock", "utc_now"]
 
@@ -127,7 +128,9 @@ class Authenticator:
     :param policy: ``policy(principal, request) -> bool``; ``False`` refuses with 403.
     :param audit: called with an :class:`AuditEvent` after every decision; its failures are
         logged and never change the outcome.
-    :param timeout: seconds a store or provider call may take before the request gets 503.
+    :param timeout: seconds the store and provider may take to answer before the request
+        gets 503: per call, or per request where a blocking store answers the whole decision
+        in one worker-thread trip (``authenticate_async`` over a sync store).
     :param retry_after: the ``Retry-After`` seconds sent with a 503.
     :param clock: returns the current UTC time; injectable for tests.
     :param usage_interval: seconds between two ``last_used_at`` writes for one key, made
@@ -136,8 +139,8 @@ class Authenticator:
 
     def __init__(
         self,
-        store: Any,
-        directory: Any,
+        store: KeyStore | AsyncKeyStore,
+        directory: MembershipProvider | AsyncMembershipProvider,
         *,
         organization_pattern: str = DEFAULT_ORGANIZATION_PATTERN,
         policy: Policy | None = None,
