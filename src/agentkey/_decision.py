@@ -332,5 +332,5 @@ def decide(
         principals[memo] = principal
     # 4. The application's own rule on roles, if it has one.
     if rules.policy is not None and not rules.policy(principal, request):
-        return PermissionDenied(Reason.POLICY, key_id=key_id)
+        return PermissionDenied(Reason.POLICY, key_id=key_id, principal=principal)
     return principal

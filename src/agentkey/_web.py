@@ -12,7 +12,7 @@ from collections.abc import Callable, Collection
 from typing import Final
 
 from agentkey._model import Principal
-from agentkey.errors import AuthError
+from agentkey.errors import AuthError, PermissionDenied
 
 __all__ = [
     "DEFAULT_PREFIX",
@@ -93,10 +93,13 @@ def check_realm(realm: str) -> str:
 
 
 def refusal(error: AuthError, realm: str) -> tuple[list[tuple[str, str]], bytes]:
-    """The headers and JSON body of the middleware's own refusal (D6, D7)."""
+    """The headers and JSON body of the middleware's own refusal (D6, D7, D16)."""
     body = json.dumps(error.body(), separators=(",", ":")).encode("ascii")
     headers = [("content-type", "application/json"), ("content-length", str(len(body)))]
-    return headers + error.headers(realm), body
+    headers += error.headers(realm)
+    if isinstance(error, PermissionDenied) and error.principal is not None:
+        headers += service_headers(error.principal)  # the request did reach an organization
+    return headers, body
 
 
 def service_headers(principal: Principal) -> list[tuple[str, str]]:

@@ -51,7 +51,8 @@ What it does, precisely:
     :func:`current_principal`) and, unless ``strip_authorization=False``, without its
     ``Authorization`` header, so the key cannot leak into the app's logs.
 -   The service headers are set on every response to an accepted request, exactly once,
-    replacing any the app set itself; the middleware's own refusals never carry them. If
+    replacing any the app set itself; of the middleware's own refusals only a policy's 403
+    carries them (the request reached its organization). If
     the app crashes before it starts a response, the middleware sends a plain 500 with
     the headers and re-raises, so the server still logs the error.
 -   WebSocket handshakes under the prefix get the same decision. A refusal is sent as an

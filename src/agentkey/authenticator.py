@@ -184,6 +184,7 @@ class Authenticator:
         # calls stuck in a hung backend must not starve the event loop's default executor,
         # which the application and the loop itself rely on.
         self._calls = ThreadPoolExecutor(16, thread_name_prefix="agentkey-call")
+        self._closed = False
 
     def __repr__(self) -> str:
         return f"Authenticator(store={self.store!r}, directory={self.directory!r})"
@@ -196,6 +197,8 @@ class Authenticator:
             raise TypeError(
                 "this Authenticator has an async store or provider: use authenticate_async()"
             )
+        if self._closed:
+            return self._finish(request, self._shutting_down())
         return self._drive(request, watch=True)
 
     def _drive(self, request: AuthRequest, *, watch: bool) -> Principal | AuthError:
@@ -228,6 +231,8 @@ class Authenticator:
 
     async def authenticate_async(self, request: AuthRequest) -> Principal | AuthError:
         """Decide *request* without blocking the event loop (argon2 runs in threads)."""
+        if self._closed:
+            return self._finish(request, self._shutting_down())
         if self._hop:
             return await self._authenticate_in_thread(request)
         flow = decide(request, self.clock(), self.cache, self.rules, self._principals)
@@ -282,6 +287,10 @@ class Authenticator:
     def _verify(self, step: VerifySecret) -> Any:
         return self.verifier.submit(self.cache, step.digest, step.secret_hash, step.secret)
 
+    def _shutting_down(self) -> ServiceUnavailable:
+        # Requests still arriving during a graceful shutdown: retry, on another instance.
+        return ServiceUnavailable(Reason.CLOSED, retry_after=self.retry_after)
+
     def _failure(self, exc: Exception) -> ServiceUnavailable:
         if isinstance(exc, Overloaded):
             reason = Reason.OVERLOADED
@@ -326,7 +335,11 @@ class Authenticator:
         return outcome
 
     def close(self) -> None:
-        """Stop the worker threads (argon2, bounded calls, pending ``last_used_at`` writes)."""
+        """Stop the worker threads (argon2, bounded calls, pending ``last_used_at`` writes).
+
+        Requests decided after this get 503 ``service_unavailable`` with ``Retry-After``.
+        """
+        self._closed = True
         self.verifier.close()
         if self.usage is not None:
             self.usage.close()

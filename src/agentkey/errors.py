@@ -16,7 +16,10 @@ No message ever contains a secret or text taken from a request.
 from __future__ import annotations
 
 import enum
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from agentkey._model import Principal
 
 __all__ = [
     "AgentKeyError",
@@ -59,6 +62,7 @@ class Reason(enum.Enum):
     BACKEND_ERROR = "backend_error"  # the key store or membership provider failed
     BACKEND_TIMEOUT = "backend_timeout"  # ... or did not answer in time
     OVERLOADED = "overloaded"  # too many secret verifications at once
+    CLOSED = "closed"  # the Authenticator was closed: the process is shutting down
 
 
 class AgentKeyError(Exception):
@@ -124,11 +128,26 @@ class NotFound(AuthError):
 
 
 class PermissionDenied(AuthError):
-    """403: the application's role policy refused the creator's role (an extension)."""
+    """403: the application's role policy refused the creator's role (an extension).
+
+    The request did reach an organization, so *principal* says which one, and the
+    response carries the service headers (spec section 5).
+    """
 
     status = 403
     code = "permission_denied"
     default_message = "The key's account does not have a role that allows this request."
+
+    def __init__(
+        self,
+        reason: Reason,
+        message: str | None = None,
+        *,
+        key_id: str | None = None,
+        principal: Principal | None = None,
+    ) -> None:
+        super().__init__(reason, message, key_id=key_id)
+        self.principal = principal
 
 
 class ServiceUnavailable(AuthError):

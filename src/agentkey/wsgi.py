@@ -50,7 +50,8 @@ What it does, precisely:
     into the app's logs.
 -   The service headers are added on every ``start_response`` of an accepted request,
     exactly once, replacing any the app set itself -- also on the error response an app
-    starts with ``exc_info``. The middleware's own refusals never carry them. The app's
+    starts with ``exc_info``. Of the middleware's own refusals only a policy's 403 carries
+    them (the request reached its organization). The app's
     iterable is returned as it is: unbuffered, with its ``close()``.
 -   An exception that escapes the app propagates to the server unchanged, as WSGI wants;
     Flask and Django turn errors into responses inside the app, and those carry the

@@ -699,3 +699,16 @@ def test_principal_memo_never_hides_a_changed_record(world: World, decide: Decid
     world.store._keys[old.key_id] = attrs.evolve(old, account_id="bob", name="renamed")
     principal = passes(decide(bearer(created.secret)))
     assert (principal.account_id, principal.key_name) == ("bob", "renamed")
+
+
+def test_a_closed_authenticator_answers_503(world: World) -> None:
+    """Requests arriving during shutdown, after close(), get 503 with Retry-After, not a 500."""
+    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
+    auth = Authenticator(world.store, world.directory, clock=world.clock, retry_after=3)
+    auth.close()
+    for outcome in (
+        auth.authenticate(bearer(created.secret)),
+        asyncio.run(auth.authenticate_async(bearer(created.secret))),
+    ):
+        error = refused(outcome, ServiceUnavailable, Reason.CLOSED)
+        assert error.headers() == [("retry-after", "3")]
