@@ -89,6 +89,9 @@ def _start_of_day(day: date, zone: ZoneInfo) -> datetime:
 
 def expiry_for(choice: Lifetime | CustomDate, now: datetime) -> datetime:
     """The UTC instant at which a key created at *now* with *choice* expires."""
+    if now.utcoffset() is not None:
+        # In UTC: added to a time in a zone with DST, a day would be a wall-clock one.
+        now = now.astimezone(UTC)
     if isinstance(choice, Lifetime):
         return now + choice.value
     if not isinstance(choice, CustomDate):

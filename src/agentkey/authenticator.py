@@ -202,6 +202,9 @@ class Authenticator:
         return self._drive(request, watch=True)
 
     def _drive(self, request: AuthRequest, *, watch: bool) -> Principal | AuthError:
+        return self._finish(request, self._run(request, watch))
+
+    def _run(self, request: AuthRequest, watch: bool) -> Principal | AuthError:
         flow = decide(request, self.clock(), self.cache, self.rules, self._principals)
         answer: Any = None
         try:
@@ -211,9 +214,10 @@ class Authenticator:
                     answer = self._answer(step, watch)
                 except Exception as exc:
                     flow.close()
-                    return self._finish(request, self._failure(exc))
+                    return self._failure(exc)
         except StopIteration as done:
-            return self._finish(request, done.value)
+            outcome: Principal | AuthError = done.value
+            return outcome
 
     def _answer(self, step: Step, watch: bool) -> Any:
         if type(step) is VerifySecret:
@@ -259,13 +263,15 @@ class Authenticator:
     async def _authenticate_in_thread(self, request: AuthRequest) -> Principal | AuthError:
         # Blocking sync store or provider, no async one: the whole decision takes one trip
         # to a worker thread instead of one per question. The timeout bounds the trip; a
-        # trip cut by it is cancelled too, if it is still queued.
-        call = functools.partial(contextvars.copy_context().run, self._drive, request, watch=False)
+        # trip cut by it is cancelled too, if it is still queued. The outcome is audited here,
+        # so a trip that ends after its request got 503 is neither audited nor counted a use.
+        call = functools.partial(contextvars.copy_context().run, self._run, request, False)
         try:
             async with asyncio.timeout(self.timeout):
-                return await asyncio.get_running_loop().run_in_executor(self._calls, call)
+                outcome = await asyncio.get_running_loop().run_in_executor(self._calls, call)
         except TimeoutError as exc:
-            return self._finish(request, self._failure(exc))
+            outcome = self._failure(exc)
+        return self._finish(request, outcome)
 
     async def _verify_async(self, step: VerifySecret) -> Any:
         # shield: a cancelled request must not cancel a verification others are waiting on

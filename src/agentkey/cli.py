@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
+import re
 import sqlite3
 import sys
 from collections.abc import Callable, Sequence
@@ -34,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Final, TextIO, TypeAlias
 from urllib.parse import urlsplit, urlunsplit
 from zoneinfo import ZoneInfo
 
+from agentkey._decision import DEFAULT_ORGANIZATION, DEFAULT_ORGANIZATION_PATTERN
 from agentkey._model import CustomDate, KeyInfo, Lifetime, Scope, ScopeKind, Status
 from agentkey.errors import (
     InvalidExpiry,
@@ -95,6 +98,23 @@ def _db_init(db: Database, args: argparse.Namespace, out: TextIO) -> None:
 
 
 def _org_add(db: Database, args: argparse.Namespace, out: TextIO) -> None:
+    existing = db.directory.get_organization(args.organization)
+    if existing is not None and (existing.tenant_id, existing.is_default) != (
+        args.tenant,
+        args.default,
+    ):
+        default = ", as its default organization" if existing.is_default else ""
+        raise CommandError(
+            f"organization {args.organization!r} already exists in tenant "
+            f"{existing.tenant_id!r}{default}; 'org add' does not change an organization"
+        )
+    if args.organization == DEFAULT_ORGANIZATION:
+        _warn("x-organization-id: default always names the tenant's default organization")
+    elif not re.fullmatch(DEFAULT_ORGANIZATION_PATTERN, args.organization, re.ASCII):
+        _warn(
+            f"x-organization-id cannot name {args.organization!r}: an organization id is a "
+            "letter or digit, then up to 127 letters, digits and _.:-"
+        )
     db.directory.add_organization(args.organization, tenant_id=args.tenant, default=args.default)
     default = ", its default organization" if args.default else ""
     print(f"Organization {args.organization} is in tenant {args.tenant}{default}.", file=out)
@@ -110,6 +130,10 @@ def _member_remove(db: Database, args: argparse.Namespace, out: TextIO) -> None:
         raise CommandError(f"{args.account} has no role in {args.organization}")
     db.directory.remove_member(args.account, args.organization)
     print(f"{args.account} no longer has a role in {args.organization}.", file=out)
+
+
+def _warn(message: str) -> None:
+    print(f"agentkey: warning: {message}", file=sys.stderr)
 
 
 def _keys_create(db: Database, args: argparse.Namespace, out: TextIO) -> None:
@@ -167,6 +191,12 @@ def _keys_list(db: Database, args: argparse.Namespace, out: TextIO) -> None:
 
 
 def _keys_revoke(db: Database, args: argparse.Namespace, out: TextIO) -> None:
+    if args.key_id.startswith("rma_"):  # a key or a hint, not an id; never echo it
+        raise CommandError(
+            "KEY_ID is the key's id, the KEY ID column of 'agentkey keys list' "
+            "(12 letters and digits), not the key or its hint",
+            status=2,
+        )
     info = KeyManager(db.keys, db.directory).revoke(args.account, args.key_id)
     print(
         f"Revoked key {info.key_id} ({info.hint}, {info.name!r}): "
@@ -267,6 +297,12 @@ store failed; 2 bad usage or an invalid value.
 _AS: Final = "the signed-in account the console would act for"
 
 
+def _nonempty(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
 def _date(text: str) -> date:
     try:
         return date.fromisoformat(text)
@@ -325,20 +361,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     org = group("org", "organizations")
     sub = leaf(org, "add", _org_add, "add an organization to a tenant")
-    sub.add_argument("organization", metavar="ORG", help="the organization id")
-    sub.add_argument("--tenant", required=True, help="the tenant it belongs to")
+    sub.add_argument(
+        "organization",
+        metavar="ORG",
+        type=_nonempty,
+        help="the organization id, as x-organization-id will name it",
+    )
+    sub.add_argument("--tenant", required=True, type=_nonempty, help="the tenant it belongs to")
     sub.add_argument(
         "--default", action="store_true", help="make it the tenant's 'default' organization"
     )
 
     member = group("member", "who holds which role in which organization")
     sub = leaf(member, "add", _member_add, "give an account a role in an organization")
-    sub.add_argument("account", metavar="ACCOUNT")
-    sub.add_argument("organization", metavar="ORG")
-    sub.add_argument("--role", required=True, help="e.g. admin, member, viewer")
+    sub.add_argument("account", metavar="ACCOUNT", type=_nonempty)
+    sub.add_argument("organization", metavar="ORG", type=_nonempty)
+    sub.add_argument("--role", required=True, type=_nonempty, help="e.g. admin, member, viewer")
     sub = leaf(member, "remove", _member_remove, "take an account's role in an organization away")
-    sub.add_argument("account", metavar="ACCOUNT")
-    sub.add_argument("organization", metavar="ORG")
+    sub.add_argument("account", metavar="ACCOUNT", type=_nonempty)
+    sub.add_argument("organization", metavar="ORG", type=_nonempty)
 
     keys = group("keys", "create, list and revoke personal API keys")
     sub = leaf(
@@ -351,12 +392,20 @@ def build_parser() -> argparse.ArgumentParser:
             "by --expires-on in --time-zone (between tomorrow and one year from today)."
         ),
     )
-    sub.add_argument("--as", dest="account", metavar="ACCOUNT", required=True, help=_AS)
+    sub.add_argument(
+        "--as", dest="account", metavar="ACCOUNT", required=True, type=_nonempty, help=_AS
+    )
     sub.add_argument("--name", required=True, help="where the key is used (1-100 characters)")
     scope = sub.add_mutually_exclusive_group(required=True)
-    scope.add_argument("--tenant", help="a tenant-scoped key: works in every organization")
     scope.add_argument(
-        "--org", dest="organization", metavar="ORG", help="an organization-scoped key"
+        "--tenant", type=_nonempty, help="a tenant-scoped key: works in every organization"
+    )
+    scope.add_argument(
+        "--org",
+        dest="organization",
+        metavar="ORG",
+        type=_nonempty,
+        help="an organization-scoped key",
     )
     expiry = sub.add_mutually_exclusive_group()
     expiry.add_argument("--lifetime", choices=LIFETIMES, default="30d", help="default: 30d")
@@ -368,26 +417,38 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     sub = leaf(keys, "list", _keys_list, "list the account's own keys, newest first (no secrets)")
-    sub.add_argument("--as", dest="account", metavar="ACCOUNT", required=True, help=_AS)
-    sub.add_argument("--status", choices=STATUSES)
+    sub.add_argument(
+        "--as", dest="account", metavar="ACCOUNT", required=True, type=_nonempty, help=_AS
+    )
+    sub.add_argument("--status", choices=STATUSES, type=str.lower, help="any case")
     sub.add_argument(
         "--scope", metavar="SCOPE", help="tenant, organization, or one organization's id"
     )
     sub.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     sub = leaf(keys, "revoke", _keys_revoke, "revoke one of the account's keys: immediate, final")
-    sub.add_argument("--as", dest="account", metavar="ACCOUNT", required=True, help=_AS)
+    sub.add_argument(
+        "--as", dest="account", metavar="ACCOUNT", required=True, type=_nonempty, help=_AS
+    )
     sub.add_argument("key_id", metavar="KEY_ID", help="as shown by 'agentkey keys list'")
 
     sub = commands.add_parser(
         "demo",
         help="serve the list-models example with fresh demo keys (from a source checkout)",
         description="Seed a demo tenant and user, print two fresh keys and curl lines, and "
-        "serve the list-models example on 127.0.0.1. Its store defaults to "
-        "sqlite:///agentkey-demo.sqlite3, not to your own store.",
-        parents=[store],
+        "serve the list-models example on 127.0.0.1 until Ctrl+C. Its store is not your "
+        "own: it defaults to sqlite:///agentkey-demo.sqlite3 in the current directory.",
     )
-    sub.add_argument("--port", type=int, default=8000, help="default: 8000")
+    sub.add_argument(
+        "--store",
+        metavar="URL",
+        default=argparse.SUPPRESS,
+        help="the demo's store (default: $AGENTKEY_DEMO_STORE, else "
+        "sqlite:///agentkey-demo.sqlite3)",
+    )
+    sub.add_argument(
+        "--port", type=int, default=None, help="default: $AGENTKEY_DEMO_PORT, else 8000"
+    )
     sub.set_defaults(handler=None)
     return parser
 
@@ -404,7 +465,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.handler is None:  # the demo serves until stopped; it has its own store default
         from agentkey import demo
 
-        demo.main([*(["--store", args.store] if args.store else []), "--port", str(args.port)])
+        demo.main(
+            [
+                *(["--store", args.store] if args.store else []),
+                *(["--port", str(args.port)] if args.port is not None else []),
+            ]
+        )
         return 0
     args.store = args.store or os.environ.get(ENVIRONMENT_VARIABLE) or DEFAULT_STORE_URL
     try:
@@ -412,48 +478,95 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CommandError as error:
         print(f"agentkey: error: {error}", file=sys.stderr)
         return error.status
+    except BrokenPipeError:  # `agentkey keys list | head`: the reader left, nothing to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+class _ConnectionErrors(logging.Handler):
+    """Keeps the pool's last "error connecting" line, instead of letting it print."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.last: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.last = " ".join(record.getMessage().split())
 
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:
+    # A PostgreSQL pool connects in the background and logs each failed attempt; the
+    # command reports the last one, once, in its own error line.
+    pool_log = logging.getLogger("psycopg.pool")
+    errors, propagate = _ConnectionErrors(), pool_log.propagate
+    pool_log.addHandler(errors)
+    pool_log.propagate = False
     try:
-        db = open_store(args.store)
-    except ValueError as exc:
-        raise CommandError(str(exc), status=2) from None
-    try:
-        if args.handler is not _db_init:
-            _require_schema(db, args.store)
-        args.handler(db, args, out)
-    except CommandError:
-        raise
-    except Exception as exc:
-        error = _command_error(exc)
-        if error is None:
-            raise  # a bug: let the traceback show
-        raise error from None
+        try:
+            db = open_store(args.store)
+        except ValueError as exc:
+            raise CommandError(str(exc), status=2) from None
+        try:
+            if args.handler is _db_init:
+                _require_directory(db)
+            else:
+                _require_schema(db, args.store)
+            args.handler(db, args, out)
+        except CommandError:
+            raise
+        except Exception as exc:
+            error = _command_error(exc, args.store, errors.last)
+            if error is None:
+                raise  # a bug: let the traceback show
+            raise error from None
+        finally:
+            db.close()
     finally:
-        db.close()
+        pool_log.removeHandler(errors)
+        pool_log.propagate = propagate
     return 0
+
+
+def _require_directory(db: Database) -> None:
+    if isinstance(db, SQLiteDatabase):
+        folder = os.path.dirname(os.path.abspath(db.path))
+        if not os.path.isdir(folder):
+            raise CommandError(
+                f"cannot create {os.path.abspath(db.path)}: there is no directory {folder}",
+                status=2,
+            )
 
 
 def _require_schema(db: Database, url: str) -> None:
     # The library creates a SQLite file on first use; the command does not, so that a typo
     # in a path is an error rather than a new empty store.
     if isinstance(db, SQLiteDatabase):
-        missing = not os.path.exists(db.path)
-    else:
-        missing = db.schema_version() == 0
-    if missing:
-        raise CommandError(f"the store {_redact(url)} is not initialized: run 'agentkey db init'")
+        if not os.path.exists(db.path):
+            raise CommandError(
+                f"there is no store at {os.path.abspath(db.path)} (from {url}): check --store "
+                f"or ${ENVIRONMENT_VARIABLE}, or create it with 'agentkey db init'"
+            )
+    elif db.schema_version() == 0:
+        raise CommandError(
+            f"the store {_redact(url)} has no agentkey tables in the first schema of its "
+            "search_path: run 'agentkey db init'"
+        )
 
 
-def _command_error(exc: Exception) -> CommandError | None:
+def _command_error(exc: Exception, url: str, connecting: str | None) -> CommandError | None:
     for kind, status in _EXIT_CODES:
         if isinstance(exc, kind):
             return CommandError(str(exc), status)
+    if type(exc).__name__ == "PoolTimeout" and connecting is not None:
+        reason = connecting.partition(": ")[2] or connecting
+        return CommandError(f"cannot connect to the store {_redact(url)}: {reason}")
     psycopg = sys.modules.get("psycopg")  # imported only if a PostgreSQL store was opened
     driver_errors = (sqlite3.Error,) if psycopg is None else (sqlite3.Error, psycopg.Error)
     if isinstance(exc, driver_errors):
-        return CommandError(f"the store failed: {type(exc).__name__}: {exc}")
+        message = (str(exc).splitlines() or [""])[0]  # not the SQL excerpt that follows
+        if type(exc).__name__ == "InvalidSchemaName":
+            message += ": create the schema that the URL's search_path names first"
+        return CommandError(f"the store failed: {type(exc).__name__}: {message}")
     return None
 
 

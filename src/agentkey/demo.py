@@ -17,6 +17,7 @@ import argparse
 import importlib.util
 import os
 import shlex
+import socket
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -111,21 +112,54 @@ def _load_example() -> Any:
     return module
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    import uvicorn  # the demo extra; the library itself does not need it
+def _port_is_free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
-    parser = argparse.ArgumentParser(prog="agentkey demo", description=__doc__.split("\n")[0])
-    parser.add_argument("--store", default=os.environ.get("AGENTKEY_DEMO_STORE", DEMO_STORE))
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m agentkey.demo",
+        description="Seed a demo tenant and user, print two fresh keys and curl lines, and "
+        "serve examples/starlette_app.py on 127.0.0.1 until Ctrl+C.",
+    )
     parser.add_argument(
-        "--port", type=int, default=int(os.environ.get("AGENTKEY_DEMO_PORT", "8000"))
+        "--store",
+        metavar="URL",
+        default=os.environ.get("AGENTKEY_DEMO_STORE", DEMO_STORE),
+        help=f"the demo's store (default: $AGENTKEY_DEMO_STORE, else {DEMO_STORE})",
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=int(os.environ.get("AGENTKEY_DEMO_PORT", "8000")),
+        help="default: $AGENTKEY_DEMO_PORT, else 8000",
     )
     args = parser.parse_args(argv)
+    try:
+        import uvicorn  # the demo extra; the library itself does not need it
+    except ImportError:
+        raise SystemExit("the demo needs uvicorn: pip install 'agentkey[demo]'") from None
+    if not _port_is_free(args.port):
+        raise SystemExit(
+            f"port {args.port} on 127.0.0.1 is in use: pass --port N or set AGENTKEY_DEMO_PORT"
+        )
+    example = _load_example()
     with open_store(args.store) as db:
         db.create_schema()
         keys = seed(db.keys, db.directory)
-        app = _load_example().create_app(db.keys, db.directory)
+        app = example.create_app(db.keys, db.directory)
         print(f"Store: {args.store}")
-        print(instructions(keys, f"http://127.0.0.1:{args.port}"), flush=True)
+        print(instructions(keys, f"http://127.0.0.1:{args.port}"))
+        print(
+            "The keys stay in the store after the demo stops; list them with",
+            shlex.join(["agentkey", "keys", "list", "--as", USER, "--store", args.store]),
+            flush=True,
+        )
         uvicorn.run(app, host="127.0.0.1", port=args.port)
 
 

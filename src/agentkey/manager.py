@@ -14,7 +14,7 @@ a thin page over these three methods::
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 
 from agentkey import _token
 from agentkey._hashing import hash_secret
@@ -78,7 +78,7 @@ class KeyManager:
                 "scope must be Scope.tenant(tenant_id) or "
                 f"Scope.organization(organization_id, tenant_id=...), got {scope!r}"
             )
-        now = self.clock()
+        now = self._now()
         expires_at = expiry_for(expiry, now)
         self._check_reach(account_id, scope)
         for _ in range(3):  # a clash of 71 random bits is astronomically rare; never silent
@@ -113,7 +113,7 @@ class KeyManager:
         :class:`Scope`.
         """
         account_id = _account(account_id)
-        now = self.clock()
+        now = self._now()
         return [
             info
             for info in self._infos(self.store.keys_of(account_id), now)
@@ -142,7 +142,7 @@ class KeyManager:
             # Echo the id only if it is shaped like one: a pasted key must not land in a log.
             named = f"id {key_id!r}" if _token.is_key_id(key_id) else "that id"
             raise KeyNotFound(f"you have no key with {named}")
-        now = self.clock()
+        now = self._now()
         # Inactive keys are revocable too, so membership does not matter here.
         status = derive_status(key, now, reaches_scope=True)
         if not status.revocable or not self.store.revoke_key(key_id, now):
@@ -153,6 +153,11 @@ class KeyManager:
         revoked = self.store.get_key(key_id)
         assert revoked is not None, "the store lost a key it just revoked"
         return _info(revoked, Status.REVOKED)
+
+    def _now(self) -> datetime:
+        # Stored instants are UTC (D12), whatever zone the clock answers in.
+        now = self.clock()
+        return now if now.utcoffset() is None else now.astimezone(UTC)
 
     def _check_reach(self, account_id: str, scope: Scope) -> None:
         if scope.organization_id is None:

@@ -5,10 +5,13 @@ body is never read -- not even a 100 MB upload over a real socket.
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import socket
 import sys
 import time
+import wsgiref.handlers
+import wsgiref.util
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
 
@@ -146,6 +149,29 @@ def test_wsgi_app_crash_propagates(world: World, point: str) -> None:
         server.call(WsgiMiddleware(app, authenticator=world.authenticator()), world)
     expected = [] if point == "before the response" else ["200 OK"]
     assert [status for status, _ in server.starts] == expected
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a WSGI app's crash propagates to the server, whose own 500 cannot carry the "
+    "service headers; the ASGI middleware answers such a crash with a 500 that does",
+)
+def test_wsgi_server_500_for_a_crash_names_the_organization(world: World) -> None:
+    """Spec 5.4: the 500 a WSGI server sends for a crash after authentication has the headers."""
+
+    def app(environ: Any, start_response: Any) -> Iterator[bytes]:
+        raise RuntimeError("the app broke")
+
+    environ = {"PATH_INFO": MODELS, "HTTP_AUTHORIZATION": f"Bearer {world.keys['research']}"}
+    wsgiref.util.setup_testing_defaults(environ)
+    output = io.BytesIO()
+    server = wsgiref.handlers.SimpleHandler(io.BytesIO(), output, io.StringIO(), environ)
+    server.run(WsgiMiddleware(app, authenticator=world.authenticator()))
+
+    head = output.getvalue().partition(b"\r\n\r\n")[0].lower()
+    assert head.startswith(b"http/1.0 500 ")
+    assert b"\r\nservice-organization-id: org_research" in head
+    assert b"\r\nservice-tenant-id: acme" in head
 
 
 @pytest.mark.parametrize("sent", [False, True], ids=["headers not sent", "headers sent"])

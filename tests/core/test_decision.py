@@ -549,6 +549,50 @@ def test_hanging_store_times_out_with_503(world: World, make_decide: MakeDecide)
     assert time.perf_counter() - started < 1.5
 
 
+class GatedStore:
+    """A sync store whose reads wait for a gate, and that notes the uses it is told of."""
+
+    def __init__(self, inner: Any, gate: threading.Event) -> None:
+        self.inner, self.gate = inner, gate
+        self.used: list[str] = []
+
+    def get_key(self, key_id: str) -> Any:
+        self.gate.wait(10)
+        return self.inner.get_key(key_id)
+
+    def mark_used(self, key_id: str, at: Any) -> None:
+        self.used.append(key_id)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_a_decision_cut_by_the_timeout_is_audited_once(world: World, asynchronous: bool) -> None:
+    """A decision ending after its request got 503 is neither audited again nor counted a use."""
+    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
+    gate = threading.Event()
+    store = GatedStore(world.store, gate)
+    events: list[AuditEvent] = []
+    auth = Authenticator(
+        store,
+        world.directory,
+        clock=world.clock,
+        timeout=0.2,
+        audit=events.append,
+        usage_interval=0,
+    )
+    request = bearer(created.secret)
+    outcome = (
+        asyncio.run(auth.authenticate_async(request))
+        if asynchronous
+        else auth.authenticate(request)
+    )
+    refused(outcome, ServiceUnavailable, Reason.BACKEND_TIMEOUT)
+    gate.set()
+    auth._calls.shutdown(wait=True)  # the abandoned call runs to its end
+    auth.close()  # and any last_used_at write it queued is made
+    assert [event.allowed for event in events] == [False]
+    assert store.used == []
+
+
 def test_async_store_is_awaited_and_timed_out(world: World) -> None:
     """An async store works with the async driver and is bounded by the timeout."""
     created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)

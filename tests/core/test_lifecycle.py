@@ -101,6 +101,17 @@ def test_fixed_lifetimes_are_exact_durations(lifetime: Lifetime, delta: timedelt
     assert expiry_for(lifetime, NOW) == NOW + delta
 
 
+@pytest.mark.parametrize("lifetime", list(Lifetime))
+def test_lifetimes_stay_exact_when_now_is_in_a_local_zone(lifetime: Lifetime) -> None:
+    """D12: from a local time just before a DST change, a lifetime is still exact, in UTC."""
+    now = datetime(2026, 3, 28, 12, 0, tzinfo=ZoneInfo("Europe/Paris"))  # spring-forward eve
+    expires = expiry_for(lifetime, now)
+    assert expires.utcoffset() == timedelta(0)
+    assert expires == now.astimezone(UTC) + lifetime.value
+    custom = expiry_for(CustomDate(date(2027, 3, 28), "Europe/Paris"), now)
+    assert custom == now.astimezone(UTC) + timedelta(days=365)
+
+
 def test_not_a_lifetime_is_refused() -> None:
     """An expiry that is neither a Lifetime nor a CustomDate gets a typed error."""
     with pytest.raises(InvalidExpiry, match="Lifetime or a CustomDate"):
@@ -176,6 +187,13 @@ def test_a_datetime_is_not_a_custom_date() -> None:
     """A custom expiry is a calendar date; a datetime is refused rather than truncated."""
     with pytest.raises(InvalidExpiry, match="calendar date"):
         expiry_for(CustomDate(datetime(2026, 12, 1, tzinfo=UTC), "UTC"), NOW)
+
+
+@pytest.mark.parametrize("day", [None, ""])
+def test_an_empty_custom_date_is_refused(day: object) -> None:
+    """Spec 2: a key cannot be created with an empty custom date."""
+    with pytest.raises(InvalidExpiry, match="calendar date"):
+        expiry_for(CustomDate(day, "UTC"), NOW)  # type: ignore[arg-type]
 
 
 @given(

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -10,6 +11,7 @@ from agentkey import (
     CustomDate,
     InvalidExpiry,
     InvalidKeyName,
+    KeyManager,
     KeyNotFound,
     KeyNotRevocable,
     Lifetime,
@@ -44,6 +46,18 @@ def test_default_lifetime_is_30_days(world: World) -> None:
     created = world.manager.create("alice", name="x", scope=TENANT_SCOPE)
     assert created.info.expires_at - created.info.created_at == timedelta(days=30)
     assert created.info.created_at == world.clock.now
+
+
+def test_instants_are_stored_in_utc_whatever_the_zone_of_the_clock(world: World) -> None:
+    """D12: with a clock in a local zone, a one-day key lasts 24 hours and is stored in UTC."""
+    now = datetime(2026, 3, 28, 12, 0, tzinfo=ZoneInfo("Europe/Paris"))  # spring-forward eve
+    manager = KeyManager(world.store, world.directory, clock=lambda: now)
+    created = manager.create("alice", name="x", scope=TENANT_SCOPE, expiry=Lifetime.DAYS_1)
+    revoked = manager.revoke("alice", created.info.key_id)
+    assert revoked.revoked_at is not None
+    for instant in (revoked.created_at, revoked.expires_at, revoked.revoked_at):
+        assert instant.utcoffset() == timedelta(0)
+    assert revoked.expires_at == now.astimezone(UTC) + timedelta(hours=24)
 
 
 def test_custom_date_expiry(world: World) -> None:

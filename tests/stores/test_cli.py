@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -95,7 +96,7 @@ def test_list_filters_by_status_and_scope(ready: Run) -> None:
         return [item["key_id"] for item in json.loads(out)]
 
     assert ids() == [default, research, tenant]  # newest first
-    assert ids("--status", "active") == [research, tenant]
+    assert ids("--status", "active") == ids("--status", "Active") == [research, tenant]
     assert ids("--status", "revoked") == [default]
     assert ids("--scope", "tenant") == [tenant]
     assert ids("--scope", "organization") == [default, research]
@@ -180,7 +181,10 @@ FAILURES = [
     (("keys", "list", "--as", "alice", "--status", "lost"), 2, "invalid choice"),
     (("keys", "revoke", "--as", "alice", "NoSuchKey123"), 1, "no key with id"),
     (("org", "add", "org_second", "--tenant", "acme", "--default"), 1, "already has a default"),
-    (("org", "add", "org_research", "--tenant", "globex"), 1, "already exists differently"),
+    (("org", "add", "org_research", "--tenant", "globex"), 1, "already exists in tenant 'acme'"),
+    (("org", "add", "org_x", "--tenant", " "), 2, "must not be empty"),
+    (("keys", "create", "--as", "", "--name", "x", "--tenant", "acme"), 2, "must not be empty"),
+    (("keys", "revoke", "--as", "alice", "rma_" + "x" * 46), 2, "not the key"),
     (("member", "add", "bob", "org_nope", "--role", "admin"), 1, "no organization"),
     (("keys",), 2, "required"),
 ]  # fmt: skip
@@ -210,6 +214,7 @@ def test_an_uninitialized_store_is_not_created_by_accident(agentkey: Run, tmp_pa
     """Every command but db init refuses a store that does not exist yet, and creates nothing."""
     status, _, err = agentkey("keys", "list", "--as", "alice")
     assert status == 1 and "agentkey db init" in err
+    assert f"there is no store at {tmp_path / 'agentkey.sqlite3'}" in err  # the absolute path
     assert list(tmp_path.iterdir()) == []
     status, out, _ = agentkey("db", "init")
     assert status == 0 and "schema version 1" in out
@@ -235,6 +240,46 @@ def test_the_store_comes_from_the_flag_then_the_environment_then_the_default(
     assert not (tmp_path / "ignored.db").exists()
     assert main(["--store", "redis://127.0.0.1", "db", "init"]) == 2
     assert "unsupported store URL scheme 'redis'" in capsys.readouterr().err
+
+
+def test_db_init_names_a_missing_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A SQLite path in a directory that does not exist is a usage error that names it."""
+    assert main(["--store", f"sqlite:///{tmp_path}/nowhere/keys.sqlite3", "db", "init"]) == 2
+    assert f"there is no directory {tmp_path / 'nowhere'}" in capsys.readouterr().err
+
+
+def test_an_organization_id_no_header_can_name_is_added_with_a_warning(ready: Run) -> None:
+    """org add warns about an id that x-organization-id cannot carry, and re-adding is fine."""
+    status, _, err = ready("org", "add", "team one", "--tenant", "acme")
+    assert status == 0 and "warning: x-organization-id cannot name 'team one'" in err
+    status, _, err = ready("org", "add", "org_research", "--tenant", "acme")
+    assert (status, err) == (0, "")
+
+
+def test_demo_help_names_the_demo_s_own_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    """agentkey demo --help gives the demo's store and port defaults, not the command's."""
+    assert main(["demo", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "$AGENTKEY_DEMO_STORE" in out and "$AGENTKEY_DEMO_PORT" in out
+    assert "$AGENTKEY_STORE_URL" not in out
+
+
+def test_an_unreachable_postgresql_store_is_one_line_with_the_reason(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The pool's connection errors become one error line, with the reason, password hidden."""
+    pytest.importorskip("psycopg_pool")
+    with socket.socket() as sock:  # a port nothing listens on: the connection is refused
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"postgresql://app:hunter2@127.0.0.1:{port}/app"
+    assert main(["--store", url, "keys", "list", "--as", "alice"]) == 1  # after the 5 s timeout
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "hunter2" not in err
+    assert f"cannot connect to the store postgresql://app:***@127.0.0.1:{port}/app" in err
+    assert "refused" in err
 
 
 def test_passwords_in_store_urls_are_never_printed() -> None:

@@ -167,6 +167,30 @@ def test_websocket_refused_with_http_response(world: World) -> None:
     assert refused.value.headers["www-authenticate"] == 'Bearer realm="agents-api"'
 
 
+def test_websocket_refused_by_the_policy_names_the_organization(world: World) -> None:
+    """A policy's 403 to a handshake carries the service headers, as it does over HTTP."""
+    app = Starlette(
+        routes=[WebSocketRoute("/managed-agents/v1/stream", ws_endpoint)],
+        middleware=[
+            Middleware(
+                AgentKeyMiddleware,
+                authenticator=world.authenticator(policy=lambda principal, request: False),
+            )
+        ],
+    )
+    headers = {"authorization": f"Bearer {world.keys['research']}"}
+    with (
+        TestClient(app) as client,
+        pytest.raises(WebSocketDenialResponse) as refused,
+        client.websocket_connect("/managed-agents/v1/stream", headers=headers),
+    ):
+        pass  # the handshake itself is refused
+    assert refused.value.status_code == 403
+    assert refused.value.json()["error"]["code"] == "permission_denied"
+    assert refused.value.headers["service-organization-id"] == "org_research"
+    assert refused.value.headers["service-tenant-id"] == "acme"
+
+
 def test_websocket_refused_with_close(world: World) -> None:
     """Without the extension the handshake is closed with 1008 before accept."""
     app = AgentKeyMiddleware(echo_app, authenticator=world.authenticator())
