@@ -53,16 +53,19 @@ What it does, precisely:
     starts with ``exc_info``. Of the middleware's own refusals only a policy's 403 carries
     them (the request reached its organization). The app's
     iterable is returned as it is: unbuffered, with its ``close()``.
--   An exception that escapes the app propagates to the server unchanged, as WSGI wants;
-    Flask and Django turn errors into responses inside the app, and those carry the
-    headers.
+-   If the app raises before it starts its response (Flask and Django turn their errors
+    into responses of their own, which carry the headers), the middleware answers 500 with
+    the service headers and logs the traceback on the ``agentkey`` logger: re-raised, the
+    exception would become the server's own 500, without them. An exception raised after
+    the app started its response propagates to the server unchanged.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from agentkey._decision import AuthRequest
 from agentkey._model import Principal
@@ -85,6 +88,8 @@ if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
 
 __all__ = ["AgentKeyMiddleware", "principal"]
+
+log: Final = logging.getLogger("agentkey")
 
 
 class AgentKeyMiddleware:
@@ -138,14 +143,29 @@ class AgentKeyMiddleware:
             environ.pop("HTTP_AUTHORIZATION", None)
         extra = service_headers(outcome)
 
+        started = False
+
         def start_with_service_headers(
             status: str, headers: list[tuple[str, str]], exc_info: OptExcInfo | None = None
         ) -> Callable[[bytes], object]:
+            nonlocal started
+            started = True
             # A new list: the app may pass the same list object to every response.
             headers = [h for h in headers if h[0].lower() not in SERVICE_HEADER_NAMES]
             return start_response(status, headers + extra, exc_info)
 
-        return self.app(environ, start_with_service_headers)
+        try:
+            return self.app(environ, start_with_service_headers)
+        except Exception:
+            if started:  # the app chose its response: the server's error handling takes over
+                raise
+            # Re-raised, this would become the server's own 500, without the headers the
+            # spec puts on every response of a request that reached an organization.
+            log.exception("the application raised before responding; answering 500")
+            start_with_service_headers(
+                "500 Internal Server Error", [("content-type", "text/plain; charset=utf-8")]
+            )
+            return [b"Internal Server Error"]
 
 
 def _values(environ: WSGIEnvironment, key: str) -> tuple[str, ...]:

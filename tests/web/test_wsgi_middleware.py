@@ -176,15 +176,20 @@ def test_principal_outside_the_prefix(world: World) -> None:
         client.get("/elsewhere")
 
 
-def test_a_crash_propagates(world: World) -> None:
-    """An exception escaping the app reaches the server unchanged, as WSGI wants."""
+def test_a_crash_before_responding_is_a_500_with_the_service_headers(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An app raising before it responds gets a 500 naming the organization, logged."""
 
     def app(environ: Any, start_response: Any) -> Iterable[bytes]:
         raise RuntimeError("the app broke")
 
     client = Client(AgentKeyMiddleware(app, authenticator=world.authenticator()))
-    with pytest.raises(RuntimeError, match="broke"):
-        client.get(MODELS, headers={"authorization": f"Bearer {world.keys['main']}"})
+    reply = client.get(MODELS, headers={"authorization": f"Bearer {world.keys['main']}"})
+    assert reply.status_code == 500
+    assert reply.headers["service-organization-id"] == "org_main"
+    assert reply.headers["service-tenant-id"] == "acme"
+    assert "the app broke" in caplog.text
 
 
 @pytest.mark.parametrize(
