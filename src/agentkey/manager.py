@@ -80,7 +80,7 @@ class KeyManager:
             )
         now = self._now()
         expires_at = expiry_for(expiry, now)
-        self._check_reach(account_id, scope)
+        scope = self._reachable(account_id, scope)
         for _ in range(3):  # a clash of 71 random bits is astronomically rare; never silent
             token = _token.generate()
             key = ApiKey(
@@ -113,6 +113,12 @@ class KeyManager:
         :class:`Scope`.
         """
         account_id = _account(account_id)
+        if status is not None and not isinstance(status, Status):
+            raise TypeError(f"status must be a Status (e.g. Status.ACTIVE), got {status!r}")
+        if scope is not None and not isinstance(scope, ScopeKind | Scope):
+            raise TypeError(
+                f"scope must be a ScopeKind (e.g. ScopeKind.TENANT) or a Scope, got {scope!r}"
+            )
         now = self._now()
         return [
             info
@@ -159,22 +165,24 @@ class KeyManager:
         now = self.clock()
         return now if now.utcoffset() is None else now.astimezone(UTC)
 
-    def _check_reach(self, account_id: str, scope: Scope) -> None:
+    def _reachable(self, account_id: str, scope: Scope) -> Scope:
+        """*scope* as the provider names it, if the account reaches it (D16: canonical ids)."""
         if scope.organization_id is None:
             if not self.directory.reaches_tenant(account_id, scope.tenant_id):
                 raise ScopeNotReachable(
                     f"account {account_id!r} reaches no organization of tenant {scope.tenant_id!r}"
                 )
-            return
+            return scope
         organization = self.directory.get_organization(scope.organization_id)
         if organization is None or organization.tenant_id != scope.tenant_id:
             raise ScopeNotReachable(
                 f"there is no organization {scope.organization_id!r} in tenant {scope.tenant_id!r}"
             )
-        if self.directory.get_role(account_id, scope.organization_id) is None:
+        if self.directory.get_role(account_id, organization.id) is None:
             raise ScopeNotReachable(
                 f"account {account_id!r} has no role in organization {scope.organization_id!r}"
             )
+        return Scope.organization(organization.id, tenant_id=organization.tenant_id)
 
     def _infos(self, keys: Iterable[ApiKey], now: datetime) -> Iterator[KeyInfo]:
         reach: dict[Scope, bool] = {}  # one membership question per scope, not per key

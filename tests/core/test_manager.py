@@ -179,3 +179,40 @@ def test_only_the_creator_can_revoke(world: World) -> None:
     with pytest.raises(TypeError):
         world.manager.revoke("alice", None)  # type: ignore[arg-type]
     assert world.manager.list("alice")[0].status is Status.ACTIVE
+
+
+class LooseDirectory:
+    """A provider that matches organization ids case-insensitively, as some directories do."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    def get_organization(self, organization_id: str) -> object:
+        return self.inner.get_organization(organization_id.lower())  # type: ignore[attr-defined]
+
+    def get_role(self, account_id: str, organization_id: str) -> object:
+        return self.inner.get_role(account_id, organization_id.lower())  # type: ignore[attr-defined]
+
+
+def test_created_keys_keep_the_providers_canonical_ids(world: World) -> None:
+    """D16: an organization typed loosely in the console is stored as the provider names it."""
+    manager = KeyManager(world.store, LooseDirectory(world.directory), clock=world.clock)  # type: ignore[arg-type]
+    created = manager.create(
+        "alice", name="x", scope=Scope.organization("ORG_Research", tenant_id="acme")
+    )
+    assert created.info.scope == Scope.organization("org_research", tenant_id="acme")
+
+
+@pytest.mark.parametrize(
+    "filters", [{"status": "Active"}, {"scope": "tenant"}, {"status": 1}], ids=str
+)
+def test_list_filters_of_the_wrong_type_are_refused(
+    world: World, filters: dict[str, object]
+) -> None:
+    """A filter that is not a Status / ScopeKind / Scope raises instead of matching nothing."""
+    world.manager.create("alice", name="x", scope=TENANT_SCOPE)
+    with pytest.raises(TypeError, match="must be a"):
+        world.manager.list("alice", **filters)  # type: ignore[arg-type]
