@@ -12,6 +12,7 @@ from collections.abc import Callable, Collection
 from typing import Final
 
 from agentkey._model import Principal
+from agentkey.authenticator import Authenticator
 from agentkey.errors import AuthError, PermissionDenied
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "TENANT_HEADER",
     "Paths",
     "PublicPaths",
+    "check_authenticator",
     "check_realm",
     "refusal",
     "service_headers",
@@ -84,6 +86,16 @@ def _normalized(path: str) -> str:
             segments.append(segment)
     trailing = "/" if segments and path.endswith(("/", "/.", "/..")) else ""
     return "/" + "/".join(segments) + trailing
+
+
+def check_authenticator(authenticator: Authenticator) -> Authenticator:
+    # Said at startup, not as a 500 on the first request.
+    if not isinstance(authenticator, Authenticator):
+        raise TypeError(
+            "authenticator must be an agentkey.Authenticator, e.g. "
+            f"Authenticator(db.keys, db.directory); got {type(authenticator).__name__}"
+        )
+    return authenticator
 
 
 def check_realm(realm: str) -> str:

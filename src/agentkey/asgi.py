@@ -80,6 +80,7 @@ from agentkey._web import (
     TENANT_HEADER,
     Paths,
     PublicPaths,
+    check_authenticator,
     check_realm,
     refusal,
 )
@@ -127,7 +128,7 @@ class AgentKeyMiddleware:
         strip_authorization: bool = True,
     ) -> None:
         self.app = app
-        self.authenticator = authenticator
+        self.authenticator = check_authenticator(authenticator)
         self.paths = Paths(prefix, public_paths)
         self.realm = check_realm(realm)
         self.strip_authorization = strip_authorization

@@ -102,9 +102,12 @@ def _require(obj: object, name: str, kind: str, methods: tuple[str, ...]) -> Non
     # Said now, not as a 503 on every request later.
     missing = [method for method in methods if not callable(getattr(obj, method, None))]
     if missing:
+        hint = ""
+        if hasattr(obj, "keys") and hasattr(obj, "directory"):  # a whole SQL database
+            hint = "; pass db.keys as the store and db.directory as the directory"
         raise TypeError(
             f"{name} must be {kind} (see agentkey.protocols); {type(obj).__name__} "
-            f"lacks {', '.join(missing)}"
+            f"lacks {', '.join(missing)}{hint}"
         )
 
 
@@ -339,6 +342,12 @@ class Authenticator:
             except Exception:
                 log.exception("the audit hook failed; the decision stands")
         return outcome
+
+    def __enter__(self) -> Authenticator:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def close(self) -> None:
         """Stop the worker threads (argon2, bounded calls, pending ``last_used_at`` writes).

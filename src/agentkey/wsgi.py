@@ -76,6 +76,7 @@ from agentkey._web import (
     SERVICE_HEADER_NAMES,
     Paths,
     PublicPaths,
+    check_authenticator,
     check_realm,
     refusal,
     service_headers,
@@ -115,7 +116,7 @@ class AgentKeyMiddleware:
         strip_authorization: bool = True,
     ) -> None:
         self.app = app
-        self.authenticator = authenticator
+        self.authenticator = check_authenticator(authenticator)
         self.paths = Paths(prefix, public_paths)
         self.realm = check_realm(realm)
         self.strip_authorization = strip_authorization

@@ -756,3 +756,15 @@ def test_a_closed_authenticator_answers_503(world: World) -> None:
     ):
         error = refused(outcome, ServiceUnavailable, Reason.CLOSED)
         assert error.headers() == [("retry-after", "3")]
+
+
+def test_a_whole_database_passed_as_the_store_gets_a_hint(tmp_path: Any) -> None:
+    """Passing the SQLite database itself says to pass db.keys and db.directory."""
+    from agentkey.stores.sqlite import SQLiteDatabase
+
+    with SQLiteDatabase(tmp_path / "keys.sqlite3") as db:
+        with pytest.raises(TypeError, match=r"pass db\.keys as the store"):
+            Authenticator(db, db.directory)  # type: ignore[arg-type]
+        with Authenticator(db.keys, db.directory) as auth:  # a context manager closes it
+            assert not auth._closed
+        assert auth._closed

@@ -18,6 +18,7 @@ from starlette.websockets import WebSocket
 
 from agentkey import MissingPrincipal, Principal
 from agentkey.asgi import AgentKeyMiddleware, principal
+from agentkey.wsgi import AgentKeyMiddleware as WsgiMiddleware
 from tests.web.web_support import MODELS, World
 
 Message = dict[str, Any]
@@ -334,3 +335,10 @@ def test_bad_options(world: World, options: dict[str, Any], error: type[Exceptio
     """Options that would misbehave at request time are refused at construction."""
     with pytest.raises(error):
         AgentKeyMiddleware(echo_app, authenticator=world.authenticator(), **options)
+
+
+@pytest.mark.parametrize("middleware", [AgentKeyMiddleware, WsgiMiddleware], ids=["asgi", "wsgi"])
+def test_an_authenticator_of_the_wrong_kind_is_refused_at_startup(middleware: Any) -> None:
+    """Anything but an Authenticator fails when the middleware is built, not on a request."""
+    with pytest.raises(TypeError, match=r"must be an agentkey\.Authenticator"):
+        middleware(lambda *args: None, authenticator=object())
