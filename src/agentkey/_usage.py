@@ -104,6 +104,11 @@ class UsageRecorder:
                 return
             thread.join(timeout)
 
+    async def flush(self, timeout: float = 5.0) -> None:
+        """Wait, at most *timeout* seconds, for the writes an async store is still running."""
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=timeout)
+
     # --- the three ways to write -----------------------------------------------------------
 
     def _write(self, key_id: str, at: datetime) -> None:

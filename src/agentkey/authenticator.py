@@ -349,6 +349,22 @@ class Authenticator:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    async def __aenter__(self) -> Authenticator:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """:meth:`close`, once an async store's pending ``last_used_at`` writes are done.
+
+        With an async store, call this (or use ``async with``) in the app's lifespan
+        shutdown, on the loop that served the requests.
+        """
+        if self.usage is not None:
+            await self.usage.flush()
+        self.close()
+
     def close(self) -> None:
         """Stop the worker threads (argon2, bounded calls, pending ``last_used_at`` writes).
 

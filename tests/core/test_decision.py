@@ -768,3 +768,31 @@ def test_a_whole_database_passed_as_the_store_gets_a_hint(tmp_path: Any) -> None
         with Authenticator(db.keys, db.directory) as auth:  # a context manager closes it
             assert not auth._closed
         assert auth._closed
+
+
+class AsyncUsageStore:
+    """An async store over the memory store whose writes take a moment."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    async def get_key(self, key_id: str) -> Any:
+        return self.inner.get_key(key_id)
+
+    async def mark_used(self, key_id: str, at: Any) -> None:
+        await asyncio.sleep(0.05)
+        self.inner.mark_used(key_id, at)
+
+
+def test_aclose_waits_for_an_async_stores_last_used_writes(world: World) -> None:
+    """The last_used_at write an async store is still running lands before aclose() returns."""
+    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
+
+    async def serve_then_shut_down() -> None:
+        async with Authenticator(
+            AsyncUsageStore(world.store), world.directory, clock=world.clock
+        ) as auth:
+            passes(await auth.authenticate_async(bearer(created.secret)))
+
+    asyncio.run(serve_then_shut_down())
+    assert world.manager.list("alice")[0].last_used_at == world.clock.now

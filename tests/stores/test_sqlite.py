@@ -147,3 +147,10 @@ def test_open_store_reads_sqlite_urls(tmp_path: Path) -> None:
         relative.close()
     with pytest.raises(ValueError, match="unsupported store URL scheme 'mysql'"):
         open_store("mysql://root:hunter2@127.0.0.1/keys")
+
+
+@pytest.mark.parametrize("url", ["sqlite://agentkey.sqlite3", "sqlite:agentkey.sqlite3"])
+def test_a_sqlite_url_with_too_few_slashes_says_how_many(url: str) -> None:
+    """A SQLite URL missing a slash is named as such, not as an unsupported scheme."""
+    with pytest.raises(ValueError, match="three slashes before a relative path"):
+        open_store(url)

@@ -48,6 +48,12 @@ def open_store(url: str) -> SQLiteDatabase | PostgresDatabase:
                 "a postgresql:// store needs psycopg: pip install 'agentkey[postgres]'"
             ) from exc
         return PostgresDatabase(url)
+    if url.startswith("sqlite:"):
+        raise ValueError(
+            f"a SQLite store URL has three slashes before a relative path, four before an "
+            f"absolute one: sqlite:///agentkey.sqlite3 or sqlite:////var/lib/agentkey.sqlite3, "
+            f"got {url!r}"
+        )
     scheme = url.partition(":")[0] if ":" in url else url
     raise ValueError(
         f"unsupported store URL scheme {scheme!r}: use sqlite:///path/to/file.sqlite3 "

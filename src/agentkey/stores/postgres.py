@@ -14,8 +14,10 @@ the ASGI middleware::
     async with AsyncPostgresDatabase("postgresql://app@127.0.0.1:5432/app") as adb:
         auth = Authenticator(adb.keys, adb.directory)  # awaited on the event loop
 
-Nothing touches the database on import or construction (the pool connects in the
-background); the schema is created or upgraded only by ``create_schema()``, under an
+Importing this module touches no database; constructing a :class:`PostgresDatabase`
+opens its pool, which connects right away (an :class:`AsyncPostgresDatabase` connects on
+``open()``). No table is created on construction: the schema is created or upgraded only
+by ``create_schema()``, under an
 advisory lock so that several instances deploying at once do not race. The tables live in
 the first schema of the connection's ``search_path``: to keep them in a schema of their
 own, add ``?options=-csearch_path%3Dagentkey`` to the URL.
