@@ -8,6 +8,7 @@
     agentkey keys create --as alice --name "CI deploys" --tenant acme --lifetime 7d
     agentkey keys list --as alice --status active
     agentkey keys revoke --as alice 3fZk8QmPx2Lw
+  agentkey scan .                      # exit 1 if a key sits in a file
 
 The store is ``--store URL``, else ``$AGENTKEY_STORE_URL``, else
 ``sqlite:///agentkey.sqlite3`` (see :func:`agentkey.stores.open_store`). Every command but
@@ -283,6 +284,7 @@ examples:
       --expires-on 2026-12-31 --time-zone Europe/Paris
   agentkey keys list --as alice --status active --json
   agentkey keys revoke --as alice 3fZk8QmPx2Lw
+  agentkey scan .                      # exit 1 if a key sits in a file
 
 store URLs:
   sqlite:///agentkey.sqlite3        a file, relative to the current directory
@@ -449,8 +451,51 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument(
         "--port", type=int, default=None, help="default: $AGENTKEY_DEMO_PORT, else 8000"
     )
-    sub.set_defaults(handler=None)
+    sub.set_defaults(standalone=_demo)
+
+    sub = commands.add_parser(
+        "scan",
+        help="find API keys in files before they are committed (exit 1 if any)",
+        description="Report every agentkey API key (checked by its checksum, so look-alikes "
+        "are ignored) in the given files and folders, by place, key id and hint: never the "
+        "secret. Folders are walked, skipping .git, virtual environments and caches; binary "
+        "files are skipped. '-' reads standard input, e.g. 'git diff --cached | agentkey "
+        "scan -'. Exit status: 0 no key found, 1 keys found (revoke them), 2 bad usage.",
+    )
+    sub.add_argument("paths", nargs="*", default=["."], metavar="PATH", help="default: .")
+    sub.set_defaults(standalone=_scan)
     return parser
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from agentkey import demo  # the demo extra (uvicorn) only when asked for
+
+    demo.main(
+        [
+            *(["--store", args.store] if getattr(args, "store", None) else []),
+            *(["--port", str(args.port)] if args.port is not None else []),
+        ]
+    )
+    return 0
+
+
+def _scan(args: argparse.Namespace) -> int:
+    from agentkey.scan import find_keys, scan_paths
+
+    files = [path for path in args.paths if path != "-"]
+    findings = list(scan_paths(files))
+    if "-" in args.paths:
+        findings += find_keys(sys.stdin.read(), "<stdin>")
+    for finding in findings:
+        print(finding)
+    if findings:
+        print(
+            f"agentkey: {len(findings)} API key(s) found: revoke them in the console "
+            "(agentkey keys revoke) and remove them from these files",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
 
 
 # --- running a command --------------------------------------------------------------------
@@ -462,16 +507,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exit:  # --help, or a usage error already printed by argparse
         return exit.code if isinstance(exit.code, int) else 2
-    if args.handler is None:  # the demo serves until stopped; it has its own store default
-        from agentkey import demo
-
-        demo.main(
-            [
-                *(["--store", args.store] if args.store else []),
-                *(["--port", str(args.port)] if args.port is not None else []),
-            ]
-        )
-        return 0
+    standalone = getattr(args, "standalone", None)
+    if standalone is not None:  # demo and scan: no store of the user's to open
+        code: int = standalone(args)
+        return code
     args.store = args.store or os.environ.get(ENVIRONMENT_VARIABLE) or DEFAULT_STORE_URL
     try:
         return _run(args, sys.stdout)
