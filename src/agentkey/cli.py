@@ -436,7 +436,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub = commands.add_parser(
         "demo",
-        help="serve the list-models example with fresh demo keys (from a source checkout)",
+        help="serve the list-models example with fresh demo keys",
         description="Seed a demo tenant and user, print two fresh keys and curl lines, and "
         "serve the list-models example on 127.0.0.1 until Ctrl+C. Its store is not your "
         "own: it defaults to sqlite:///agentkey-demo.sqlite3 in the current directory.",

@@ -14,6 +14,7 @@ Options: ``--store URL`` (else ``$AGENTKEY_DEMO_STORE``, else
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.util
 import os
 import shlex
@@ -102,8 +103,12 @@ def instructions(keys: DemoKeys, base_url: str) -> str:
 
 
 def _load_example() -> Any:
+    # A source checkout serves examples/ as it stands; an installed wheel carries a copy.
     if not EXAMPLE.is_file():
-        raise SystemExit(f"the demo serves {EXAMPLE}; run it from a source checkout")
+        try:
+            return importlib.import_module("agentkey._example_app")
+        except ImportError:
+            raise SystemExit(f"the demo serves {EXAMPLE}; run it from a source checkout") from None
     spec = importlib.util.spec_from_file_location("starlette_app", EXAMPLE)
     assert spec is not None
     assert spec.loader is not None
