@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Collection
-from typing import Final
+from typing import Final, Generic, TypeVar
 
 from agentkey._model import Principal
 from agentkey.authenticator import Authenticator
@@ -22,10 +22,9 @@ __all__ = [
     "PRINCIPAL_KEY",
     "SERVICE_HEADER_NAMES",
     "TENANT_HEADER",
+    "Guard",
     "Paths",
     "PublicPaths",
-    "check_authenticator",
-    "check_realm",
     "refusal",
     "service_headers",
 ]
@@ -40,6 +39,7 @@ SERVICE_HEADER_NAMES: Final = frozenset({ORGANIZATION_HEADER, TENANT_HEADER})
 _REALM: Final = re.compile(r"[ !#-\[\]-~]+")
 
 PublicPaths = Collection[str] | Callable[[str], bool]
+App = TypeVar("App")
 
 
 class Paths:
@@ -88,20 +88,34 @@ def _normalized(path: str) -> str:
     return "/" + "/".join(segments) + trailing
 
 
-def check_authenticator(authenticator: Authenticator) -> Authenticator:
-    # Said at startup, not as a 500 on the first request.
-    if not isinstance(authenticator, Authenticator):
-        raise TypeError(
-            "authenticator must be an agentkey.Authenticator, e.g. "
-            f"Authenticator(db.keys, db.directory); got {type(authenticator).__name__}"
-        )
-    return authenticator
+class Guard(Generic[App]):
+    """The configuration both middlewares share; each adds its own ``__call__``.
 
+    Everything is checked here, at startup, rather than as a 500 on the first request.
+    """
 
-def check_realm(realm: str) -> str:
-    if not _REALM.fullmatch(realm):
-        raise ValueError(f"realm must be printable ASCII without '\"' or '\\', got {realm!r}")
-    return realm
+    def __init__(
+        self,
+        app: App,
+        *,
+        authenticator: Authenticator,
+        prefix: str = DEFAULT_PREFIX,
+        public_paths: PublicPaths = (),
+        realm: str = DEFAULT_REALM,
+        strip_authorization: bool = True,
+    ) -> None:
+        if not isinstance(authenticator, Authenticator):
+            raise TypeError(
+                "authenticator must be an agentkey.Authenticator, e.g. "
+                f"Authenticator(db.keys, db.directory); got {type(authenticator).__name__}"
+            )
+        if not _REALM.fullmatch(realm):
+            raise ValueError(f"realm must be printable ASCII without '\"' or '\\', got {realm!r}")
+        self.app = app
+        self.authenticator = authenticator
+        self.paths = Paths(prefix, public_paths)
+        self.realm = realm
+        self.strip_authorization = strip_authorization
 
 
 def refusal(error: AuthError, realm: str) -> tuple[list[tuple[str, str]], bytes]:

@@ -72,19 +72,13 @@ from starlette.requests import HTTPConnection
 from agentkey._decision import AuthRequest
 from agentkey._model import Principal
 from agentkey._web import (
-    DEFAULT_PREFIX,
-    DEFAULT_REALM,
     ORGANIZATION_HEADER,
     PRINCIPAL_KEY,
     SERVICE_HEADER_NAMES,
     TENANT_HEADER,
-    Paths,
-    PublicPaths,
-    check_authenticator,
-    check_realm,
+    Guard,
     refusal,
 )
-from agentkey.authenticator import Authenticator
 from agentkey.errors import AuthError, MissingPrincipal
 
 __all__ = ["AgentKeyMiddleware", "current_principal", "principal"]
@@ -105,7 +99,7 @@ _ORGANIZATION_HEADER: Final = ORGANIZATION_HEADER.encode("ascii")
 _TENANT_HEADER: Final = TENANT_HEADER.encode("ascii")
 
 
-class AgentKeyMiddleware:
+class AgentKeyMiddleware(Guard[ASGIApp]):
     """Authenticate requests under *prefix* with personal API keys.
 
     :param app: the ASGI application to wrap.
@@ -116,22 +110,6 @@ class AgentKeyMiddleware:
     :param realm: the realm of ``WWW-Authenticate: Bearer realm="..."``.
     :param strip_authorization: remove the ``Authorization`` header before the app sees it.
     """
-
-    def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        authenticator: Authenticator,
-        prefix: str = DEFAULT_PREFIX,
-        public_paths: PublicPaths = (),
-        realm: str = DEFAULT_REALM,
-        strip_authorization: bool = True,
-    ) -> None:
-        self.app = app
-        self.authenticator = check_authenticator(authenticator)
-        self.paths = Paths(prefix, public_paths)
-        self.realm = check_realm(realm)
-        self.strip_authorization = strip_authorization
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = _route_path(scope) if scope["type"] in _AUTHENTICATED else None

@@ -8,7 +8,7 @@
     agentkey keys create --as alice --name "CI deploys" --tenant acme --lifetime 7d
     agentkey keys list --as alice --status active
     agentkey keys revoke --as alice 3fZk8QmPx2Lw
-  agentkey scan .                      # exit 1 if a key sits in a file
+    agentkey scan .          # exit 1 if a key sits in a file
 
 The store is ``--store URL``, else ``$AGENTKEY_STORE_URL``, else
 ``sqlite:///agentkey.sqlite3`` (see :func:`agentkey.stores.open_store`). Every command but

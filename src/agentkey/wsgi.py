@@ -66,34 +66,28 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Final, Protocol
+from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 from agentkey._decision import AuthRequest
 from agentkey._model import Principal
 from agentkey._web import (
-    DEFAULT_PREFIX,
-    DEFAULT_REALM,
     PRINCIPAL_KEY,
     SERVICE_HEADER_NAMES,
-    Paths,
-    PublicPaths,
-    check_authenticator,
-    check_realm,
+    Guard,
     refusal,
     service_headers,
 )
-from agentkey.authenticator import Authenticator
 from agentkey.errors import AuthError, MissingPrincipal
 
 if TYPE_CHECKING:
     from _typeshed import OptExcInfo
-    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
 
 __all__ = ["AgentKeyMiddleware", "principal"]
 
 log: Final = logging.getLogger("agentkey")
 
 
-class AgentKeyMiddleware:
+class AgentKeyMiddleware(Guard[WSGIApplication]):
     """Authenticate requests under *prefix* with personal API keys.
 
     :param app: the WSGI application to wrap.
@@ -104,22 +98,6 @@ class AgentKeyMiddleware:
     :param realm: the realm of ``WWW-Authenticate: Bearer realm="..."``.
     :param strip_authorization: remove ``HTTP_AUTHORIZATION`` before the app sees it.
     """
-
-    def __init__(
-        self,
-        app: WSGIApplication,
-        *,
-        authenticator: Authenticator,
-        prefix: str = DEFAULT_PREFIX,
-        public_paths: PublicPaths = (),
-        realm: str = DEFAULT_REALM,
-        strip_authorization: bool = True,
-    ) -> None:
-        self.app = app
-        self.authenticator = check_authenticator(authenticator)
-        self.paths = Paths(prefix, public_paths)
-        self.realm = check_realm(realm)
-        self.strip_authorization = strip_authorization
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         # PATH_INFO holds the raw bytes as latin-1 (PEP 3333); the app routes on UTF-8 text.
