@@ -191,7 +191,7 @@ def bearer_token(values: Sequence[str]) -> str | Reason:
 
 
 def organization_header(
-    values: Sequence[str], pattern: re.Pattern[str]
+    values: Sequence[str], pattern: re.Pattern[str], key_id: str | None = None
 ) -> str | InvalidRequest | None:
     """The organization named by ``x-organization-id``, ``None`` if absent, or a 400 (D8)."""
     if isinstance(values, str):
@@ -200,12 +200,12 @@ def organization_header(
         return None
     if len(values) > 1:
         return InvalidRequest(
-            Reason.ORG_HEADER_INVALID, "Send exactly one x-organization-id header."
+            Reason.ORG_HEADER_INVALID, "Send exactly one x-organization-id header.", key_id=key_id
         )
     value = values[0].strip(_HTTP_WHITESPACE)
     if value == DEFAULT_ORGANIZATION or pattern.fullmatch(value):
         return value
-    return InvalidRequest(Reason.ORG_HEADER_INVALID)
+    return InvalidRequest(Reason.ORG_HEADER_INVALID, key_id=key_id)
 
 
 _MISSING_ORGANIZATION: Final = (
@@ -262,7 +262,7 @@ def decide(
 
     scope = key.scope
     account_id = key.account_id
-    target = organization_header(request.organization, rules.organization_pattern)
+    target = organization_header(request.organization, rules.organization_pattern, key_id)
 
     if scope.organization_id is not None:
         # 2-3. An organization-scoped key works in its own organization only (D9, D10).
@@ -271,7 +271,6 @@ def decide(
         if role is None:
             return Unauthorized(Reason.INACTIVE, key_id=key_id)
         if isinstance(target, InvalidRequest):
-            target.key_id = key_id
             return target
         if target == DEFAULT_ORGANIZATION:
             default = yield GetDefaultOrganization(scope.tenant_id)
@@ -299,7 +298,6 @@ def decide(
                     Reason.ORG_HEADER_MISSING, _MISSING_ORGANIZATION, key_id=key_id
                 )
             if isinstance(target, InvalidRequest):
-                target.key_id = key_id
                 return target
             if organization is None or organization.tenant_id != scope.tenant_id:
                 return NotFound(Reason.ORG_NOT_FOUND, key_id=key_id)

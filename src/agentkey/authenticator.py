@@ -202,12 +202,10 @@ class Authenticator:
             )
         if self._closed:
             return self._finish(request, self._shutting_down())
-        return self._drive(request, watch=True)
-
-    def _drive(self, request: AuthRequest, *, watch: bool) -> Principal | AuthError:
-        return self._finish(request, self._run(request, watch))
+        return self._finish(request, self._run(request, watch=True))
 
     def _run(self, request: AuthRequest, watch: bool) -> Principal | AuthError:
+        """The decision, its questions answered in this thread (*watch*: bound blocking ones)."""
         flow = decide(request, self.clock(), self.cache, self.rules, self._principals)
         answer: Any = None
         try:
@@ -317,25 +315,30 @@ class Authenticator:
     def _finish(
         self, request: AuthRequest, outcome: Principal | AuthError
     ) -> Principal | AuthError:
-        if self.usage is not None and type(outcome) is Principal:
-            self.usage.seen(outcome.key_id)  # a dict lookup unless a write is due
-        if isinstance(outcome, AuthError) and log.isEnabledFor(logging.INFO):
-            log.info(
-                "refused %s %s with %d: %s (key id %s)",
-                _loggable(request.method),
-                _loggable(request.path),
-                outcome.status,
-                outcome.reason.value,
-                outcome.key_id,
-            )
+        principal: Principal | None
+        error: AuthError | None
+        if isinstance(outcome, AuthError):
+            principal, error = None, outcome
+            if log.isEnabledFor(logging.INFO):
+                log.info(
+                    "refused %s %s with %d: %s (key id %s)",
+                    _loggable(request.method),
+                    _loggable(request.path),
+                    outcome.status,
+                    outcome.reason.value,
+                    outcome.key_id,
+                )
+        else:
+            principal, error = outcome, None
+            if self.usage is not None:
+                self.usage.seen(outcome.key_id)  # a dict lookup unless a write is due
         if self.audit is not None:
-            refused = isinstance(outcome, AuthError)
             event = AuditEvent(
                 at=self.clock(),
                 method=request.method,
                 path=request.path,
-                principal=None if refused else outcome,  # type: ignore[arg-type]
-                error=outcome if refused else None,  # type: ignore[arg-type]
+                principal=principal,
+                error=error,
             )
             try:
                 self.audit(event)
