@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m agentkey.demo
+	$(BIN)/python -m keyturn.demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

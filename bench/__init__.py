@@ -1,4 +1,4 @@
-"""agentkey's benchmarks: ``python -m bench [--quick] [--only NAME ...]`` (``make bench``).
+"""keyturn's benchmarks: ``python -m bench [--quick] [--only NAME ...]`` (``make bench``).
 
 Each section is a module with ``NAME``, ``TITLE`` and ``run(settings) -> Report``; they are
 imported only when run, so ``python -m bench._server`` stays light. See

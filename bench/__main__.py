@@ -17,7 +17,7 @@ from bench._databases import postgres_unavailable
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
-        description="agentkey's benchmarks: ratios measured in one run, paired repetitions.",
+        description="keyturn's benchmarks: ratios measured in one run, paired repetitions.",
     )
     parser.add_argument(
         "--quick", action="store_true", help="fewer repetitions and smaller loads (< 1 min)"
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = (QUICK if args.quick else FULL).with_postgres(args.postgres_dsn)
     names = args.only or list(DEFAULT)
     postgres = postgres_unavailable(settings.postgres_dsn)
-    print(f"agentkey {version('agentkey')} benchmarks, {settings.label} settings")
+    print(f"keyturn {version('keyturn')} benchmarks, {settings.label} settings")
     print(f"machine: {machine()}")
     print(f"PostgreSQL: {'used' if postgres is None else 'skipped: ' + postgres}")
     bars: list[Bar] = []

@@ -8,7 +8,7 @@ variant; only what authenticates in front of it changes:
   the two service headers to the response;
 - the frameworks' own mechanisms (Starlette's ``AuthenticationMiddleware``, FastAPI's
   ``HTTPBearer``, Flask-HTTPAuth's ``HTTPTokenAuth``) with an equally trivial check;
-- agentkey's middleware, with the real :class:`~agentkey.Authenticator`.
+- keyturn's middleware, with the real :class:`~keyturn.Authenticator`.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ __all__ = [
     "us",
 ]
 
-POSTGRES_ENV: Final = "AGENTKEY_TEST_POSTGRES_DSN"
+POSTGRES_ENV: Final = "KEYTURN_TEST_POSTGRES_DSN"
 
 
 @dataclass(frozen=True)

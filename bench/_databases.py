@@ -1,7 +1,7 @@
 """SQLite and PostgreSQL for the benchmarks: scratch databases, and fast bulk inserts.
 
 PostgreSQL is used only when a DSN is given (``--postgres-dsn`` or
-``AGENTKEY_TEST_POSTGRES_DSN``) and the server answers; the benchmarks work in a schema of
+``KEYTURN_TEST_POSTGRES_DSN``) and the server answers; the benchmarks work in a schema of
 their own, dropped at the end, so they never touch anyone else's tables.
 """
 
@@ -33,13 +33,13 @@ _CLONED: Final = COLUMNS.removeprefix("key_id, ")
 def postgres_unavailable(dsn: str | None) -> str | None:
     """Why PostgreSQL cannot be used for the benchmarks, or ``None`` when it can."""
     if not dsn:
-        return "no DSN: pass --postgres-dsn or set AGENTKEY_TEST_POSTGRES_DSN"
+        return "no DSN: pass --postgres-dsn or set KEYTURN_TEST_POSTGRES_DSN"
     if not dsn.startswith(("postgresql://", "postgres://")):
         return "the DSN is not a postgresql:// URL"
     try:
         import psycopg
     except ImportError:
-        return "psycopg is not installed (pip install 'agentkey[postgres]')"
+        return "psycopg is not installed (pip install 'keyturn[postgres]')"
     try:
         with psycopg.connect(dsn, connect_timeout=5) as connection:
             connection.execute("SELECT 1")
@@ -57,7 +57,7 @@ def postgres_schema(dsn: str) -> Iterator[str]:
     """A fresh, empty schema on the server; yields a URL whose connections work in it."""
     import psycopg
 
-    schema = f"agentkey_bench_{os.getpid()}_{secrets.token_hex(4)}"
+    schema = f"keyturn_bench_{os.getpid()}_{secrets.token_hex(4)}"
     with psycopg.connect(dsn, autocommit=True) as connection:
         connection.execute(f"CREATE SCHEMA {schema}")
     try:
@@ -73,8 +73,8 @@ def bulk_copy_sqlite(path: str, template_id: str, key_ids: Sequence[str]) -> Non
     try:
         with connection:
             connection.executemany(
-                f"INSERT INTO agentkey_keys ({COLUMNS}) "  # noqa: S608 - constants only
-                f"SELECT ?, {_CLONED} FROM agentkey_keys WHERE key_id = ?",
+                f"INSERT INTO keyturn_keys ({COLUMNS}) "  # noqa: S608 - constants only
+                f"SELECT ?, {_CLONED} FROM keyturn_keys WHERE key_id = ?",
                 ((key_id, template_id) for key_id in key_ids),
             )
     finally:
@@ -87,9 +87,9 @@ def bulk_copy_postgres(url: str, template_id: str, key_ids: Sequence[str]) -> No
 
     with psycopg.connect(url, autocommit=True) as connection:
         connection.execute(
-            f"INSERT INTO agentkey_keys ({COLUMNS}) "  # noqa: S608 - constants only
+            f"INSERT INTO keyturn_keys ({COLUMNS}) "  # noqa: S608 - constants only
             f"SELECT u.id, {_CLONED} FROM unnest(%s::text[]) AS u(id) "
-            "CROSS JOIN (SELECT * FROM agentkey_keys WHERE key_id = %s) AS t",
+            "CROSS JOIN (SELECT * FROM keyturn_keys WHERE key_id = %s) AS t",
             (list(key_ids), template_id),
         )
-        connection.execute("ANALYZE agentkey_keys")
+        connection.execute("ANALYZE keyturn_keys")

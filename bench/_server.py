@@ -1,7 +1,7 @@
 """The server process of the real-HTTP section: ``python -m bench._server VARIANT``.
 
 Builds the benchmark world and the Starlette list-models app (bare, behind the floor
-middleware, or behind agentkey),
+middleware, or behind keyturn),
 binds a socket on 127.0.0.1 to a free port, prints one JSON line -- the port and a valid
 organization-scoped key -- and serves with uvicorn until it receives SIGTERM. The parent
 reads the line, loads the server, reads this process's CPU time from ``/proc``, and stops
@@ -18,14 +18,14 @@ from typing import Any, Final
 import uvicorn
 from starlette.middleware import Middleware
 
-from agentkey import Authenticator
-from agentkey.asgi import AgentKeyMiddleware
 from bench._apps import FloorASGI, Who, sha256_keys, starlette_app
 from bench._world import ACCOUNT, ORGANIZATION, TENANT, memory_world
+from keyturn import Authenticator
+from keyturn.asgi import ApiKeyMiddleware
 
 __all__ = ["HTTP", "LOOP", "VARIANTS", "main"]
 
-VARIANTS: Final = ("bare", "floor", "agentkey")
+VARIANTS: Final = ("bare", "floor", "keyturn")
 # The pure-Python HTTP stack every uvicorn install has; named so the figures are repeatable.
 HTTP: Final = "h11"
 LOOP: Final = "asyncio"
@@ -39,7 +39,7 @@ def build(variant: str) -> tuple[Any, str]:
         table = sha256_keys({keys.organization: Who(ACCOUNT, ORGANIZATION, TENANT)})
         return starlette_app(Middleware(FloorASGI, keys=table)), keys.organization
     authenticator = Authenticator(store, directory)
-    return starlette_app(Middleware(AgentKeyMiddleware, authenticator=authenticator)), (
+    return starlette_app(Middleware(ApiKeyMiddleware, authenticator=authenticator)), (
         keys.organization
     )
 

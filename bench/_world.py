@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-from agentkey import ApiKey, KeyManager, Scope, _token
-from agentkey._hashing import hash_secret
-from agentkey.stores.memory import MemoryDirectory, MemoryKeyStore
+from keyturn import ApiKey, KeyManager, Scope, _token
+from keyturn._hashing import hash_secret
+from keyturn.stores.memory import MemoryDirectory, MemoryKeyStore
 
 __all__ = [
     "ACCOUNT",

@@ -2,7 +2,7 @@
 
 Each variant is the same list-models endpoint called with a prepared scope and a receive /
 send that do nothing, so what differs between variants is only what sits in front of it.
-agentkey's key has been verified once before timing (its token is in the cache), so this
+keyturn's key has been verified once before timing (its token is in the cache), so this
 is the path every request but a key's first takes.
 """
 
@@ -14,8 +14,6 @@ from typing import Any, Final
 
 from starlette.middleware import Middleware
 
-from agentkey import Authenticator
-from agentkey.asgi import AgentKeyMiddleware
 from bench._apps import (
     FloorASGI,
     Who,
@@ -30,6 +28,8 @@ from bench._apps import (
 )
 from bench._core import Batch, Paired, Report, Settings, Table, paired, times, us
 from bench._world import ACCOUNT, ORGANIZATION, TENANT, memory_world
+from keyturn import Authenticator
+from keyturn.asgi import ApiKeyMiddleware
 
 __all__ = ["overhead_table", "run"]
 
@@ -39,22 +39,22 @@ TITLE: Final = "1. ASGI in process: warm path on a minimal Starlette endpoint"
 BARE: Final = "starlette: bare"
 FLOOR: Final = "starlette: floor (minimal ASGI middleware)"
 STARLETTE_AUTH: Final = "starlette: AuthenticationMiddleware"
-AGENTKEY_ORG: Final = "starlette: agentkey, organization key"
-AGENTKEY_TENANT: Final = "starlette: agentkey, tenant key + x-organization-id"
+KEYTURN_ORG: Final = "starlette: keyturn, organization key"
+KEYTURN_TENANT: Final = "starlette: keyturn, tenant key + x-organization-id"
 FASTAPI_BARE: Final = "fastapi: bare"
 FASTAPI_BEARER: Final = "fastapi: HTTPBearer dependency"
-FASTAPI_AGENTKEY: Final = "fastapi: agentkey, organization key"
+FASTAPI_KEYTURN: Final = "fastapi: keyturn, organization key"
 
 # Which bare app each variant's overhead is measured over.
 BASES: Final = {
     BARE: BARE,
     FLOOR: BARE,
     STARLETTE_AUTH: BARE,
-    AGENTKEY_ORG: BARE,
-    AGENTKEY_TENANT: BARE,
+    KEYTURN_ORG: BARE,
+    KEYTURN_TENANT: BARE,
     FASTAPI_BARE: FASTAPI_BARE,
     FASTAPI_BEARER: FASTAPI_BARE,
-    FASTAPI_AGENTKEY: FASTAPI_BARE,
+    FASTAPI_KEYTURN: FASTAPI_BARE,
 }
 
 
@@ -93,27 +93,27 @@ def run(settings: Settings) -> Report:
     tenant_scope = http_scope(
         [("authorization", f"Bearer {keys.tenant}"), ("x-organization-id", ORGANIZATION)]
     )
-    agentkey = Middleware(AgentKeyMiddleware, authenticator=authenticator)
-    starlette_agentkey = starlette_app(agentkey)
+    keyturn = Middleware(ApiKeyMiddleware, authenticator=authenticator)
+    starlette_keyturn = starlette_app(keyturn)
     variants: dict[str, tuple[Any, dict[str, Any]]] = {
         BARE: (starlette_app(), organization_scope),
         FLOOR: (starlette_app(Middleware(FloorASGI, keys=table)), organization_scope),
         STARLETTE_AUTH: (starlette_app(starlette_auth_backend(table)), organization_scope),
-        AGENTKEY_ORG: (starlette_agentkey, organization_scope),
-        AGENTKEY_TENANT: (starlette_agentkey, tenant_scope),
+        KEYTURN_ORG: (starlette_keyturn, organization_scope),
+        KEYTURN_TENANT: (starlette_keyturn, tenant_scope),
         FASTAPI_BARE: (fastapi_app(), organization_scope),
         FASTAPI_BEARER: (fastapi_bearer_app(table), organization_scope),
-        FASTAPI_AGENTKEY: (fastapi_app(agentkey), organization_scope),
+        FASTAPI_KEYTURN: (fastapi_app(keyturn), organization_scope),
     }
     loop = asyncio.new_event_loop()
     try:
         # Every variant answers 200, and the ones that promise them add the service headers.
-        # For agentkey this first call is the key's cold verification.
+        # For keyturn this first call is the key's cold verification.
         for name, (app, scope) in variants.items():
             reply = loop.run_until_complete(asgi_call(app, scope))
             if reply.status != 200:
                 raise RuntimeError(f"{name} answered {reply.status}: {reply.body!r}")
-            promised = "agentkey" in name or "floor" in name
+            promised = "keyturn" in name or "floor" in name
             if promised and reply.header("service-organization-id") != ORGANIZATION:
                 raise RuntimeError(f"{name} did not set the service headers")
         runs = authenticator.verifier.runs
@@ -139,12 +139,12 @@ def run(settings: Settings) -> Report:
         "ratios (median of per-repetition ratios of overheads)",
         ["comparison", "ratio", "bar"],
     )
-    for key_kind, name in (("organization", AGENTKEY_ORG), ("tenant", AGENTKEY_TENANT)):
+    for key_kind, name in (("organization", KEYTURN_ORG), ("tenant", KEYTURN_TENANT)):
         versus_floor = result.ratio(name, FLOOR, BARE)
         versus_starlette = result.ratio(name, STARLETTE_AUTH, BARE)
-        ratios.add(f"agentkey ({key_kind} key) / floor", times(versus_floor), "<= 1.50x")
+        ratios.add(f"keyturn ({key_kind} key) / floor", times(versus_floor), "<= 1.50x")
         ratios.add(
-            f"agentkey ({key_kind} key) / Starlette AuthenticationMiddleware",
+            f"keyturn ({key_kind} key) / Starlette AuthenticationMiddleware",
             times(versus_starlette),
             "< 1.00x",
         )
@@ -162,12 +162,12 @@ def run(settings: Settings) -> Report:
             "< 1.00x",
             versus_starlette < 1.0,
         )
-    on_fastapi = result.ratio(FASTAPI_AGENTKEY, FASTAPI_BEARER, FASTAPI_BARE)
-    ratios.add("fastapi: agentkey / HTTPBearer dependency", times(on_fastapi), "(info)")
+    on_fastapi = result.ratio(FASTAPI_KEYTURN, FASTAPI_BEARER, FASTAPI_BARE)
+    ratios.add("fastapi: keyturn / HTTPBearer dependency", times(on_fastapi), "(info)")
     report.facts["fastapi.over_httpbearer"] = on_fastapi
     report.tables.append(ratios)
     report.notes.append(
-        "the floor and agentkey add the two service headers; Starlette's "
+        "the floor and keyturn add the two service headers; Starlette's "
         "AuthenticationMiddleware and FastAPI's HTTPBearer add none (that is how they work)"
     )
     return report

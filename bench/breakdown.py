@@ -1,6 +1,6 @@
 """Profile: where the warm ASGI request's time goes (``python -m bench --only profile``).
 
-Two views of the same path (Starlette + agentkey, organization-scoped key, warm):
+Two views of the same path (Starlette + keyturn, organization-scoped key, warm):
 
 - cProfile over a batch of requests: the functions with the most own time, per request.
   The profiler inflates small calls, so read it for the shape, not for the microseconds.
@@ -22,15 +22,15 @@ from typing import Any, Final
 
 from starlette.middleware import Middleware
 
-from agentkey import Authenticator, AuthRequest, Principal
-from agentkey import asgi as agentkey_asgi
-from agentkey._decision import bearer_token, decide, organization_header
-from agentkey._lifecycle import derive_status
-from agentkey._web import service_headers
-from agentkey.authenticator import utc_now
 from bench._apps import MODELS, FloorASGI, Who, asgi_batch, http_scope, sha256_keys, starlette_app
 from bench._core import Report, Settings, Table, paired, run_batch, us
 from bench._world import ACCOUNT, ORGANIZATION, TENANT, memory_world
+from keyturn import Authenticator, AuthRequest, Principal
+from keyturn import asgi as keyturn_asgi
+from keyturn._decision import bearer_token, decide, organization_header
+from keyturn._lifecycle import derive_status
+from keyturn._web import service_headers
+from keyturn.authenticator import utc_now
 
 __all__ = ["run"]
 
@@ -69,9 +69,7 @@ def run(settings: Settings) -> Report:
     scope = http_scope([("authorization", f"Bearer {keys.organization}")])
     bare = starlette_app()
     floor = starlette_app(Middleware(FloorASGI, keys=table))
-    guarded = starlette_app(
-        Middleware(agentkey_asgi.AgentKeyMiddleware, authenticator=authenticator)
-    )
+    guarded = starlette_app(Middleware(keyturn_asgi.ApiKeyMiddleware, authenticator=authenticator))
     loop = asyncio.new_event_loop()
     n = settings.batch * 2
     try:
@@ -83,7 +81,7 @@ def run(settings: Settings) -> Report:
             {
                 "bare": asgi_batch(loop.run_until_complete, bare, scope),
                 "floor": asgi_batch(loop.run_until_complete, floor, scope),
-                "agentkey": asgi_batch(loop.run_until_complete, guarded, scope),
+                "keyturn": asgi_batch(loop.run_until_complete, guarded, scope),
             },
             reps=max(3, settings.reps // 2),
             n=settings.batch,
@@ -115,7 +113,7 @@ def run(settings: Settings) -> Report:
         usage = authenticator.usage
         pattern = authenticator.rules.organization_pattern
         headers_list = [(b"content-length", b"53"), (b"content-type", b"application/json")]
-        names = agentkey_asgi._SERVICE_NAMES
+        names = keyturn_asgi._SERVICE_NAMES
 
         def drive() -> object:
             flow = decide(request, now, cache, authenticator.rules, authenticator._principals)
@@ -127,7 +125,7 @@ def run(settings: Settings) -> Report:
             except StopIteration as done:
                 return done.value
 
-        paths = agentkey_asgi.AgentKeyMiddleware(bare, authenticator=authenticator).paths
+        paths = keyturn_asgi.ApiKeyMiddleware(bare, authenticator=authenticator).paths
 
         async def authenticate_many(count: int) -> int:
             start = time.perf_counter_ns()
@@ -138,9 +136,9 @@ def run(settings: Settings) -> Report:
         steps: dict[str, Callable[[], object]] = {
             "(empty call, subtracted from the others)": lambda: None,
             "asgi: _route_path + Paths.guarded": lambda: paths.guarded(
-                agentkey_asgi._route_path(scope)
+                keyturn_asgi._route_path(scope)
             ),
-            "asgi: _read (header scan, AuthRequest)": lambda: agentkey_asgi._read(scope, MODELS),
+            "asgi: _read (header scan, AuthRequest)": lambda: keyturn_asgi._read(scope, MODELS),
             "AuthRequest(...) alone": lambda: AuthRequest(
                 authorization=request.authorization, organization=(), method="GET", path=MODELS
             ),
@@ -190,7 +188,7 @@ def run(settings: Settings) -> Report:
         "whole overhead over bare Starlette (for scale)",
         ["variant", "median us/req", "overhead us"],
     )
-    for name in ("bare", "floor", "agentkey"):
+    for name in ("bare", "floor", "keyturn"):
         overhead = "-" if name == "bare" else us(whole.overhead(name, "bare"))
         overview.add(name, us(whole.median(name)), overhead)
     report.tables.append(overview)
@@ -208,10 +206,10 @@ def run(settings: Settings) -> Report:
             f"{own / total_own:.1%}",
         )
     report.tables.append(profile)
-    ours = [row for row in rows if row[3].startswith("agentkey/")]
+    ours = [row for row in rows if row[3].startswith("keyturn/")]
     own_total = sum(row[0] for row in ours)
     mine = Table(
-        f"cProfile: agentkey's own functions ({own_total / total_own:.0%} of all own time)",
+        f"cProfile: keyturn's own functions ({own_total / total_own:.0%} of all own time)",
         ["function", "calls/req", "own us/req", "cumulative us/req", "own %"],
     )
     for own, cumulative, calls, where in ours:
@@ -223,7 +221,7 @@ def run(settings: Settings) -> Report:
             f"{own / total_own:.1%}",
         )
     report.tables.append(mine)
-    report.facts["agentkey_own_share"] = own_total / total_own
+    report.facts["keyturn_own_share"] = own_total / total_own
 
     empty = step_ns.pop("(empty call, subtracted from the others)")
     budget = Table(
@@ -234,7 +232,7 @@ def run(settings: Settings) -> Report:
         budget.add(name, f"{max(0.0, ns - empty):.0f}")
     budget.add("Authenticator.authenticate_async (async driver)", f"{async_ns - empty:.0f}")
     report.tables.append(budget)
-    report.facts["agentkey_overhead_ns"] = whole.overhead("agentkey", "bare")
+    report.facts["keyturn_overhead_ns"] = whole.overhead("keyturn", "bare")
     report.facts["floor_overhead_ns"] = whole.overhead("floor", "bare")
     report.facts["profiled_functions"] = len(rows)
     return report

@@ -17,10 +17,6 @@ from typing import Final
 from argon2.low_level import Type, verify_secret
 from starlette.middleware import Middleware
 
-from agentkey import Authenticator, AuthRequest, Principal, _token
-from agentkey._hashing import KEY_PROFILE, hash_secret
-from agentkey.asgi import AgentKeyMiddleware
-from agentkey.wsgi import AgentKeyMiddleware as WSGIAgentKeyMiddleware
 from bench._apps import (
     MODELS,
     Reply,
@@ -33,6 +29,10 @@ from bench._apps import (
 )
 from bench._core import Report, Settings, Table, us
 from bench._world import memory_world, new_key
+from keyturn import Authenticator, AuthRequest, Principal, _token
+from keyturn._hashing import KEY_PROFILE, hash_secret
+from keyturn.asgi import ApiKeyMiddleware
+from keyturn.wsgi import ApiKeyMiddleware as WSGIApiKeyMiddleware
 
 __all__ = ["run"]
 
@@ -56,8 +56,8 @@ def run(settings: Settings) -> Report:
     report = Report(NAME, TITLE)
     store, directory, _keys = memory_world()
     authenticator = Authenticator(store, directory)
-    asgi = starlette_app(Middleware(AgentKeyMiddleware, authenticator=authenticator))
-    wsgi = WSGIAgentKeyMiddleware(flask_app().wsgi_app, authenticator=authenticator)
+    asgi = starlette_app(Middleware(ApiKeyMiddleware, authenticator=authenticator))
+    wsgi = WSGIApiKeyMiddleware(flask_app().wsgi_app, authenticator=authenticator)
     verifier = authenticator.verifier
     loop = asyncio.new_event_loop()
     first_direct: list[int] = []

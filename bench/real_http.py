@@ -1,4 +1,4 @@
-"""Section 5: real HTTP on 127.0.0.1, uvicorn serving the Starlette app bare and behind agentkey.
+"""Section 5: real HTTP on 127.0.0.1, uvicorn serving the Starlette app bare and behind keyturn.
 
 Each variant runs in a server process of its own (``bench._server``), started here on a
 free port and stopped here by its PID. A bounded load -- a fixed number of requests per
@@ -33,7 +33,7 @@ from bench._server import HTTP, LOOP, VARIANTS
 __all__ = ["Load", "Server", "run"]
 
 NAME: Final = "http"
-TITLE: Final = "5. Real HTTP: uvicorn on 127.0.0.1, bare vs behind agentkey"
+TITLE: Final = "5. Real HTTP: uvicorn on 127.0.0.1, bare vs behind keyturn"
 ROOT: Final = Path(__file__).resolve().parents[1]
 STARTUP_SECONDS: Final = 30.0
 WARMUP_REQUESTS: Final = 300
@@ -216,7 +216,7 @@ def run(settings: Settings) -> Report:
     try:
         for variant in VARIANTS:
             servers[variant] = Server(variant)
-        for server in servers.values():  # agentkey's one cold verification, and warm caches
+        for server in servers.values():  # keyturn's one cold verification, and warm caches
             warm = load(server, clients=1, requests=WARMUP_REQUESTS, seconds=10)
             if warm.failed:
                 raise RuntimeError(f"{server.variant} server failed {warm.failed} warm-up requests")
@@ -261,17 +261,17 @@ def run(settings: Settings) -> Report:
             f"{busy:.0%}",
         )
     report.tables.append(table)
-    bare, agentkey = samples["bare"], samples["agentkey"]
+    bare, keyturn = samples["bare"], samples["keyturn"]
     throughput = statistics.median(
         a.throughput / b.throughput if b.throughput else 0.0
-        for a, b in zip(agentkey, bare, strict=True)
+        for a, b in zip(keyturn, bare, strict=True)
     )
     cpu_ratio = statistics.median(
         a.cpu_per_request_ns / b.cpu_per_request_ns if b.cpu_per_request_ns else float("inf")
-        for a, b in zip(agentkey, bare, strict=True)
+        for a, b in zip(keyturn, bare, strict=True)
     )
     cpu_overhead = statistics.median(
-        a.cpu_per_request_ns - b.cpu_per_request_ns for a, b in zip(agentkey, bare, strict=True)
+        a.cpu_per_request_ns - b.cpu_per_request_ns for a, b in zip(keyturn, bare, strict=True)
     )
     floor = samples["floor"]
     floor_throughput = statistics.median(
@@ -282,10 +282,10 @@ def run(settings: Settings) -> Report:
         a.cpu_per_request_ns - b.cpu_per_request_ns for a, b in zip(floor, bare, strict=True)
     )
     ratios = Table("ratios (median of per-round ratios)", ["comparison", "value", "bar"])
-    ratios.add("throughput: agentkey / bare", times(throughput), ">= 0.85x")
+    ratios.add("throughput: keyturn / bare", times(throughput), ">= 0.85x")
     ratios.add("throughput: floor / bare", times(floor_throughput), "(info)")
-    ratios.add("server CPU per request: agentkey / bare", times(cpu_ratio), "(info)")
-    ratios.add("server CPU per request: agentkey - bare", f"{cpu_overhead / 1000:.1f} us", "(info)")
+    ratios.add("server CPU per request: keyturn / bare", times(cpu_ratio), "(info)")
+    ratios.add("server CPU per request: keyturn - bare", f"{cpu_overhead / 1000:.1f} us", "(info)")
     ratios.add("server CPU per request: floor - bare", f"{floor_overhead / 1000:.1f} us", "(info)")
     report.tables.append(ratios)
     failed = sum(load.failed for loads in samples.values() for load in loads)
@@ -294,7 +294,7 @@ def run(settings: Settings) -> Report:
     report.facts["failed"] = failed
     report.facts["requests"] = sum(load.requests for loads in samples.values() for load in loads)
     report.bar(
-        "real HTTP throughput behind agentkey",
+        "real HTTP throughput behind keyturn",
         f"{times(throughput)} of bare",
         ">= 0.85x",
         throughput >= 0.85 and failed == 0,

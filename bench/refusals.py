@@ -1,6 +1,6 @@
 """Section 3: what a refused request costs, and what it touches.
 
-Four wrong credentials, each through the :class:`~agentkey.Authenticator` directly and
+Four wrong credentials, each through the :class:`~keyturn.Authenticator` directly and
 through the ASGI middleware: junk (not a key at all), a typo (the checksum fails), an
 unknown id (well formed, no such key) and a wrong secret (a real id, argon2 says no). For
 each, the key store's reads and argon2's runs are *counted*: junk and typos must touch
@@ -17,8 +17,6 @@ from typing import Any, Final
 
 from starlette.middleware import Middleware
 
-from agentkey import Authenticator, AuthError, AuthRequest, Principal
-from agentkey.asgi import AgentKeyMiddleware
 from bench._apps import MODELS, asgi_batch, asgi_call, http_scope, starlette_app
 from bench._core import Batch, Report, Settings, Table, paired, run_batch, times, us
 from bench._world import (
@@ -30,6 +28,8 @@ from bench._world import (
     unknown_token,
     wrong_secret,
 )
+from keyturn import Authenticator, AuthError, AuthRequest, Principal
+from keyturn.asgi import ApiKeyMiddleware
 
 __all__ = ["run"]
 
@@ -97,7 +97,7 @@ def run(settings: Settings) -> Report:
     scopes = {
         name: http_scope([("authorization", f"Bearer {token}")]) for name, token in tokens.items()
     }
-    app = starlette_app(Middleware(AgentKeyMiddleware, authenticator=authenticator))
+    app = starlette_app(Middleware(ApiKeyMiddleware, authenticator=authenticator))
     loop = asyncio.new_event_loop()
     counts = Table(
         "what each request touches (counted, per request)",

@@ -24,9 +24,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
-from agentkey import Authenticator, AuthRequest, Principal
-from agentkey._hashing import VerifiedTokenCache
-from agentkey.stores.memory import MemoryDirectory, MemoryKeyStore
 from bench._apps import MODELS
 from bench._core import Batch, Report, Settings, Table, paired, times, us
 from bench._databases import (
@@ -37,6 +34,9 @@ from bench._databases import (
 )
 from bench._world import FakeKeys, fake_keys, fake_records, fill_directory, key_ids
 from bench.stores import sync_batch
+from keyturn import Authenticator, AuthRequest, Principal
+from keyturn._hashing import VerifiedTokenCache
+from keyturn.stores.memory import MemoryDirectory, MemoryKeyStore
 
 __all__ = ["cache_weight", "run"]
 
@@ -154,9 +154,9 @@ def run(settings: Settings) -> Report:
 
         # SQLite and PostgreSQL: 10 keys against sql_keys keys, called in the caller's thread
         # (timeout=None) so that only the store's own cost is compared.
-        from agentkey.stores.sqlite import SQLiteDatabase
+        from keyturn.stores.sqlite import SQLiteDatabase
 
-        folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="agentkey-bench-"))
+        folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="keyturn-bench-"))
         tables: list[tuple[str, int, Any, Callable[[list[str]], None]]] = []
         for size in (10, settings.sql_keys):
             path = str(Path(folder) / f"scale-{size}.sqlite3")
@@ -165,7 +165,7 @@ def run(settings: Settings) -> Report:
             tables.append(("sqlite", size, sqlite, partial(_copy, bulk_copy_sqlite, path)))
         if postgres_skipped is None:
             assert settings.postgres_dsn is not None
-            from agentkey.stores.postgres import PostgresDatabase
+            from keyturn.stores.postgres import PostgresDatabase
 
             for size in (10, settings.sql_keys):
                 url = stack.enter_context(postgres_schema(settings.postgres_dsn))

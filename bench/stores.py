@@ -1,4 +1,4 @@
-"""Section 6: the warm path through the Authenticator on each store agentkey ships.
+"""Section 6: the warm path through the Authenticator on each store keyturn ships.
 
 A warm request reads the key record and the caller's role on every request (so a revoke or
 a removed membership acts on the very next one): two reads. This section shows what those
@@ -21,11 +21,11 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Final
 
-from agentkey import Authenticator, AuthRequest, Principal
 from bench._apps import MODELS
 from bench._core import Batch, Report, Settings, Table, paired, times, us
 from bench._databases import postgres_schema, postgres_unavailable
 from bench._world import memory_world, seed
+from keyturn import Authenticator, AuthRequest, Principal
 
 __all__ = ["run", "sync_batch"]
 
@@ -96,9 +96,9 @@ def run(settings: Settings) -> Report:
         variants["memory: authenticate()"] = (memory, request(keys.organization), True)
         variants["memory: authenticate_async()"] = (memory, request(keys.organization), False)
 
-        from agentkey.stores.sqlite import SQLiteDatabase
+        from keyturn.stores.sqlite import SQLiteDatabase
 
-        folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="agentkey-bench-"))
+        folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="keyturn-bench-"))
         sqlite = stack.enter_context(SQLiteDatabase(Path(folder) / "bench.sqlite3"))
         sqlite.create_schema()
         token = seed(sqlite.keys, sqlite.directory, tenant_key=False).organization
@@ -120,7 +120,7 @@ def run(settings: Settings) -> Report:
 
         if postgres_skipped is None:
             assert settings.postgres_dsn is not None
-            from agentkey.stores.postgres import AsyncPostgresDatabase, PostgresDatabase
+            from keyturn.stores.postgres import AsyncPostgresDatabase, PostgresDatabase
 
             url = stack.enter_context(postgres_schema(settings.postgres_dsn))
             postgres = stack.enter_context(PostgresDatabase(url, min_size=2, max_size=4))

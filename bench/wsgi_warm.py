@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from agentkey import Authenticator
-from agentkey.wsgi import AgentKeyMiddleware
 from bench._apps import (
     FloorWSGI,
     Who,
@@ -23,6 +21,8 @@ from bench._apps import (
 from bench._core import Batch, Report, Settings, Table, paired, times
 from bench._world import ACCOUNT, ORGANIZATION, TENANT, memory_world
 from bench.asgi_warm import overhead_table
+from keyturn import Authenticator
+from keyturn.wsgi import ApiKeyMiddleware
 
 __all__ = ["run"]
 
@@ -32,9 +32,9 @@ TITLE: Final = "2. WSGI in process: warm path on a minimal Flask endpoint"
 BARE: Final = "flask: bare"
 FLOOR: Final = "flask: floor (minimal WSGI middleware)"
 HTTPAUTH: Final = "flask: Flask-HTTPAuth HTTPTokenAuth"
-AGENTKEY_ORG: Final = "flask: agentkey, organization key"
-AGENTKEY_TENANT: Final = "flask: agentkey, tenant key + x-organization-id"
-BASES: Final = dict.fromkeys((BARE, FLOOR, HTTPAUTH, AGENTKEY_ORG, AGENTKEY_TENANT), BARE)
+KEYTURN_ORG: Final = "flask: keyturn, organization key"
+KEYTURN_TENANT: Final = "flask: keyturn, tenant key + x-organization-id"
+BASES: Final = dict.fromkeys((BARE, FLOOR, HTTPAUTH, KEYTURN_ORG, KEYTURN_TENANT), BARE)
 
 
 def run(settings: Settings) -> Report:
@@ -49,20 +49,20 @@ def run(settings: Settings) -> Report:
     )
     bare = flask_app()
     guarded = flask_app()
-    agentkey = AgentKeyMiddleware(guarded.wsgi_app, authenticator=authenticator)
+    keyturn = ApiKeyMiddleware(guarded.wsgi_app, authenticator=authenticator)
     variants: dict[str, tuple[Any, dict[str, Any]]] = {
         BARE: (bare.wsgi_app, organization),
         FLOOR: (FloorWSGI(flask_app().wsgi_app, keys=table), organization),
         HTTPAUTH: (flask_httpauth_app(table).wsgi_app, organization),
-        AGENTKEY_ORG: (agentkey, organization),
-        AGENTKEY_TENANT: (agentkey, tenant),
+        KEYTURN_ORG: (keyturn, organization),
+        KEYTURN_TENANT: (keyturn, tenant),
     }
     try:
         for name, (app, environ) in variants.items():
-            reply = wsgi_call(app, environ)  # agentkey: the key's one cold verification
+            reply = wsgi_call(app, environ)  # keyturn: the key's one cold verification
             if reply.status != 200:
                 raise RuntimeError(f"{name} answered {reply.status}: {reply.body!r}")
-            if ("agentkey" in name or "floor" in name) and reply.header(
+            if ("keyturn" in name or "floor" in name) and reply.header(
                 "service-organization-id"
             ) != ORGANIZATION:
                 raise RuntimeError(f"{name} did not set the service headers")
@@ -86,11 +86,11 @@ def run(settings: Settings) -> Report:
     ratios = Table(
         "ratios (median of per-repetition ratios of overheads)", ["comparison", "ratio", "bar"]
     )
-    for key_kind, name in (("organization", AGENTKEY_ORG), ("tenant", AGENTKEY_TENANT)):
+    for key_kind, name in (("organization", KEYTURN_ORG), ("tenant", KEYTURN_TENANT)):
         versus_floor = result.ratio(name, FLOOR, BARE)
         versus_httpauth = result.ratio(name, HTTPAUTH, BARE)
-        ratios.add(f"agentkey ({key_kind} key) / floor", times(versus_floor), "<= 1.50x")
-        ratios.add(f"agentkey ({key_kind} key) / Flask-HTTPAuth", times(versus_httpauth), "< 1.00x")
+        ratios.add(f"keyturn ({key_kind} key) / floor", times(versus_floor), "<= 1.50x")
+        ratios.add(f"keyturn ({key_kind} key) / Flask-HTTPAuth", times(versus_httpauth), "< 1.00x")
         report.facts[f"{key_kind}.over_floor"] = versus_floor
         report.facts[f"{key_kind}.over_httpauth"] = versus_httpauth
         report.bar(
@@ -107,7 +107,7 @@ def run(settings: Settings) -> Report:
         )
     report.tables.append(ratios)
     report.notes.append(
-        "Flask-HTTPAuth runs inside the Flask view (after routing), the floor and agentkey in "
-        "front of Flask; the floor and agentkey add the two service headers, Flask-HTTPAuth none"
+        "Flask-HTTPAuth runs inside the Flask view (after routing), the floor and keyturn in "
+        "front of Flask; the floor and keyturn add the two service headers, Flask-HTTPAuth none"
     )
     return report

@@ -1,4 +1,4 @@
-"""The list-models API on FastAPI, behind agentkey's ASGI middleware.
+"""The list-models API on FastAPI, behind keyturn's ASGI middleware.
 
 ``create_app(store, directory)`` builds the app. Every path under ``/managed-agents/v1/``
 needs a key; ``/healthz`` does not.
@@ -12,8 +12,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, FastAPI
 
-from agentkey import Authenticator, KeyStore, MembershipProvider, Principal
-from agentkey.asgi import AgentKeyMiddleware, current_principal
+from keyturn import Authenticator, KeyStore, MembershipProvider, Principal
+from keyturn.asgi import ApiKeyMiddleware, current_principal
 
 MODELS = ("agent-small", "agent-large")
 
@@ -43,5 +43,5 @@ def create_app(store: KeyStore, directory: MembershipProvider) -> FastAPI:
 
     app = FastAPI(lifespan=lifespan)
     app.include_router(router)
-    app.add_middleware(AgentKeyMiddleware, authenticator=authenticator)
+    app.add_middleware(ApiKeyMiddleware, authenticator=authenticator)
     return app

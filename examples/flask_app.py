@@ -1,4 +1,4 @@
-"""The list-models API on Flask, behind agentkey's WSGI middleware.
+"""The list-models API on Flask, behind keyturn's WSGI middleware.
 
 ``create_app(store, directory)`` builds the app. Every path under ``/managed-agents/v1/``
 needs a key; ``/healthz`` does not.
@@ -10,8 +10,8 @@ from typing import Any
 
 from flask import Blueprint, Flask, request
 
-from agentkey import Authenticator, KeyStore, MembershipProvider
-from agentkey.wsgi import AgentKeyMiddleware, principal
+from keyturn import Authenticator, KeyStore, MembershipProvider
+from keyturn.wsgi import ApiKeyMiddleware, principal
 
 MODELS = ("agent-small", "agent-large")
 
@@ -34,5 +34,5 @@ def create_app(store: KeyStore, directory: MembershipProvider) -> Flask:
     app = Flask(__name__)
     app.register_blueprint(api)
     authenticator = Authenticator(store, directory)  # one per process: it holds the caches
-    app.wsgi_app = AgentKeyMiddleware(app.wsgi_app, authenticator=authenticator)  # type: ignore[method-assign]
+    app.wsgi_app = ApiKeyMiddleware(app.wsgi_app, authenticator=authenticator)  # type: ignore[method-assign]
     return app

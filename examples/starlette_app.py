@@ -1,4 +1,4 @@
-"""The list-models API on Starlette, behind agentkey's ASGI middleware.
+"""The list-models API on Starlette, behind keyturn's ASGI middleware.
 
 ``create_app(store, directory)`` builds the app; ``make demo`` serves it with demo keys.
 Every path under ``/managed-agents/v1/`` needs a key; ``/healthz`` does not.
@@ -15,8 +15,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from agentkey import Authenticator, KeyStore, MembershipProvider
-from agentkey.asgi import AgentKeyMiddleware, principal
+from keyturn import Authenticator, KeyStore, MembershipProvider
+from keyturn.asgi import ApiKeyMiddleware, principal
 
 MODELS = ("agent-small", "agent-large")
 
@@ -41,6 +41,6 @@ def create_app(store: KeyStore, directory: MembershipProvider) -> Starlette:
 
     return Starlette(
         routes=[Route("/managed-agents/v1/models", list_models), Route("/healthz", healthz)],
-        middleware=[Middleware(AgentKeyMiddleware, authenticator=authenticator)],
+        middleware=[Middleware(ApiKeyMiddleware, authenticator=authenticator)],
         lifespan=lifespan,
     )

@@ -1,4 +1,4 @@
-"""The list-models API on plain Werkzeug, behind agentkey's WSGI middleware.
+"""The list-models API on plain Werkzeug, behind keyturn's WSGI middleware.
 
 ``create_app(store, directory)`` builds the WSGI application. Every path under
 ``/managed-agents/v1/`` needs a key; ``/healthz`` does not.
@@ -14,8 +14,8 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
-from agentkey import Authenticator, KeyStore, MembershipProvider
-from agentkey.wsgi import AgentKeyMiddleware, principal
+from keyturn import Authenticator, KeyStore, MembershipProvider
+from keyturn.wsgi import ApiKeyMiddleware, principal
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import WSGIApplication
@@ -57,4 +57,4 @@ def application(request: Request) -> Response | HTTPException:
 
 def create_app(store: KeyStore, directory: MembershipProvider) -> WSGIApplication:
     authenticator = Authenticator(store, directory)  # one per process: it holds the caches
-    return AgentKeyMiddleware(application, authenticator=authenticator)
+    return ApiKeyMiddleware(application, authenticator=authenticator)

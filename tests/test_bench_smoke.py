@@ -4,8 +4,8 @@ No timing is asserted (this machine's times mean nothing here); the *counted* fa
 a junk or mistyped key touches neither the store nor argon2, a key's first request runs
 argon2 exactly once, and concurrent first requests with one new key share that one run.
 
-The PostgreSQL parts read ``AGENTKEY_TEST_POSTGRES_DSN``: unset, they skip with the reason
-shown in the summary; with ``AGENTKEY_REQUIRE_POSTGRES=1`` a missing or unreachable server
+The PostgreSQL parts read ``KEYTURN_TEST_POSTGRES_DSN``: unset, they skip with the reason
+shown in the summary; with ``KEYTURN_REQUIRE_POSTGRES=1`` a missing or unreachable server
 fails them instead (as in ``tests/stores/conftest.py``).
 """
 
@@ -95,11 +95,11 @@ def test_profile() -> None:
 
 
 def _postgres_dsn() -> str:
-    dsn = os.environ.get("AGENTKEY_TEST_POSTGRES_DSN", "")
-    reason = "AGENTKEY_TEST_POSTGRES_DSN is not set" if not dsn else postgres_unavailable(dsn)
+    dsn = os.environ.get("KEYTURN_TEST_POSTGRES_DSN", "")
+    reason = "KEYTURN_TEST_POSTGRES_DSN is not set" if not dsn else postgres_unavailable(dsn)
     if reason is not None:
-        if os.environ.get("AGENTKEY_REQUIRE_POSTGRES") == "1":
-            pytest.fail(f"AGENTKEY_REQUIRE_POSTGRES=1 but {reason}", pytrace=False)
+        if os.environ.get("KEYTURN_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"KEYTURN_REQUIRE_POSTGRES=1 but {reason}", pytrace=False)
         pytest.skip(f"PostgreSQL benchmarks skipped: {reason}")
     return dsn
 

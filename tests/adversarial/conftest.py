@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from agentkey import Scope
-from agentkey import asgi as agentkey_asgi
+from keyturn import Scope
+from keyturn import asgi as keyturn_asgi
 from tests.adversarial.support import Canary, Target
 from tests.web.conftest import client, serve  # noqa: F401 -- the same two-adapter fixtures
 from tests.web.web_support import AsgiClient, Serve, World, asgi_app, make_world
@@ -131,9 +131,7 @@ def asgi_target(world: World, canary: Canary) -> Iterator[Callable[..., Target]]
 
     def build(**options: Any) -> Target:
         authenticator = options.pop("authenticator", None) or world.authenticator()
-        app = agentkey_asgi.AgentKeyMiddleware(
-            asgi_app(world), authenticator=authenticator, **options
-        )
+        app = keyturn_asgi.ApiKeyMiddleware(asgi_app(world), authenticator=authenticator, **options)
         made.append(AsgiClient(app))
         return Target(made[-1], world, canary)
 

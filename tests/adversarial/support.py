@@ -19,8 +19,8 @@ from typing import Any
 
 import attrs
 
-from agentkey import ApiKey, Organization, _token
-from agentkey._web import SERVICE_HEADER_NAMES
+from keyturn import ApiKey, Organization, _token
+from keyturn._web import SERVICE_HEADER_NAMES
 from tests.web.web_support import MODELS, Client, Reply, World
 
 Lines = Sequence[tuple[str, str]]  # header lines as (name, value), latin-1 text

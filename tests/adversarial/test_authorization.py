@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from agentkey import _token
+from keyturn import _token
 from tests.adversarial.support import (
     SpyStore,
     Target,

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from argon2 import PasswordHasher, Type
 
-from agentkey import AuditEvent, Reason, SecretVerifier, _hashing
-from agentkey._hashing import HASH_LIMITS
+from keyturn import AuditEvent, Reason, SecretVerifier, _hashing
+from keyturn._hashing import HASH_LIMITS
 from tests.adversarial.support import (
     AsyncHangingStore,
     Canary,

@@ -12,14 +12,14 @@ from collections.abc import Callable
 
 import pytest
 
-from agentkey import (
+from keyturn import (
     AuthRequest,
     KeyNotFound,
     KeyNotRevocable,
     Principal,
     Scope,
 )
-from agentkey._token import parse
+from keyturn._token import parse
 from tests.adversarial.support import SECRET, Canary, Target, bearer
 from tests.web.web_support import MODELS, Reply, World, admins_only_on_admin
 
@@ -38,12 +38,12 @@ def test_canary_finds_a_secret_and_ignores_hints(world: World) -> None:
 
 
 def test_canary_hears_every_logger(target: Target, world: World, canary: Canary) -> None:
-    """Refusals reach the canary through the agentkey logger, at DEBUG on the root."""
+    """Refusals reach the canary through the keyturn logger, at DEBUG on the root."""
     since = len(canary.texts)
 
     target.send(bearer(world.keys["tenant_typo"]))
 
-    assert any(where == "log agentkey" for where, _ in canary.texts[since:])
+    assert any(where == "log keyturn" for where, _ in canary.texts[since:])
     assert logging.getLogger().isEnabledFor(logging.DEBUG)
 
 
@@ -77,12 +77,12 @@ def test_refusal_log_line_is_one_short_line(
     target: Target, caplog: pytest.LogCaptureFixture, path: str
 ) -> None:
     """A refusal's log line stays short and on one line whatever the request path holds."""
-    caplog.set_level(logging.INFO, logger="agentkey")
+    caplog.set_level(logging.INFO, logger="keyturn")
 
     reply = target.send([("authorization", "Bearer junk")], path=path)
 
     assert reply.status == 401
-    (record,) = [r for r in caplog.records if r.name == "agentkey"]
+    (record,) = [r for r in caplog.records if r.name == "keyturn"]
     message = record.getMessage()
     assert len(message) < 500
     assert message.isprintable()

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from agentkey.asgi import AgentKeyMiddleware as AsgiMiddleware
-from agentkey.wsgi import AgentKeyMiddleware
+from keyturn.asgi import ApiKeyMiddleware as AsgiMiddleware
+from keyturn.wsgi import ApiKeyMiddleware
 from tests.adversarial.support import Target, assert_refused, bearer
 from tests.web.web_support import PUBLIC, World, WsgiClient
 
@@ -68,7 +68,7 @@ def test_flask_route_behind_a_double_slash(world: World) -> None:
     def models() -> Any:
         return {"items": ["private"]}
 
-    client = WsgiClient(AgentKeyMiddleware(app.wsgi_app, authenticator=world.authenticator()))
+    client = WsgiClient(ApiKeyMiddleware(app.wsgi_app, authenticator=world.authenticator()))
 
     refused = client.raw("//managed-agents/v1/models", [])
     key = f"Bearer {world.keys['research']}".encode()

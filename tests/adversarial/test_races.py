@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from agentkey import _hashing
+from keyturn import _hashing
 from tests.adversarial.support import WORKERS, Gate, SpyStore, Target, assert_refused, bearer
 from tests.web.web_support import Reply, World
 

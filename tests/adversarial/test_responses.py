@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from agentkey.asgi import AgentKeyMiddleware as AsgiMiddleware
-from agentkey.wsgi import AgentKeyMiddleware as WsgiMiddleware
+from keyturn.asgi import ApiKeyMiddleware as AsgiMiddleware
+from keyturn.wsgi import ApiKeyMiddleware as WsgiMiddleware
 from tests.adversarial.support import SpyStore, Target, assert_refused, bearer
 from tests.web.test_servers import serve_uvicorn
 from tests.web.web_support import MODELS, World, asgi_app

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from agentkey import Authenticator, AuthError, AuthRequest, Principal
+from keyturn import Authenticator, AuthError, AuthRequest, Principal
 from tests.core.world import World, make_world
 
 Decide = Callable[[AuthRequest], Principal | AuthError]

@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 import pytest
 
-from agentkey import (
+from keyturn import (
     AuditEvent,
     Authenticator,
     AuthError,
@@ -29,7 +29,7 @@ from agentkey import (
     VerifiedTokenCache,
     _token,
 )
-from agentkey._hashing import hash_secret
+from keyturn._hashing import hash_secret
 from tests.core.conftest import Decide
 from tests.core.world import DEFAULT_SCOPE, RESEARCH_SCOPE, TENANT_SCOPE, World, bearer
 
@@ -679,7 +679,7 @@ def test_refusals_are_logged_with_reason_and_never_the_secret(
     """The log line names the reason and key id; the secret never appears."""
     created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
     world.manager.revoke("alice", created.info.key_id)
-    with caplog.at_level(logging.INFO, logger="agentkey"):
+    with caplog.at_level(logging.INFO, logger="keyturn"):
         decide(bearer(created.secret))
     assert "revoked" in caplog.text and created.info.key_id in caplog.text
     secret_part = created.secret[16:44]
@@ -760,7 +760,7 @@ def test_a_closed_authenticator_answers_503(world: World) -> None:
 
 def test_a_whole_database_passed_as_the_store_gets_a_hint(tmp_path: Any) -> None:
     """Passing the SQLite database itself says to pass db.keys and db.directory."""
-    from agentkey.stores.sqlite import SQLiteDatabase
+    from keyturn.stores.sqlite import SQLiteDatabase
 
     with SQLiteDatabase(tmp_path / "keys.sqlite3") as db:
         with pytest.raises(TypeError, match=r"pass db\.keys as the store"):

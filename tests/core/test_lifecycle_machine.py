@@ -8,7 +8,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
 
-from agentkey import Authenticator, KeyNotFound, KeyNotRevocable, Lifetime, Principal, Scope, Status
+from keyturn import Authenticator, KeyNotFound, KeyNotRevocable, Lifetime, Principal, Scope, Status
 from tests.core.world import bearer, make_world
 
 SCOPES = {

@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from agentkey import (
+from keyturn import (
     CustomDate,
     InvalidExpiry,
     InvalidKeyName,
@@ -21,7 +21,7 @@ from agentkey import (
     Status,
     _token,
 )
-from agentkey._hashing import check_secret
+from keyturn._hashing import check_secret
 from tests.core.world import RESEARCH_SCOPE, TENANT_SCOPE, World
 
 

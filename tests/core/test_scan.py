@@ -1,4 +1,4 @@
-"""`agentkey scan`: real keys are found by place, id and hint; look-alikes and secrets are not."""
+"""`keyturn scan`: real keys are found by place, id and hint; look-alikes and secrets are not."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentkey import _token
-from agentkey.cli import main
-from agentkey.scan import find_keys, scan_paths
+from keyturn import _token
+from keyturn.cli import main
+from keyturn.scan import find_keys, scan_paths
 
 # Text that cannot extend a key: no letters, digits or underscores.
 glue = st.text(alphabet=st.sampled_from(" \t\n\"'=:,;()[]{}<>/\\.-+é🔑"), max_size=20)
@@ -66,7 +66,7 @@ def test_scan_walks_folders_and_skips_tool_state_and_binaries(tmp_path: Path) ->
 def test_cli_reports_hints_never_secrets_and_exits_1(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`agentkey scan` prints place, id and hint, exits 1, and never prints the secret."""
+    """`keyturn scan` prints place, id and hint, exits 1, and never prints the secret."""
     token = _token.generate()
     (tmp_path / "notes.md").write_text(
         f"try it:\n  curl -H 'Authorization: Bearer {token.token}'\n"

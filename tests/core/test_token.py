@@ -8,7 +8,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from agentkey import Reason, _token
+from keyturn import Reason, _token
 
 BODY_ALPHABET = string.ascii_letters + string.digits
 ids = st.text(BODY_ALPHABET, min_size=_token.ID_LENGTH, max_size=_token.ID_LENGTH)

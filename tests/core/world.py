@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import attrs
 
-from agentkey import AuthRequest, KeyManager, Scope
-from agentkey.stores.memory import MemoryDirectory, MemoryKeyStore
+from keyturn import AuthRequest, KeyManager, Scope
+from keyturn.stores.memory import MemoryDirectory, MemoryKeyStore
 
 START = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 TENANT_SCOPE = Scope.tenant("acme")

@@ -1,7 +1,7 @@
-"""Fixtures for the store tests: one contract, run against every store agentkey ships.
+"""Fixtures for the store tests: one contract, run against every store keyturn ships.
 
-PostgreSQL tests read ``AGENTKEY_TEST_POSTGRES_DSN`` (a ``postgresql://`` URL). Unset, they
-skip with the reason shown in the summary; with ``AGENTKEY_REQUIRE_POSTGRES=1`` (as in CI) a
+PostgreSQL tests read ``KEYTURN_TEST_POSTGRES_DSN`` (a ``postgresql://`` URL). Unset, they
+skip with the reason shown in the summary; with ``KEYTURN_REQUIRE_POSTGRES=1`` (as in CI) a
 missing or unreachable server fails them instead. Each test session works in a schema of
 its own, dropped at the end, so concurrent runs on one server do not collide.
 """
@@ -19,19 +19,19 @@ from typing import Any
 import attrs
 import pytest
 
-from agentkey import Authenticator, AuthError, AuthRequest, Principal
-from agentkey.stores.memory import MemoryDirectory, MemoryKeyStore
-from agentkey.stores.sqlite import SQLiteDatabase
+from keyturn import Authenticator, AuthError, AuthRequest, Principal
+from keyturn.stores.memory import MemoryDirectory, MemoryKeyStore
+from keyturn.stores.sqlite import SQLiteDatabase
 
-TABLES = ("agentkey_keys", "agentkey_memberships", "agentkey_organizations")
+TABLES = ("keyturn_keys", "keyturn_memberships", "keyturn_organizations")
 
 
 # --- PostgreSQL ---------------------------------------------------------------------------
 
 
 def _postgres_unavailable(reason: str) -> None:
-    if os.environ.get("AGENTKEY_REQUIRE_POSTGRES") == "1":
-        pytest.fail(f"AGENTKEY_REQUIRE_POSTGRES=1 but {reason}", pytrace=False)
+    if os.environ.get("KEYTURN_REQUIRE_POSTGRES") == "1":
+        pytest.fail(f"KEYTURN_REQUIRE_POSTGRES=1 but {reason}", pytrace=False)
     pytest.skip(f"PostgreSQL tests skipped: {reason}")
 
 
@@ -43,11 +43,11 @@ def with_search_path(url: str, schema: str) -> str:
 @pytest.fixture(scope="session")
 def postgres_server() -> str:
     """The test server's URL, or a skip (a failure when PostgreSQL is required)."""
-    url = os.environ.get("AGENTKEY_TEST_POSTGRES_DSN", "")
+    url = os.environ.get("KEYTURN_TEST_POSTGRES_DSN", "")
     if not url:
-        _postgres_unavailable("AGENTKEY_TEST_POSTGRES_DSN is not set")
+        _postgres_unavailable("KEYTURN_TEST_POSTGRES_DSN is not set")
     if not url.startswith(("postgresql://", "postgres://")):
-        pytest.fail("AGENTKEY_TEST_POSTGRES_DSN must be a postgresql:// URL", pytrace=False)
+        pytest.fail("KEYTURN_TEST_POSTGRES_DSN must be a postgresql:// URL", pytrace=False)
     import psycopg
 
     try:
@@ -66,7 +66,7 @@ def make_postgres_schema(postgres_server: str) -> Iterator[Callable[[], str]]:
     created: list[str] = []
 
     def make() -> str:
-        schema = f"agentkey_test_{os.getpid()}_{secrets.token_hex(4)}"
+        schema = f"keyturn_test_{os.getpid()}_{secrets.token_hex(4)}"
         with psycopg.connect(postgres_server, autocommit=True) as connection:
             connection.execute(f"CREATE SCHEMA {schema}")
         created.append(schema)
@@ -80,8 +80,8 @@ def make_postgres_schema(postgres_server: str) -> Iterator[Callable[[], str]]:
 
 @pytest.fixture(scope="session")
 def postgres_session_url(make_postgres_schema: Callable[[], str]) -> str:
-    """A schema for this test session, with agentkey's tables in it."""
-    from agentkey.stores.postgres import PostgresDatabase
+    """A schema for this test session, with keyturn's tables in it."""
+    from keyturn.stores.postgres import PostgresDatabase
 
     url = make_postgres_schema()
     with PostgresDatabase(url) as db:
@@ -100,7 +100,7 @@ def postgres_url(postgres_session_url: str) -> str:
 
 
 def postgres_dump(url: str) -> str:
-    """Every value in agentkey's PostgreSQL tables, as text."""
+    """Every value in keyturn's PostgreSQL tables, as text."""
     import psycopg
 
     with psycopg.connect(url) as connection:
@@ -112,11 +112,11 @@ def postgres_dump(url: str) -> str:
 
 @pytest.fixture
 def sqlite_path(tmp_path: Path) -> Path:
-    return tmp_path / "agentkey.sqlite3"
+    return tmp_path / "keyturn.sqlite3"
 
 
 def sqlite_dump(path: Path) -> str:
-    """Every value in agentkey's SQLite tables, and the raw bytes of the file and its log."""
+    """Every value in keyturn's SQLite tables, and the raw bytes of the file and its log."""
     connection = sqlite3.connect(path)
     try:
         rows = [connection.execute(f"SELECT * FROM {t}").fetchall() for t in TABLES]  # noqa: S608
@@ -182,7 +182,7 @@ BACKENDS = [
 
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest, sqlite_path: Path) -> Iterator[Backend]:
-    """Every store agentkey ships, empty: memory, SQLite, PostgreSQL, async PostgreSQL."""
+    """Every store keyturn ships, empty: memory, SQLite, PostgreSQL, async PostgreSQL."""
     name = request.param
     if name == "memory":
         store = MemoryKeyStore()
@@ -199,7 +199,7 @@ def backend(request: pytest.FixtureRequest, sqlite_path: Path) -> Iterator[Backe
                 name, db.keys, db.directory, dump=lambda: sqlite_dump(sqlite_path), persistent=True
             )
     elif name == "postgres":
-        from agentkey.stores.postgres import PostgresDatabase
+        from keyturn.stores.postgres import PostgresDatabase
 
         url = request.getfixturevalue("postgres_url")
         with PostgresDatabase(url) as db:
@@ -207,7 +207,7 @@ def backend(request: pytest.FixtureRequest, sqlite_path: Path) -> Iterator[Backe
                 name, db.keys, db.directory, dump=lambda: postgres_dump(url), persistent=True
             )
     else:
-        from agentkey.stores.postgres import AsyncPostgresDatabase
+        from keyturn.stores.postgres import AsyncPostgresDatabase
 
         url = request.getfixturevalue("postgres_url")
         with asyncio.Runner() as runner:

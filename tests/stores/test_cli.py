@@ -1,4 +1,4 @@
-"""The ``agentkey`` command, in-process through ``main()`` and as a subprocess."""
+"""The ``keyturn`` command, in-process through ``main()`` and as a subprocess."""
 
 from __future__ import annotations
 
@@ -13,18 +13,18 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from agentkey.cli import _redact, main
+from keyturn.cli import _redact, main
 
 Run = Callable[..., tuple[int, str, str]]
 
 
 @pytest.fixture
 def url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path}/agentkey.sqlite3"
+    return f"sqlite:///{tmp_path}/keyturn.sqlite3"
 
 
 @pytest.fixture
-def agentkey(url: str, capsys: pytest.CaptureFixture[str]) -> Run:
+def keyturn(url: str, capsys: pytest.CaptureFixture[str]) -> Run:
     """Run one command against the test store: returns (exit status, stdout, stderr)."""
 
     def run(*args: str) -> tuple[int, str, str]:
@@ -36,7 +36,7 @@ def agentkey(url: str, capsys: pytest.CaptureFixture[str]) -> Run:
 
 
 @pytest.fixture
-def ready(agentkey: Run) -> Run:
+def ready(keyturn: Run) -> Run:
     """A store with tenant acme (org_default, org_research) and alice in both."""
     for command in (
         ("db", "init"),
@@ -45,9 +45,9 @@ def ready(agentkey: Run) -> Run:
         ("member", "add", "alice", "org_default", "--role", "admin"),
         ("member", "add", "alice", "org_research", "--role", "member"),
     ):
-        status, _, err = agentkey(*command)
+        status, _, err = keyturn(*command)
         assert status == 0, err
-    return agentkey
+    return keyturn
 
 
 def create(run: Run, *args: str) -> tuple[str, str]:
@@ -210,25 +210,25 @@ def test_another_user_s_key_is_not_found(ready: Run) -> None:
     assert json.loads(ready("keys", "list", "--as", "bob", "--json")[1]) == []
 
 
-def test_an_uninitialized_store_is_not_created_by_accident(agentkey: Run, tmp_path: Path) -> None:
+def test_an_uninitialized_store_is_not_created_by_accident(keyturn: Run, tmp_path: Path) -> None:
     """Every command but db init refuses a store that does not exist yet, and creates nothing."""
-    status, _, err = agentkey("keys", "list", "--as", "alice")
-    assert status == 1 and "agentkey db init" in err
-    assert f"there is no store at {tmp_path / 'agentkey.sqlite3'}" in err  # the absolute path
+    status, _, err = keyturn("keys", "list", "--as", "alice")
+    assert status == 1 and "keyturn db init" in err
+    assert f"there is no store at {tmp_path / 'keyturn.sqlite3'}" in err  # the absolute path
     assert list(tmp_path.iterdir()) == []
-    status, out, _ = agentkey("db", "init")
+    status, out, _ = keyturn("db", "init")
     assert status == 0 and "schema version 1" in out
 
 
 def test_the_store_comes_from_the_flag_then_the_environment_then_the_default(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """--store wins (before or after the command), then AGENTKEY_STORE_URL, then the default."""
+    """--store wins (before or after the command), then KEYTURN_STORE_URL, then the default."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("AGENTKEY_STORE_URL", raising=False)
+    monkeypatch.delenv("KEYTURN_STORE_URL", raising=False)
     assert main(["db", "init"]) == 0
-    assert (tmp_path / "agentkey.sqlite3").exists()
-    monkeypatch.setenv("AGENTKEY_STORE_URL", "sqlite:///from-env.db")
+    assert (tmp_path / "keyturn.sqlite3").exists()
+    monkeypatch.setenv("KEYTURN_STORE_URL", "sqlite:///from-env.db")
     assert main(["db", "init"]) == 0
     assert (tmp_path / "from-env.db").exists()
     assert main(["--store", "sqlite:///before.db", "db", "init"]) == 0
@@ -259,11 +259,11 @@ def test_an_organization_id_no_header_can_name_is_added_with_a_warning(ready: Ru
 
 
 def test_demo_help_names_the_demo_s_own_defaults(capsys: pytest.CaptureFixture[str]) -> None:
-    """agentkey demo --help gives the demo's store and port defaults, not the command's."""
+    """keyturn demo --help gives the demo's store and port defaults, not the command's."""
     assert main(["demo", "--help"]) == 0
     out = capsys.readouterr().out
-    assert "$AGENTKEY_DEMO_STORE" in out and "$AGENTKEY_DEMO_PORT" in out
-    assert "$AGENTKEY_STORE_URL" not in out
+    assert "$KEYTURN_DEMO_STORE" in out and "$KEYTURN_DEMO_PORT" in out
+    assert "$KEYTURN_STORE_URL" not in out
 
 
 def test_an_unreachable_postgresql_store_is_one_line_with_the_reason(
@@ -287,15 +287,15 @@ def test_passwords_in_store_urls_are_never_printed() -> None:
     assert _redact("postgresql://app:hunter2@127.0.0.1:5432/keys") == (
         "postgresql://app:***@127.0.0.1:5432/keys"
     )
-    assert _redact("sqlite:///agentkey.sqlite3") == "sqlite:///agentkey.sqlite3"
+    assert _redact("sqlite:///keyturn.sqlite3") == "sqlite:///keyturn.sqlite3"
 
 
 def test_the_command_runs_as_a_program(url: str) -> None:
-    """`python -m agentkey.cli` works, and exits 2 on a usage error with argparse's message."""
+    """`python -m keyturn.cli` works, and exits 2 on a usage error with argparse's message."""
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(  # noqa: S603 -- our own interpreter and arguments
-            [sys.executable, "-m", "agentkey.cli", "--store", url, *args],
+            [sys.executable, "-m", "keyturn.cli", "--store", url, *args],
             capture_output=True,
             text=True,
             timeout=60,
@@ -314,7 +314,7 @@ def test_postgresql_store_needs_db_init(
     """Against PostgreSQL, commands ask for db init until it ran, and then work."""
     url = make_postgres_schema()
     assert main(["--store", url, "keys", "list", "--as", "alice"]) == 1
-    assert "agentkey db init" in capsys.readouterr().err
+    assert "keyturn db init" in capsys.readouterr().err
     assert main(["--store", url, "db", "init"]) == 0
     assert main(["--store", url, "org", "add", "org_default", "--tenant", "acme", "--default"]) == 0
     assert main(["--store", url, "member", "add", "alice", "org_default", "--role", "admin"]) == 0

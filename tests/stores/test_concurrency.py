@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from agentkey import Authenticator, AuthError, AuthRequest, KeyManager, Principal, Reason, Scope
-from agentkey.stores.sqlite import SQLiteDatabase
+from keyturn import Authenticator, AuthError, AuthRequest, KeyManager, Principal, Reason, Scope
+from keyturn.stores.sqlite import SQLiteDatabase
 from tests.stores.conftest import Backend
 from tests.stores.test_contract import make_key
 
@@ -68,10 +68,10 @@ REQUEST_ORGANIZATION = ("default",)
 def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """A sync SQL database: SQLite in a temporary file, or PostgreSQL."""
     if request.param == "sqlite":
-        with SQLiteDatabase(tmp_path / "agentkey.sqlite3") as db:
+        with SQLiteDatabase(tmp_path / "keyturn.sqlite3") as db:
             yield db
     else:
-        from agentkey.stores.postgres import PostgresDatabase
+        from keyturn.stores.postgres import PostgresDatabase
 
         with PostgresDatabase(request.getfixturevalue("postgres_url"), max_size=12) as db:
             yield db

@@ -1,4 +1,4 @@
-"""The store contract: every store agentkey ships behaves like the memory store.
+"""The store contract: every store keyturn ships behaves like the memory store.
 
 Each test runs against memory, SQLite, PostgreSQL and async PostgreSQL (see ``backend``).
 """
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentkey import (
+from keyturn import (
     ApiKey,
     AuthError,
     AuthRequest,

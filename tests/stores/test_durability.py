@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from agentkey import Authenticator, AuthError, AuthRequest, KeyManager, Principal, Reason, Scope
-from agentkey.cli import main
-from agentkey.stores import open_store
+from keyturn import Authenticator, AuthError, AuthRequest, KeyManager, Principal, Reason, Scope
+from keyturn.cli import main
+from keyturn.stores import open_store
 
 # Authenticates the secret read from stdin against the store named by argv[1]; prints the
 # organization it reached, or the refusal's status and reason.
 AUTHENTICATE = """
 import sys
-from agentkey import Authenticator, AuthRequest, Principal
-from agentkey.stores import open_store
+from keyturn import Authenticator, AuthRequest, Principal
+from keyturn.stores import open_store
 
 db = open_store(sys.argv[1])
 auth = Authenticator(db.keys, db.directory)
@@ -38,7 +38,7 @@ db.close()
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A store URL for SQLite (a file in a temporary directory) or PostgreSQL, set up."""
     if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path}/agentkey.sqlite3"
+        url = f"sqlite:///{tmp_path}/keyturn.sqlite3"
     else:
         url = request.getfixturevalue("postgres_url")
     for command in (
@@ -59,8 +59,8 @@ def run(*args: str, stdin: str = "") -> str:
 
 
 def cli(store_url: str, *args: str) -> str:
-    """Run the agentkey command in a process of its own."""
-    return run("-m", "agentkey.cli", "--store", store_url, *args)
+    """Run the keyturn command in a process of its own."""
+    return run("-m", "keyturn.cli", "--store", store_url, *args)
 
 
 def test_a_key_created_here_authenticates_in_a_fresh_process(store_url: str) -> None:

@@ -11,10 +11,10 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
-from agentkey import Authenticator, AuthRequest, Reason, ServiceUnavailable, _token
-from agentkey.stores import open_store
-from agentkey.stores.memory import MemoryDirectory
-from agentkey.stores.postgres import AsyncPostgresDatabase, PostgresDatabase
+from keyturn import Authenticator, AuthRequest, Reason, ServiceUnavailable, _token
+from keyturn.stores import open_store
+from keyturn.stores.memory import MemoryDirectory
+from keyturn.stores.postgres import AsyncPostgresDatabase, PostgresDatabase
 
 pytestmark = pytest.mark.postgres
 
@@ -57,7 +57,7 @@ def test_instances_deploying_at_once_create_the_schema_once(
         db.close()
     assert results == [1, 1, 1, 1]
     with psycopg.connect(url) as connection:
-        rows = connection.execute("SELECT version FROM agentkey_schema_version").fetchall()
+        rows = connection.execute("SELECT version FROM keyturn_schema_version").fetchall()
     assert rows == [(1,)]
 
 
@@ -79,7 +79,7 @@ def test_instants_are_timestamptz(postgres_url: str) -> None:
     with psycopg.connect(postgres_url) as connection:
         rows = connection.execute(
             "SELECT column_name, data_type FROM information_schema.columns "
-            "WHERE table_schema = current_schema() AND table_name = 'agentkey_keys' "
+            "WHERE table_schema = current_schema() AND table_name = 'keyturn_keys' "
             "AND column_name LIKE '%%_at' ORDER BY column_name"
         ).fetchall()
     assert rows == [
@@ -92,23 +92,23 @@ def test_the_table_itself_allows_one_default_per_tenant(postgres_url: str) -> No
     """A partial unique index refuses a second default, whoever writes the row."""
     with psycopg.connect(postgres_url, autocommit=True) as connection:
         connection.execute(
-            "INSERT INTO agentkey_organizations (id, tenant_id, is_default) "
+            "INSERT INTO keyturn_organizations (id, tenant_id, is_default) "
             "VALUES ('a', 't', true), ('b', 't', false), ('c', 't', false)"
         )
         with pytest.raises(psycopg.errors.UniqueViolation):
-            connection.execute("UPDATE agentkey_organizations SET is_default = true WHERE id = 'b'")
+            connection.execute("UPDATE keyturn_organizations SET is_default = true WHERE id = 'b'")
 
 
 def test_a_newer_schema_is_refused(make_postgres_schema: Callable[[], str]) -> None:
-    """A database upgraded by a newer agentkey is refused with a clear message."""
+    """A database upgraded by a newer keyturn is refused with a clear message."""
     url = make_postgres_schema()
     with PostgresDatabase(url) as db:
         db.create_schema()
         with psycopg.connect(url, autocommit=True) as connection:
-            connection.execute("INSERT INTO agentkey_schema_version (version) VALUES (99)")
-        with pytest.raises(RuntimeError, match="upgrade agentkey"):
+            connection.execute("INSERT INTO keyturn_schema_version (version) VALUES (99)")
+        with pytest.raises(RuntimeError, match="upgrade keyturn"):
             db.create_schema()
-        with pytest.raises(RuntimeError, match="upgrade agentkey"):
+        with pytest.raises(RuntimeError, match="upgrade keyturn"):
             db.schema_version()
 
 

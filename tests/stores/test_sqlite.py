@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agentkey.stores import _sql, open_store
-from agentkey.stores.sqlite import SQLiteDatabase
+from keyturn.stores import _sql, open_store
+from keyturn.stores.sqlite import SQLiteDatabase
 from tests.stores.test_contract import make_key
 
 
@@ -33,7 +33,7 @@ def test_the_file_and_schema_appear_on_first_use(sqlite_path: Path) -> None:
         assert db.create_schema() == 1  # idempotent
     raw = sqlite3.connect(sqlite_path)
     try:
-        assert raw.execute("SELECT version FROM agentkey_schema_version").fetchall() == [(1,)]
+        assert raw.execute("SELECT version FROM keyturn_schema_version").fetchall() == [(1,)]
     finally:
         raw.close()
 
@@ -56,21 +56,21 @@ def test_keys_survive_reopening(sqlite_path: Path) -> None:
 
 
 def test_a_newer_schema_is_refused(sqlite_path: Path) -> None:
-    """A file written by a newer agentkey is refused with a clear message, not misread."""
+    """A file written by a newer keyturn is refused with a clear message, not misread."""
     with SQLiteDatabase(sqlite_path) as db:
         db.create_schema()
     raw = sqlite3.connect(sqlite_path)
-    raw.execute("INSERT INTO agentkey_schema_version (version) VALUES (99)")
+    raw.execute("INSERT INTO keyturn_schema_version (version) VALUES (99)")
     raw.commit()
     raw.close()
-    with SQLiteDatabase(sqlite_path) as db, pytest.raises(RuntimeError, match="upgrade agentkey"):
+    with SQLiteDatabase(sqlite_path) as db, pytest.raises(RuntimeError, match="upgrade keyturn"):
         db.keys.get_key("NoSuchKey123")
 
 
 @pytest.mark.parametrize("path", ["", ":memory:", "file::memory:?cache=shared"])
 def test_in_memory_paths_are_refused(path: str) -> None:
     """SQLite in memory would give each connection its own empty database: refused."""
-    with pytest.raises(ValueError, match=r"agentkey\.stores\.memory"):
+    with pytest.raises(ValueError, match=r"keyturn\.stores\.memory"):
         SQLiteDatabase(path)
 
 
@@ -128,7 +128,7 @@ def test_two_processes_worth_of_first_use_migrate_once(sqlite_path: Path) -> Non
     assert versions == [1, 1, 1, 1]
     raw = sqlite3.connect(sqlite_path)
     try:
-        assert raw.execute("SELECT version FROM agentkey_schema_version").fetchall() == [(1,)]
+        assert raw.execute("SELECT version FROM keyturn_schema_version").fetchall() == [(1,)]
     finally:
         raw.close()
 
@@ -149,7 +149,7 @@ def test_open_store_reads_sqlite_urls(tmp_path: Path) -> None:
         open_store("mysql://root:hunter2@127.0.0.1/keys")
 
 
-@pytest.mark.parametrize("url", ["sqlite://agentkey.sqlite3", "sqlite:agentkey.sqlite3"])
+@pytest.mark.parametrize("url", ["sqlite://keyturn.sqlite3", "sqlite:keyturn.sqlite3"])
 def test_a_sqlite_url_with_too_few_slashes_says_how_many(url: str) -> None:
     """A SQLite URL missing a slash is named as such, not as an unsupported scheme."""
     with pytest.raises(ValueError, match="three slashes before a relative path"):

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from agentkey import Authenticator
-from agentkey._usage import UsageRecorder
-from agentkey.stores.memory import MemoryDirectory, MemoryKeyStore
+from keyturn import Authenticator
+from keyturn._usage import UsageRecorder
+from keyturn.stores.memory import MemoryDirectory, MemoryKeyStore
 
 AT = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 
@@ -100,8 +100,8 @@ def test_a_blocking_store_is_written_from_a_background_thread() -> None:
     usage.seen("k2")
     usage.close()
     assert [(key, thread) for key, _, thread in store.calls] == [
-        ("k1", "agentkey-usage"),
-        ("k2", "agentkey-usage"),
+        ("k1", "keyturn-usage"),
+        ("k2", "keyturn-usage"),
     ]
 
 
@@ -124,7 +124,7 @@ def test_failures_are_logged_never_raised(caplog: pytest.LogCaptureFixture) -> N
     """A failing store is logged by key id and type only, and is not retried at once."""
     store = InlineSpy(fail=True)
     usage, _ = recorder(store)
-    with caplog.at_level(logging.WARNING, logger="agentkey"):
+    with caplog.at_level(logging.WARNING, logger="keyturn"):
         usage.seen("k1")
         usage.seen("k1")
     assert len(store.calls) == 1
@@ -146,7 +146,7 @@ def test_a_full_queue_drops_writes(caplog: pytest.LogCaptureFixture) -> None:
     gate = threading.Event()
     store = ThreadSpy(gate=gate)
     usage, _ = recorder(store, max_pending=1)
-    with caplog.at_level(logging.WARNING, logger="agentkey"):
+    with caplog.at_level(logging.WARNING, logger="keyturn"):
         for number in range(5):  # one in the thread, one queued, three dropped
             usage.seen(f"k{number}")
     gate.set()

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from agentkey import asgi as agentkey_asgi
-from agentkey import wsgi as agentkey_wsgi
+from keyturn import asgi as keyturn_asgi
+from keyturn import wsgi as keyturn_wsgi
 from tests.web.web_support import (
     PUBLIC,
     AsgiClient,
@@ -45,13 +45,13 @@ def serve(request: pytest.FixtureRequest, world: World) -> Iterator[Serve]:
         authenticator = options.pop("authenticator", None) or world.authenticator()
         client: AsgiClient | WsgiClient
         if request.param == "asgi":
-            middleware = agentkey_asgi.AgentKeyMiddleware(
+            middleware = keyturn_asgi.ApiKeyMiddleware(
                 asgi_app(world), authenticator=authenticator, **options
             )
             client = AsgiClient(middleware)
         else:
             client = WsgiClient(
-                agentkey_wsgi.AgentKeyMiddleware(
+                keyturn_wsgi.ApiKeyMiddleware(
                     wsgi_app(world), authenticator=authenticator, **options
                 )
             )

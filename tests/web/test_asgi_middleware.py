@@ -16,9 +16,9 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.testclient import TestClient, WebSocketDenialResponse
 from starlette.websockets import WebSocket
 
-from agentkey import MissingPrincipal, Principal
-from agentkey.asgi import AgentKeyMiddleware, principal
-from agentkey.wsgi import AgentKeyMiddleware as WsgiMiddleware
+from keyturn import MissingPrincipal, Principal
+from keyturn.asgi import ApiKeyMiddleware, principal
+from keyturn.wsgi import ApiKeyMiddleware as WsgiMiddleware
 from tests.web.web_support import MODELS, World
 
 Message = dict[str, Any]
@@ -65,7 +65,7 @@ async def echo_app(scope: Any, receive: Any, send: Any) -> None:
 
 def test_raw_header_names_in_any_case(world: World) -> None:
     """Upper-case raw header names from a server are read, and the app sees no Authorization."""
-    app = AgentKeyMiddleware(echo_app, authenticator=world.authenticator())
+    app = ApiKeyMiddleware(echo_app, authenticator=world.authenticator())
     key = world.keys["tenant"].encode("latin-1")
     scope = http_scope(
         MODELS, [(b"Authorization", b"Bearer " + key), (b"X-Organization-Id", b"org_research")]
@@ -81,7 +81,7 @@ def test_raw_header_names_in_any_case(world: World) -> None:
 
 def test_latin1_header_values_are_refused(world: World) -> None:
     """Header bytes beyond ASCII decode as latin-1 and are refused, never crash."""
-    app = AgentKeyMiddleware(echo_app, authenticator=world.authenticator())
+    app = ApiKeyMiddleware(echo_app, authenticator=world.authenticator())
     key = world.keys["tenant"].encode("latin-1")
     for headers, status in [
         ([(b"authorization", b"Bearer \xe9" + key[1:])], 401),
@@ -93,7 +93,7 @@ def test_latin1_header_values_are_refused(world: World) -> None:
 
 def test_refusal_never_reads_the_body(world: World) -> None:
     """A refused request is answered without a single receive() call."""
-    app = AgentKeyMiddleware(echo_app, authenticator=world.authenticator())
+    app = ApiKeyMiddleware(echo_app, authenticator=world.authenticator())
 
     start, _ = call(app, http_scope(MODELS, []), incoming=[])  # receive() would fail
 
@@ -102,7 +102,7 @@ def test_refusal_never_reads_the_body(world: World) -> None:
 
 def test_root_path_is_not_a_way_around(world: World) -> None:
     """Behind a root_path the prefix is matched on the path the app routes on."""
-    app = AgentKeyMiddleware(echo_app, authenticator=world.authenticator())
+    app = ApiKeyMiddleware(echo_app, authenticator=world.authenticator())
     scope = http_scope("/api" + MODELS, [], root_path="/api")
 
     start, _ = call(app, scope)
@@ -118,7 +118,7 @@ def test_app_headers_are_copied_not_mutated(world: World) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": shared})
         await send({"type": "http.response.body", "body": b"ok"})
 
-    middleware = AgentKeyMiddleware(app, authenticator=world.authenticator())
+    middleware = ApiKeyMiddleware(app, authenticator=world.authenticator())
     key = world.keys["research"].encode()
 
     for _ in range(2):
@@ -139,7 +139,7 @@ async def ws_endpoint(websocket: WebSocket) -> None:
 def ws_app(world: World) -> Starlette:
     return Starlette(
         routes=[WebSocketRoute("/managed-agents/v1/stream", ws_endpoint)],
-        middleware=[Middleware(AgentKeyMiddleware, authenticator=world.authenticator())],
+        middleware=[Middleware(ApiKeyMiddleware, authenticator=world.authenticator())],
     )
 
 
@@ -174,7 +174,7 @@ def test_websocket_refused_by_the_policy_names_the_organization(world: World) ->
         routes=[WebSocketRoute("/managed-agents/v1/stream", ws_endpoint)],
         middleware=[
             Middleware(
-                AgentKeyMiddleware,
+                ApiKeyMiddleware,
                 authenticator=world.authenticator(policy=lambda principal, request: False),
             )
         ],
@@ -194,7 +194,7 @@ def test_websocket_refused_by_the_policy_names_the_organization(world: World) ->
 
 def test_websocket_refused_with_close(world: World) -> None:
     """Without the extension the handshake is closed with 1008 before accept."""
-    app = AgentKeyMiddleware(echo_app, authenticator=world.authenticator())
+    app = ApiKeyMiddleware(echo_app, authenticator=world.authenticator())
     scope = http_scope("/managed-agents/v1/stream", [], type="websocket", extensions={})
 
     sent = call(app, scope, incoming=[{"type": "websocket.connect"}])
@@ -220,7 +220,7 @@ def test_lifespan_passes_through(world: World) -> None:
 
     app = Starlette(
         routes=[Route(MODELS, endpoint)],
-        middleware=[Middleware(AgentKeyMiddleware, authenticator=world.authenticator())],
+        middleware=[Middleware(ApiKeyMiddleware, authenticator=world.authenticator())],
         lifespan=lifespan,
     )
     with TestClient(app) as client:
@@ -235,7 +235,7 @@ def crashing_app(world: World) -> Starlette:
 
     return Starlette(
         routes=[Route(MODELS, endpoint)],
-        middleware=[Middleware(AgentKeyMiddleware, authenticator=world.authenticator())],
+        middleware=[Middleware(ApiKeyMiddleware, authenticator=world.authenticator())],
     )
 
 
@@ -264,7 +264,7 @@ def test_crash_after_the_response_started(world: World) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": []})
         raise RuntimeError("the app broke mid-stream")
 
-    middleware = AgentKeyMiddleware(app, authenticator=world.authenticator())
+    middleware = ApiKeyMiddleware(app, authenticator=world.authenticator())
     key = world.keys["research"].encode()
     sent: list[Message] = []
 
@@ -299,7 +299,7 @@ def test_principal_outside_the_prefix(world: World) -> None:
 
     app = Starlette(
         routes=[Route("/elsewhere", endpoint)],
-        middleware=[Middleware(AgentKeyMiddleware, authenticator=world.authenticator())],
+        middleware=[Middleware(ApiKeyMiddleware, authenticator=world.authenticator())],
     )
     with TestClient(app) as client, pytest.raises(MissingPrincipal):
         client.get("/elsewhere")
@@ -314,7 +314,7 @@ def test_principal_from_scope_and_request(world: World) -> None:
         return Response()
 
     starlette = Starlette(routes=[Route(MODELS, endpoint)])
-    app = AgentKeyMiddleware(starlette, authenticator=world.authenticator())  # around it all
+    app = ApiKeyMiddleware(starlette, authenticator=world.authenticator())  # around it all
     with TestClient(app) as client:
         client.get(MODELS, headers={"authorization": f"Bearer {world.keys['main']}"})
 
@@ -334,11 +334,11 @@ def test_principal_from_scope_and_request(world: World) -> None:
 def test_bad_options(world: World, options: dict[str, Any], error: type[Exception]) -> None:
     """Options that would misbehave at request time are refused at construction."""
     with pytest.raises(error):
-        AgentKeyMiddleware(echo_app, authenticator=world.authenticator(), **options)
+        ApiKeyMiddleware(echo_app, authenticator=world.authenticator(), **options)
 
 
-@pytest.mark.parametrize("middleware", [AgentKeyMiddleware, WsgiMiddleware], ids=["asgi", "wsgi"])
+@pytest.mark.parametrize("middleware", [ApiKeyMiddleware, WsgiMiddleware], ids=["asgi", "wsgi"])
 def test_an_authenticator_of_the_wrong_kind_is_refused_at_startup(middleware: Any) -> None:
     """Anything but an Authenticator fails when the middleware is built, not on a request."""
-    with pytest.raises(TypeError, match=r"must be an agentkey\.Authenticator"):
+    with pytest.raises(TypeError, match=r"must be an keyturn\.Authenticator"):
         middleware(lambda *args: None, authenticator=object())

@@ -1,4 +1,4 @@
-"""``python -m agentkey.demo``: the printed curl lines do what their comments say."""
+"""``python -m keyturn.demo``: the printed curl lines do what their comments say."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import httpx
 
-from agentkey import Authenticator, AuthRequest, Principal
-from agentkey.demo import seed
-from agentkey.stores.memory import MemoryDirectory, MemoryKeyStore
+from keyturn import Authenticator, AuthRequest, Principal
+from keyturn.demo import seed
+from keyturn.stores.memory import MemoryDirectory, MemoryKeyStore
 
 
 def free_port() -> int:
@@ -50,12 +50,12 @@ def test_demo_serves_what_it_prints(tmp_path: Path) -> None:
     store = tmp_path / "demo.sqlite3"
     env = {
         **os.environ,
-        "AGENTKEY_DEMO_PORT": str(port),
-        "AGENTKEY_DEMO_STORE": f"sqlite:///{store}",
+        "KEYTURN_DEMO_PORT": str(port),
+        "KEYTURN_DEMO_STORE": f"sqlite:///{store}",
         "PYTHONUNBUFFERED": "1",
     }
     demo = subprocess.Popen(
-        [sys.executable, "-m", "agentkey.demo"],
+        [sys.executable, "-m", "keyturn.demo"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

@@ -10,8 +10,8 @@ import pytest
 from starlette.testclient import TestClient
 from werkzeug.test import Client as WerkzeugClient
 
-from agentkey.demo import DemoKeys, seed
-from agentkey.stores.memory import MemoryDirectory, MemoryKeyStore
+from keyturn.demo import DemoKeys, seed
+from keyturn.stores.memory import MemoryDirectory, MemoryKeyStore
 from tests.web.web_support import HEALTHZ, MODELS, load_example
 
 

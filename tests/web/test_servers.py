@@ -13,8 +13,8 @@ import pytest
 import uvicorn
 import waitress  # type: ignore[import-untyped]
 
-from agentkey.demo import DemoKeys, seed
-from agentkey.stores.memory import MemoryDirectory, MemoryKeyStore
+from keyturn.demo import DemoKeys, seed
+from keyturn.stores.memory import MemoryDirectory, MemoryKeyStore
 from tests.web.web_support import HEALTHZ, MODELS, load_example
 
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentkey import Reason, Unauthorized
+from keyturn import Reason, Unauthorized
 from tests.web.web_support import (
     ADMIN,
     BOOM,

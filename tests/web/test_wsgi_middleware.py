@@ -13,8 +13,8 @@ from flask import Flask, request
 from werkzeug.test import Client
 from werkzeug.wrappers import Request
 
-from agentkey import MissingPrincipal
-from agentkey.wsgi import AgentKeyMiddleware, principal
+from keyturn import MissingPrincipal
+from keyturn.wsgi import ApiKeyMiddleware, principal
 from tests.web.web_support import MODELS, World, wsgi_app
 
 
@@ -59,7 +59,7 @@ class Server:
 )
 def test_passes_wsgiref_validator(world: World, path: str, key: str | None, status: str) -> None:
     """Accepted, refused and passed-through requests all conform to PEP 3333."""
-    app = AgentKeyMiddleware(wsgi_app(world), authenticator=world.authenticator())
+    app = ApiKeyMiddleware(wsgi_app(world), authenticator=world.authenticator())
     headers = {"HTTP_AUTHORIZATION": f"Bearer {world.keys[key]}"} if key else {}
     server = Server()
 
@@ -81,7 +81,7 @@ def test_exc_info_response_gets_the_headers(world: World) -> None:
             )
         return [b"failed"]
 
-    middleware = AgentKeyMiddleware(app, authenticator=world.authenticator())
+    middleware = ApiKeyMiddleware(app, authenticator=world.authenticator())
     server = Server()
 
     server.call(middleware, MODELS, HTTP_AUTHORIZATION=f"Bearer {world.keys['research']}")
@@ -114,7 +114,7 @@ def test_iterable_is_passed_through(world: World) -> None:
         start_response("200 OK", [])
         return body
 
-    middleware = AgentKeyMiddleware(app, authenticator=world.authenticator())
+    middleware = ApiKeyMiddleware(app, authenticator=world.authenticator())
     environ = {"PATH_INFO": MODELS, "HTTP_AUTHORIZATION": f"Bearer {world.keys['research']}"}
     setup_testing_defaults(environ)
 
@@ -129,7 +129,7 @@ def test_iterable_is_passed_through(world: World) -> None:
 
 
 def test_principal_in_environ(world: World) -> None:
-    """The principal sits in environ["agentkey.principal"]; Authorization is stripped."""
+    """The principal sits in environ["keyturn.principal"]; Authorization is stripped."""
     seen: dict[str, Any] = {}
 
     def app(environ: Any, start_response: Any) -> Iterable[bytes]:
@@ -137,11 +137,11 @@ def test_principal_in_environ(world: World) -> None:
         start_response("204 No Content", [])
         return []
 
-    middleware = AgentKeyMiddleware(app, authenticator=world.authenticator())
+    middleware = ApiKeyMiddleware(app, authenticator=world.authenticator())
     Server().call(middleware, MODELS, HTTP_AUTHORIZATION=f"Bearer {world.keys['main']}")
 
-    assert principal(seen) is seen["agentkey.principal"]
-    assert seen["agentkey.principal"].organization_id == "org_main"
+    assert principal(seen) is seen["keyturn.principal"]
+    assert seen["keyturn.principal"].organization_id == "org_main"
     assert "HTTP_AUTHORIZATION" not in seen
 
 
@@ -156,7 +156,7 @@ def test_principal_from_werkzeug_and_flask_requests(world: World) -> None:
             "werkzeug": principal(Request(request.environ)).organization_id,
         }
 
-    flask.wsgi_app = AgentKeyMiddleware(flask.wsgi_app, authenticator=world.authenticator())  # type: ignore[method-assign]
+    flask.wsgi_app = ApiKeyMiddleware(flask.wsgi_app, authenticator=world.authenticator())  # type: ignore[method-assign]
     reply = flask.test_client().get(
         MODELS, headers={"authorization": f"Bearer {world.keys['main']}"}
     )
@@ -171,7 +171,7 @@ def test_principal_outside_the_prefix(world: World) -> None:
     def app(request: Request) -> Any:
         return principal(request)
 
-    client = Client(AgentKeyMiddleware(app, authenticator=world.authenticator()))
+    client = Client(ApiKeyMiddleware(app, authenticator=world.authenticator()))
     with pytest.raises(MissingPrincipal, match="outside the middleware's prefix"):
         client.get("/elsewhere")
 
@@ -184,7 +184,7 @@ def test_a_crash_before_responding_is_a_500_with_the_service_headers(
     def app(environ: Any, start_response: Any) -> Iterable[bytes]:
         raise RuntimeError("the app broke")
 
-    client = Client(AgentKeyMiddleware(app, authenticator=world.authenticator()))
+    client = Client(ApiKeyMiddleware(app, authenticator=world.authenticator()))
     reply = client.get(MODELS, headers={"authorization": f"Bearer {world.keys['main']}"})
     assert reply.status_code == 500
     assert reply.headers["service-organization-id"] == "org_main"
@@ -201,7 +201,7 @@ def test_a_crash_before_responding_is_a_500_with_the_service_headers(
 )
 def test_merged_headers_are_refused(world: World, header: str, value: str, status: str) -> None:
     """A server's comma-joined repeated header is refused, never split and guessed."""
-    app = AgentKeyMiddleware(wsgi_app(world), authenticator=world.authenticator())
+    app = ApiKeyMiddleware(wsgi_app(world), authenticator=world.authenticator())
     server = Server()
     environ = {"HTTP_AUTHORIZATION": f"Bearer {world.keys['tenant']}"}
     environ[header] = value.format(**world.keys)

@@ -27,10 +27,10 @@ from werkzeug.test import Client as WerkzeugClient
 from werkzeug.wrappers import Request as WerkzeugRequest
 from werkzeug.wrappers import Response as WerkzeugResponse
 
-from agentkey import ApiKey, Authenticator, AuthRequest, KeyManager, Principal, Scope
-from agentkey import asgi as agentkey_asgi
-from agentkey import wsgi as agentkey_wsgi
-from agentkey.stores.memory import MemoryDirectory, MemoryKeyStore
+from keyturn import ApiKey, Authenticator, AuthRequest, KeyManager, Principal, Scope
+from keyturn import asgi as keyturn_asgi
+from keyturn import wsgi as keyturn_wsgi
+from keyturn.stores.memory import MemoryDirectory, MemoryKeyStore
 
 MODELS = "/managed-agents/v1/models"
 WHOAMI = "/managed-agents/v1/whoami"
@@ -167,7 +167,7 @@ def whoami_body(principal: Principal, authorization: str | None) -> dict[str, An
 
 def asgi_app(world: World) -> Starlette:
     async def whoami(request: StarletteRequest) -> Response:
-        who = agentkey_asgi.principal(request)
+        who = keyturn_asgi.principal(request)
         return JSONResponse(whoami_body(who, request.headers.get("authorization")))
 
     async def items(request: StarletteRequest) -> Response:
@@ -218,7 +218,7 @@ def wsgi_app(world: World) -> Any:
     def app(request: WerkzeugRequest) -> WerkzeugResponse:
         world.calls.append(request.path)
         if request.path == WHOAMI:
-            who = agentkey_wsgi.principal(request)
+            who = keyturn_wsgi.principal(request)
             return json_response(whoami_body(who, request.headers.get("authorization")))
         if request.path == BOOM:
             return json_response({"detail": "boom"}, 500)

@@ -1,14 +1,14 @@
-"""``python -m agentkey.demo`` (``make demo``, ``agentkey demo``): the list-models example, live.
+"""``python -m keyturn.demo`` (``make demo``, ``keyturn demo``): the list-models example, live.
 
 Seeds the embedded SQLite store with the tenant ``acme`` (organizations ``acme-main``, its
 ``default``, and ``acme-research``) and the user ``demo-user``, creates a fresh
 tenant-scoped and organization-scoped key, prints them with ready ``curl`` lines, and
 serves ``examples/starlette_app.py`` under uvicorn on 127.0.0.1.
 
-Options: ``--store URL`` (else ``$AGENTKEY_DEMO_STORE``, else
-``sqlite:///agentkey-demo.sqlite3``) and ``--port N`` (else ``$AGENTKEY_DEMO_PORT``, else
+Options: ``--store URL`` (else ``$KEYTURN_DEMO_STORE``, else
+``sqlite:///keyturn-demo.sqlite3``) and ``--port N`` (else ``$KEYTURN_DEMO_PORT``, else
 8000). The keys stay in the store after the demo stops; look at them with
-``agentkey keys list --as demo-user --store sqlite:///agentkey-demo.sqlite3``.
+``keyturn keys list --as demo-user --store sqlite:///keyturn-demo.sqlite3``.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import Any, Protocol
 
 import attrs
 
-from agentkey import CreatedKey, KeyManager, KeyStore, Lifetime, MembershipProvider, Scope
-from agentkey.stores import open_store
+from keyturn import CreatedKey, KeyManager, KeyStore, Lifetime, MembershipProvider, Scope
+from keyturn.stores import open_store
 
 __all__ = ["DemoKeys", "instructions", "main", "seed"]
 
@@ -34,7 +34,7 @@ TENANT = "acme"
 DEFAULT_ORGANIZATION = "acme-main"
 OTHER_ORGANIZATION = "acme-research"
 USER = "demo-user"
-DEMO_STORE = "sqlite:///agentkey-demo.sqlite3"
+DEMO_STORE = "sqlite:///keyturn-demo.sqlite3"
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "starlette_app.py"
 
 
@@ -106,7 +106,7 @@ def _load_example() -> Any:
     # A source checkout serves examples/ as it stands; an installed wheel carries a copy.
     if not EXAMPLE.is_file():
         try:
-            return importlib.import_module("agentkey._example_app")
+            return importlib.import_module("keyturn._example_app")
         except ImportError:
             raise SystemExit(f"the demo serves {EXAMPLE}; run it from a source checkout") from None
     spec = importlib.util.spec_from_file_location("starlette_app", EXAMPLE)
@@ -128,30 +128,30 @@ def _port_is_free(port: int) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m agentkey.demo",
+        prog="python -m keyturn.demo",
         description="Seed a demo tenant and user, print two fresh keys and curl lines, and "
         "serve examples/starlette_app.py on 127.0.0.1 until Ctrl+C.",
     )
     parser.add_argument(
         "--store",
         metavar="URL",
-        default=os.environ.get("AGENTKEY_DEMO_STORE", DEMO_STORE),
-        help=f"the demo's store (default: $AGENTKEY_DEMO_STORE, else {DEMO_STORE})",
+        default=os.environ.get("KEYTURN_DEMO_STORE", DEMO_STORE),
+        help=f"the demo's store (default: $KEYTURN_DEMO_STORE, else {DEMO_STORE})",
     )
     parser.add_argument(
         "--port",
         type=int,
-        default=int(os.environ.get("AGENTKEY_DEMO_PORT", "8000")),
-        help="default: $AGENTKEY_DEMO_PORT, else 8000",
+        default=int(os.environ.get("KEYTURN_DEMO_PORT", "8000")),
+        help="default: $KEYTURN_DEMO_PORT, else 8000",
     )
     args = parser.parse_args(argv)
     try:
         import uvicorn  # the demo extra; the library itself does not need it
     except ImportError:
-        raise SystemExit("the demo needs uvicorn: pip install 'agentkey[demo]'") from None
+        raise SystemExit("the demo needs uvicorn: pip install 'keyturn[demo]'") from None
     if not _port_is_free(args.port):
         raise SystemExit(
-            f"port {args.port} on 127.0.0.1 is in use: pass --port N or set AGENTKEY_DEMO_PORT"
+            f"port {args.port} on 127.0.0.1 is in use: pass --port N or set KEYTURN_DEMO_PORT"
         )
     example = _load_example()
     with open_store(args.store) as db:
@@ -162,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(instructions(keys, f"http://127.0.0.1:{args.port}"))
         print(
             "The keys stay in the store after the demo stops; list them with",
-            shlex.join(["agentkey", "keys", "list", "--as", USER, "--store", args.store]),
+            shlex.join(["keyturn", "keys", "list", "--as", USER, "--store", args.store]),
             flush=True,
         )
         uvicorn.run(app, host="127.0.0.1", port=args.port)

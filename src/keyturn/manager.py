@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 
-from agentkey import _token
-from agentkey._hashing import hash_secret
-from agentkey._lifecycle import DEFAULT_LIFETIME, derive_status, expiry_for, validate_name
-from agentkey._model import (
+from keyturn import _token
+from keyturn._hashing import hash_secret
+from keyturn._lifecycle import DEFAULT_LIFETIME, derive_status, expiry_for, validate_name
+from keyturn._model import (
     ApiKey,
     CreatedKey,
     CustomDate,
@@ -29,9 +29,9 @@ from agentkey._model import (
     ScopeKind,
     Status,
 )
-from agentkey.authenticator import Clock, utc_now
-from agentkey.errors import DuplicateKey, KeyNotFound, KeyNotRevocable, ScopeNotReachable
-from agentkey.protocols import KeyStore, MembershipProvider
+from keyturn.authenticator import Clock, utc_now
+from keyturn.errors import DuplicateKey, KeyNotFound, KeyNotRevocable, ScopeNotReachable
+from keyturn.protocols import KeyStore, MembershipProvider
 
 __all__ = ["KeyManager"]
 

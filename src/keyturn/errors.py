@@ -1,13 +1,13 @@
-"""Every error agentkey raises or answers with.
+"""Every error keyturn raises or answers with.
 
-Two families share one base, :class:`AgentKeyError`:
+Two families share one base, :class:`KeyturnError`:
 
 - :class:`AuthError` and its subclasses are the refusals of a request. Each knows its HTTP
   status, its ``code`` for the JSON body, a client-safe ``message`` and the headers to send.
   The precise :class:`Reason` (why a 401 was a 401) is kept on the error for logs and the
   audit hook, and never sent to the client: every 401 looks the same.
 - The console errors (:class:`InvalidKeyName`, :class:`InvalidExpiry`, :class:`KeyNotFound`,
-  ...) are raised by :class:`~agentkey.KeyManager` and also subclass the builtin a caller
+  ...) are raised by :class:`~keyturn.KeyManager` and also subclass the builtin a caller
   would naturally catch (``ValueError``, ``LookupError``, ``PermissionError``).
 
 No message ever contains a secret or text taken from a request.
@@ -19,10 +19,9 @@ import enum
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
-    from agentkey._model import Principal
+    from keyturn._model import Principal
 
 __all__ = [
-    "AgentKeyError",
     "AuthError",
     "DuplicateKey",
     "InvalidExpiry",
@@ -30,6 +29,7 @@ __all__ = [
     "InvalidRequest",
     "KeyNotFound",
     "KeyNotRevocable",
+    "KeyturnError",
     "MissingPrincipal",
     "NotFound",
     "PermissionDenied",
@@ -65,11 +65,11 @@ class Reason(enum.Enum):
     CLOSED = "closed"  # the Authenticator was closed: the process is shutting down
 
 
-class AgentKeyError(Exception):
-    """Base of every exception agentkey raises."""
+class KeyturnError(Exception):
+    """Base of every exception keyturn raises."""
 
 
-class AuthError(AgentKeyError):
+class AuthError(KeyturnError):
     """A refused request, ready to be rendered as an HTTP response."""
 
     status: ClassVar[int]
@@ -175,34 +175,34 @@ class ServiceUnavailable(AuthError):
 # --- console errors -------------------------------------------------------------------
 
 
-class InvalidKeyName(AgentKeyError, ValueError):
+class InvalidKeyName(KeyturnError, ValueError):
     """The key name is empty, longer than 100 characters, or holds control characters."""
 
 
-class InvalidExpiry(AgentKeyError, ValueError):
+class InvalidExpiry(KeyturnError, ValueError):
     """The lifetime or custom expiry date is not one the console allows."""
 
 
-class ScopeNotReachable(AgentKeyError, PermissionError):
+class ScopeNotReachable(KeyturnError, PermissionError):
     """The account cannot create a key for that tenant or organization."""
 
 
-class KeyNotFound(AgentKeyError, LookupError):
+class KeyNotFound(KeyturnError, LookupError):
     """No key with that id belongs to the account (another user's key counts as not found)."""
 
 
-class KeyNotRevocable(AgentKeyError, ValueError):
+class KeyNotRevocable(KeyturnError, ValueError):
     """The key is already Expired or Revoked; those states are final."""
 
 
-class DuplicateKey(AgentKeyError, ValueError):
+class DuplicateKey(KeyturnError, ValueError):
     """A key store was asked to add a key id it already holds."""
 
 
 # --- application errors -----------------------------------------------------------------
 
 
-class MissingPrincipal(AgentKeyError, LookupError):
+class MissingPrincipal(KeyturnError, LookupError):
     """The application asked for the principal of a request the middleware did not authenticate.
 
     A bug in the application's setup, not the client's fault: the path lies outside the

@@ -11,9 +11,9 @@ import re
 from collections.abc import Callable, Collection
 from typing import Final, Generic, TypeVar
 
-from agentkey._model import Principal
-from agentkey.authenticator import Authenticator
-from agentkey.errors import AuthError, PermissionDenied
+from keyturn._model import Principal
+from keyturn.authenticator import Authenticator
+from keyturn.errors import AuthError, PermissionDenied
 
 __all__ = [
     "DEFAULT_PREFIX",
@@ -29,7 +29,7 @@ __all__ = [
     "service_headers",
 ]
 
-PRINCIPAL_KEY: Final = "agentkey.principal"
+PRINCIPAL_KEY: Final = "keyturn.principal"
 DEFAULT_PREFIX: Final = "/managed-agents/v1/"
 DEFAULT_REALM: Final = "agents-api"
 ORGANIZATION_HEADER: Final = "service-organization-id"
@@ -106,7 +106,7 @@ class Guard(Generic[App]):
     ) -> None:
         if not isinstance(authenticator, Authenticator):
             raise TypeError(
-                "authenticator must be an agentkey.Authenticator, e.g. "
+                "authenticator must be an keyturn.Authenticator, e.g. "
                 f"Authenticator(db.keys, db.directory); got {type(authenticator).__name__}"
             )
         if not _REALM.fullmatch(realm):

@@ -1,6 +1,6 @@
-"""What agentkey needs from your data: a key store and a membership provider.
+"""What keyturn needs from your data: a key store and a membership provider.
 
-Implement these with your own tables (or use :mod:`agentkey.stores`). Both come in a sync
+Implement these with your own tables (or use :mod:`keyturn.stores`). Both come in a sync
 flavour, for the WSGI middleware and scripts, and an async twin for the ASGI middleware.
 The async middleware also accepts the sync flavour: it calls it in a worker thread, or
 directly when the object says it never blocks (``nonblocking = True``, as the in-memory
@@ -10,7 +10,7 @@ implementations do). The sync middleware bounds each blocking call with a watchd
 
 Contract, for every method: answer from committed state (a revoke committed anywhere must
 be seen by the next call), return ``None``/``False`` for "not there", and raise for "cannot
-answer right now" -- agentkey turns a raise into 503, never into 401, so that a client does
+answer right now" -- keyturn turns a raise into 503, never into 401, so that a client does
 not throw away a good key while your database is down.
 """
 
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-from agentkey._model import ApiKey, Organization
+from keyturn._model import ApiKey, Organization
 
 __all__ = [
     "AsyncKeyStore",
@@ -38,7 +38,7 @@ class KeyStore(Protocol):
         """The key with this id, or ``None``. Called on every authenticated request."""
 
     def add_key(self, key: ApiKey) -> None:
-        """Store a new key; raise :class:`~agentkey.errors.DuplicateKey` if the id exists."""
+        """Store a new key; raise :class:`~keyturn.errors.DuplicateKey` if the id exists."""
 
     def keys_of(self, account_id: str) -> Sequence[ApiKey]:
         """Every key the account created, newest first."""
@@ -47,7 +47,7 @@ class KeyStore(Protocol):
         """Set ``revoked_at`` if it is unset; ``True`` only if this call revoked the key."""
 
     def mark_used(self, key_id: str, at: datetime) -> None:
-        """Record that the key was used at *at* (best effort; agentkey throttles the calls)."""
+        """Record that the key was used at *at* (best effort; keyturn throttles the calls)."""
 
 
 @runtime_checkable

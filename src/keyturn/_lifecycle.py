@@ -15,8 +15,8 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from agentkey._model import ApiKey, CustomDate, Lifetime, Status
-from agentkey.errors import InvalidExpiry, InvalidKeyName
+from keyturn._model import ApiKey, CustomDate, Lifetime, Status
+from keyturn.errors import InvalidExpiry, InvalidKeyName
 
 __all__ = [
     "DEFAULT_LIFETIME",

@@ -1,18 +1,18 @@
-"""Key stores and membership directories that ship with agentkey.
+"""Key stores and membership directories that ship with keyturn.
 
-- :mod:`agentkey.stores.memory`: dicts in the process; tests, examples, demos.
-- :mod:`agentkey.stores.sqlite`: one file, nothing to start; the embedded default.
-- :mod:`agentkey.stores.postgres`: a shared database for many app instances, sync and async.
+- :mod:`keyturn.stores.memory`: dicts in the process; tests, examples, demos.
+- :mod:`keyturn.stores.sqlite`: one file, nothing to start; the embedded default.
+- :mod:`keyturn.stores.postgres`: a shared database for many app instances, sync and async.
 
-A store URL picks one: :func:`open_store` is what the ``agentkey`` command uses, and apps
+A store URL picks one: :func:`open_store` is what the ``keyturn`` command uses, and apps
 may use it too::
 
-    db = open_store("sqlite:///agentkey.sqlite3")  # relative path; sqlite:////abs/path for absolute
+    db = open_store("sqlite:///keyturn.sqlite3")  # relative path; sqlite:////abs/path for absolute
     db = open_store("postgresql://app@127.0.0.1:5432/app")
     auth = Authenticator(db.keys, db.directory)
 
-Each is a *database*: ``.keys`` (a :class:`~agentkey.protocols.KeyStore`), ``.directory``
-(a :class:`~agentkey.protocols.MembershipProvider` with ``add_organization``,
+Each is a *database*: ``.keys`` (a :class:`~keyturn.protocols.KeyStore`), ``.directory``
+(a :class:`~keyturn.protocols.MembershipProvider` with ``add_organization``,
 ``add_member`` and ``remove_member``), ``create_schema()``, ``schema_version()`` and
 ``close()``. Importing this package imports no database driver.
 """
@@ -22,8 +22,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from agentkey.stores.postgres import PostgresDatabase
-    from agentkey.stores.sqlite import SQLiteDatabase
+    from keyturn.stores.postgres import PostgresDatabase
+    from keyturn.stores.sqlite import SQLiteDatabase
 
 __all__ = ["open_store"]
 
@@ -37,21 +37,21 @@ def open_store(url: str) -> SQLiteDatabase | PostgresDatabase:
     :raises ValueError: the URL names no supported store.
     """
     if url.startswith(_SQLITE):
-        from agentkey.stores.sqlite import SQLiteDatabase
+        from keyturn.stores.sqlite import SQLiteDatabase
 
         return SQLiteDatabase(url.removeprefix(_SQLITE))
     if url.startswith(_POSTGRES):
         try:
-            from agentkey.stores.postgres import PostgresDatabase
+            from keyturn.stores.postgres import PostgresDatabase
         except ImportError as exc:
             raise ValueError(
-                "a postgresql:// store needs psycopg: pip install 'agentkey[postgres]'"
+                "a postgresql:// store needs psycopg: pip install 'keyturn[postgres]'"
             ) from exc
         return PostgresDatabase(url)
     if url.startswith("sqlite:"):
         raise ValueError(
             f"a SQLite store URL has three slashes before a relative path, four before an "
-            f"absolute one: sqlite:///agentkey.sqlite3 or sqlite:////var/lib/agentkey.sqlite3, "
+            f"absolute one: sqlite:///keyturn.sqlite3 or sqlite:////var/lib/keyturn.sqlite3, "
             f"got {url!r}"
         )
     scheme = url.partition(":")[0] if ":" in url else url

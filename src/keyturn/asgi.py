@@ -8,24 +8,24 @@ with the JSON error the spec prescribes -- the app is not called, the request bo
 read -- or reaches the app as a known user in a known organization, and every response to
 it carries ``service-organization-id`` and ``service-tenant-id``.
 
-Configure the decision once, on an :class:`~agentkey.Authenticator` (store, membership
+Configure the decision once, on an :class:`~keyturn.Authenticator` (store, membership
 provider, role policy, audit hook, timeouts), and hand that to the middleware. Create one
 per process and share it: it holds the verified-token cache and the argon2 threads, which
 run off the event loop. ::
 
-    from agentkey import Authenticator
-    from agentkey.asgi import AgentKeyMiddleware, current_principal, principal
+    from keyturn import Authenticator
+    from keyturn.asgi import ApiKeyMiddleware, current_principal, principal
 
     authenticator = Authenticator(store, directory, policy=..., audit=...)
 
     # Starlette
     app = Starlette(routes=routes, middleware=[
-        Middleware(AgentKeyMiddleware, authenticator=authenticator),
+        Middleware(ApiKeyMiddleware, authenticator=authenticator),
     ])
     # FastAPI
-    app.add_middleware(AgentKeyMiddleware, authenticator=authenticator)
+    app.add_middleware(ApiKeyMiddleware, authenticator=authenticator)
     # any ASGI app
-    app = AgentKeyMiddleware(app, authenticator=authenticator)
+    app = ApiKeyMiddleware(app, authenticator=authenticator)
 
     async def list_models(request):             # Starlette
         who = principal(request)
@@ -46,8 +46,8 @@ What it does, precisely:
 -   A refused HTTP request gets the error's status, ``content-type: application/json``,
     the body ``{"error": {"code": ..., "message": ...}}`` and ``WWW-Authenticate`` (401)
     or ``Retry-After`` (503). See ``docs/errors.md``.
--   An accepted request reaches the app with the :class:`~agentkey.Principal` in
-    ``scope["state"]["agentkey.principal"]`` (read it with :func:`principal` or
+-   An accepted request reaches the app with the :class:`~keyturn.Principal` in
+    ``scope["state"]["keyturn.principal"]`` (read it with :func:`principal` or
     :func:`current_principal`) and, unless ``strip_authorization=False``, without its
     ``Authorization`` header, so the key cannot leak into the app's logs.
 -   The service headers are set on every response to an accepted request, exactly once,
@@ -69,9 +69,9 @@ from typing import Any, Final
 
 from starlette.requests import HTTPConnection
 
-from agentkey._decision import AuthRequest
-from agentkey._model import Principal
-from agentkey._web import (
+from keyturn._decision import AuthRequest
+from keyturn._model import Principal
+from keyturn._web import (
     ORGANIZATION_HEADER,
     PRINCIPAL_KEY,
     SERVICE_HEADER_NAMES,
@@ -79,9 +79,9 @@ from agentkey._web import (
     Guard,
     refusal,
 )
-from agentkey.errors import AuthError, MissingPrincipal
+from keyturn.errors import AuthError, MissingPrincipal
 
-__all__ = ["AgentKeyMiddleware", "current_principal", "principal"]
+__all__ = ["ApiKeyMiddleware", "current_principal", "principal"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -99,11 +99,11 @@ _ORGANIZATION_HEADER: Final = ORGANIZATION_HEADER.encode("ascii")
 _TENANT_HEADER: Final = TENANT_HEADER.encode("ascii")
 
 
-class AgentKeyMiddleware(Guard[ASGIApp]):
+class ApiKeyMiddleware(Guard[ASGIApp]):
     """Authenticate requests under *prefix* with personal API keys.
 
     :param app: the ASGI application to wrap.
-    :param authenticator: the :class:`~agentkey.Authenticator` that decides; its options
+    :param authenticator: the :class:`~keyturn.Authenticator` that decides; its options
         carry the store, the membership provider, the role policy and the audit hook.
     :param prefix: the path prefix to protect (the bare prefix without ``/`` included).
     :param public_paths: exact paths, or a predicate on the path, exempt under the prefix.
@@ -211,7 +211,7 @@ def _route_path(scope: Scope) -> str:
 
 
 def principal(request_or_scope: Mapping[str, Any]) -> Principal:
-    """The :class:`~agentkey.Principal` of an authenticated request.
+    """The :class:`~keyturn.Principal` of an authenticated request.
 
     Pass a Starlette ``Request`` or ``WebSocket`` (both are mappings over their scope) or
     the ASGI scope itself.
@@ -221,8 +221,8 @@ def principal(request_or_scope: Mapping[str, Any]) -> Principal:
     found = (request_or_scope.get("state") or {}).get(PRINCIPAL_KEY)
     if not isinstance(found, Principal):
         raise MissingPrincipal(
-            "this request carries no agentkey principal: its path is outside the "
-            "middleware's prefix or among its public paths, or AgentKeyMiddleware is "
+            "this request carries no keyturn principal: its path is outside the "
+            "middleware's prefix or among its public paths, or ApiKeyMiddleware is "
             "not installed in front of this app"
         )
     return found

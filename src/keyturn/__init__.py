@@ -1,12 +1,12 @@
-"""agentkey: personal API keys for the agents API.
+"""keyturn: personal API keys for the agents API.
 
 Importing this package pulls in no web framework: the middleware lives in
-:mod:`agentkey.asgi` and :mod:`agentkey.wsgi`, the stores in :mod:`agentkey.stores`.
+:mod:`keyturn.asgi` and :mod:`keyturn.wsgi`, the stores in :mod:`keyturn.stores`.
 """
 
-from agentkey._decision import AuthRequest, Policy
-from agentkey._hashing import KEY_PROFILE, SecretVerifier, VerifiedTokenCache
-from agentkey._model import (
+from keyturn._decision import AuthRequest, Policy
+from keyturn._hashing import KEY_PROFILE, SecretVerifier, VerifiedTokenCache
+from keyturn._model import (
     ApiKey,
     CreatedKey,
     CustomDate,
@@ -18,9 +18,8 @@ from agentkey._model import (
     ScopeKind,
     Status,
 )
-from agentkey.authenticator import AuditEvent, AuditHook, Authenticator, Clock
-from agentkey.errors import (
-    AgentKeyError,
+from keyturn.authenticator import AuditEvent, AuditHook, Authenticator, Clock
+from keyturn.errors import (
     AuthError,
     DuplicateKey,
     InvalidExpiry,
@@ -28,6 +27,7 @@ from agentkey.errors import (
     InvalidRequest,
     KeyNotFound,
     KeyNotRevocable,
+    KeyturnError,
     MissingPrincipal,
     NotFound,
     PermissionDenied,
@@ -36,12 +36,11 @@ from agentkey.errors import (
     ServiceUnavailable,
     Unauthorized,
 )
-from agentkey.manager import KeyManager
-from agentkey.protocols import AsyncKeyStore, AsyncMembershipProvider, KeyStore, MembershipProvider
+from keyturn.manager import KeyManager
+from keyturn.protocols import AsyncKeyStore, AsyncMembershipProvider, KeyStore, MembershipProvider
 
 __all__ = [
     "KEY_PROFILE",
-    "AgentKeyError",
     "ApiKey",
     "AsyncKeyStore",
     "AsyncMembershipProvider",
@@ -62,6 +61,7 @@ __all__ = [
     "KeyNotFound",
     "KeyNotRevocable",
     "KeyStore",
+    "KeyturnError",
     "Lifetime",
     "MembershipProvider",
     "MissingPrincipal",

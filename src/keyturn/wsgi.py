@@ -8,19 +8,19 @@ with the JSON error the spec prescribes -- the app is not called, the request bo
 read -- or reaches the app as a known user in a known organization, and every response to
 it carries ``service-organization-id`` and ``service-tenant-id``.
 
-Configure the decision once, on an :class:`~agentkey.Authenticator` (store, membership
+Configure the decision once, on an :class:`~keyturn.Authenticator` (store, membership
 provider, role policy, audit hook, timeouts), and hand that to the middleware. Create one
 per process and share it: it holds the verified-token cache. ::
 
-    from agentkey import Authenticator
-    from agentkey.wsgi import AgentKeyMiddleware, principal
+    from keyturn import Authenticator
+    from keyturn.wsgi import ApiKeyMiddleware, principal
 
     authenticator = Authenticator(store, directory, policy=..., audit=...)
 
     # Flask
-    app.wsgi_app = AgentKeyMiddleware(app.wsgi_app, authenticator=authenticator)
+    app.wsgi_app = ApiKeyMiddleware(app.wsgi_app, authenticator=authenticator)
     # any WSGI app
-    application = AgentKeyMiddleware(application, authenticator=authenticator)
+    application = ApiKeyMiddleware(application, authenticator=authenticator)
 
     @app.get("/managed-agents/v1/models")
     def list_models():
@@ -44,8 +44,8 @@ What it does, precisely:
 -   A refused request gets the error's status, ``content-type: application/json``, the
     body ``{"error": {"code": ..., "message": ...}}`` and ``WWW-Authenticate`` (401) or
     ``Retry-After`` (503). See ``docs/errors.md``.
--   An accepted request reaches the app with the :class:`~agentkey.Principal` in
-    ``environ["agentkey.principal"]`` (read it with :func:`principal`) and, unless
+-   An accepted request reaches the app with the :class:`~keyturn.Principal` in
+    ``environ["keyturn.principal"]`` (read it with :func:`principal`) and, unless
     ``strip_authorization=False``, without ``HTTP_AUTHORIZATION``, so the key cannot leak
     into the app's logs.
 -   The service headers are added on every ``start_response`` of an accepted request,
@@ -55,7 +55,7 @@ What it does, precisely:
     iterable is returned as it is: unbuffered, with its ``close()``.
 -   If the app raises before it starts its response (Flask and Django turn their errors
     into responses of their own, which carry the headers), the middleware answers 500 with
-    the service headers and logs the traceback on the ``agentkey`` logger: re-raised, the
+    the service headers and logs the traceback on the ``keyturn`` logger: re-raised, the
     exception would become the server's own 500, without them. An exception raised after
     the app started its response propagates to the server unchanged.
 """
@@ -68,30 +68,30 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Final, Protocol
 from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
-from agentkey._decision import AuthRequest
-from agentkey._model import Principal
-from agentkey._web import (
+from keyturn._decision import AuthRequest
+from keyturn._model import Principal
+from keyturn._web import (
     PRINCIPAL_KEY,
     SERVICE_HEADER_NAMES,
     Guard,
     refusal,
     service_headers,
 )
-from agentkey.errors import AuthError, MissingPrincipal
+from keyturn.errors import AuthError, MissingPrincipal
 
 if TYPE_CHECKING:
     from _typeshed import OptExcInfo
 
-__all__ = ["AgentKeyMiddleware", "principal"]
+__all__ = ["ApiKeyMiddleware", "principal"]
 
-log: Final = logging.getLogger("agentkey")
+log: Final = logging.getLogger("keyturn")
 
 
-class AgentKeyMiddleware(Guard[WSGIApplication]):
+class ApiKeyMiddleware(Guard[WSGIApplication]):
     """Authenticate requests under *prefix* with personal API keys.
 
     :param app: the WSGI application to wrap.
-    :param authenticator: the :class:`~agentkey.Authenticator` that decides; its options
+    :param authenticator: the :class:`~keyturn.Authenticator` that decides; its options
         carry the store, the membership provider, the role policy and the audit hook.
     :param prefix: the path prefix to protect (the bare prefix without ``/`` included).
     :param public_paths: exact paths, or a predicate on the path, exempt under the prefix.
@@ -158,7 +158,7 @@ class _HasEnviron(Protocol):
 
 
 def principal(request_or_environ: _HasEnviron | Mapping[str, Any]) -> Principal:
-    """The :class:`~agentkey.Principal` of an authenticated request.
+    """The :class:`~keyturn.Principal` of an authenticated request.
 
     Pass a Flask or Werkzeug request (anything with an ``environ``) or the WSGI environ
     itself (Django: ``request.META``).
@@ -173,8 +173,8 @@ def principal(request_or_environ: _HasEnviron | Mapping[str, Any]) -> Principal:
     found = environ.get(PRINCIPAL_KEY)
     if not isinstance(found, Principal):
         raise MissingPrincipal(
-            "this request carries no agentkey principal: its path is outside the "
-            "middleware's prefix or among its public paths, or AgentKeyMiddleware is "
+            "this request carries no keyturn principal: its path is outside the "
+            "middleware's prefix or among its public paths, or ApiKeyMiddleware is "
             "not wrapped around this app"
         )
     return found

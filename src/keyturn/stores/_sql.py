@@ -21,8 +21,8 @@ from collections.abc import Awaitable, Generator, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final, NamedTuple, Protocol, TypeVar
 
-from agentkey._model import ApiKey, Organization, Scope
-from agentkey.errors import DuplicateKey
+from keyturn._model import ApiKey, Organization, Scope
+from keyturn.errors import DuplicateKey
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -55,7 +55,7 @@ class Dialect(NamedTuple):
     """What differs between the databases: the type of an instant column, a catalog query."""
 
     timestamp: str  # column type for instants
-    has_version_table: str  # one row, one column: truthy when agentkey_schema_version exists
+    has_version_table: str  # one row, one column: truthy when keyturn_schema_version exists
 
 
 # --- the schema ---------------------------------------------------------------------------
@@ -63,7 +63,7 @@ class Dialect(NamedTuple):
 # Each entry upgrades the schema by one version; never edit a released entry, append one.
 MIGRATIONS: Final[Sequence[Sequence[str]]] = (
     (
-        """CREATE TABLE agentkey_keys (
+        """CREATE TABLE keyturn_keys (
             key_id          TEXT PRIMARY KEY,
             secret_hash     TEXT NOT NULL,
             hint            TEXT NOT NULL,
@@ -76,33 +76,33 @@ MIGRATIONS: Final[Sequence[Sequence[str]]] = (
             revoked_at      {timestamp},
             last_used_at    {timestamp}
         )""",
-        "CREATE INDEX agentkey_keys_by_account ON agentkey_keys (account_id, created_at)",
-        """CREATE TABLE agentkey_organizations (
+        "CREATE INDEX keyturn_keys_by_account ON keyturn_keys (account_id, created_at)",
+        """CREATE TABLE keyturn_organizations (
             id         TEXT PRIMARY KEY,
             tenant_id  TEXT NOT NULL,
             is_default BOOLEAN NOT NULL DEFAULT FALSE
         )""",
         # At most one default organization per tenant, whatever writes to the table.
-        """CREATE UNIQUE INDEX agentkey_organizations_one_default
-            ON agentkey_organizations (tenant_id) WHERE is_default""",
-        """CREATE TABLE agentkey_memberships (
+        """CREATE UNIQUE INDEX keyturn_organizations_one_default
+            ON keyturn_organizations (tenant_id) WHERE is_default""",
+        """CREATE TABLE keyturn_memberships (
             account_id      TEXT NOT NULL,
             organization_id TEXT NOT NULL
-                REFERENCES agentkey_organizations (id) ON DELETE CASCADE,
+                REFERENCES keyturn_organizations (id) ON DELETE CASCADE,
             role            TEXT NOT NULL,
             PRIMARY KEY (account_id, organization_id)
         )""",
-        """CREATE INDEX agentkey_memberships_by_organization
-            ON agentkey_memberships (organization_id)""",
+        """CREATE INDEX keyturn_memberships_by_organization
+            ON keyturn_memberships (organization_id)""",
     ),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
 _CREATE_VERSION_TABLE: Final = (
-    "CREATE TABLE IF NOT EXISTS agentkey_schema_version (version INTEGER PRIMARY KEY)"
+    "CREATE TABLE IF NOT EXISTS keyturn_schema_version (version INTEGER PRIMARY KEY)"
 )
-_SELECT_VERSION: Final = "SELECT coalesce(max(version), 0) FROM agentkey_schema_version"
-_INSERT_VERSION: Final = "INSERT INTO agentkey_schema_version (version) VALUES (%s)"
+_SELECT_VERSION: Final = "SELECT coalesce(max(version), 0) FROM keyturn_schema_version"
+_INSERT_VERSION: Final = "INSERT INTO keyturn_schema_version (version) VALUES (%s)"
 
 
 def migrate(dialect: Dialect) -> Op[int]:
@@ -118,7 +118,7 @@ def migrate(dialect: Dialect) -> Op[int]:
 
 
 def schema_version(dialect: Dialect) -> Op[int]:
-    """The schema version in the database, 0 when it has no agentkey tables; creates nothing."""
+    """The schema version in the database, 0 when it has no keyturn tables; creates nothing."""
     (exists,) = yield Query(dialect.has_version_table, (), ONE)
     if not exists:
         return 0
@@ -130,8 +130,8 @@ def schema_version(dialect: Dialect) -> Op[int]:
 def _check_version(version: int) -> None:
     if version > SCHEMA_VERSION:
         raise RuntimeError(
-            f"the database holds agentkey schema version {version}, newer than the "
-            f"{SCHEMA_VERSION} this version of agentkey knows: upgrade agentkey"
+            f"the database holds keyturn schema version {version}, newer than the "
+            f"{SCHEMA_VERSION} this version of keyturn knows: upgrade keyturn"
         )
 
 
@@ -139,26 +139,26 @@ def _check_version(version: int) -> None:
 
 _SELECT_KEY: Final = (
     "SELECT key_id, secret_hash, hint, name, account_id, tenant_id, organization_id, "
-    "created_at, expires_at, revoked_at, last_used_at FROM agentkey_keys WHERE key_id = %s"
+    "created_at, expires_at, revoked_at, last_used_at FROM keyturn_keys WHERE key_id = %s"
 )
 # key_id breaks ties so that keys created in the same microsecond list in a stable order.
 _SELECT_KEYS_OF: Final = (
     "SELECT key_id, secret_hash, hint, name, account_id, tenant_id, organization_id, "
-    "created_at, expires_at, revoked_at, last_used_at FROM agentkey_keys "
+    "created_at, expires_at, revoked_at, last_used_at FROM keyturn_keys "
     "WHERE account_id = %s ORDER BY created_at DESC, key_id DESC"
 )
 # ON CONFLICT DO NOTHING + rowcount: a duplicate id is an answer, not a driver exception.
 _INSERT_KEY: Final = (
-    "INSERT INTO agentkey_keys (key_id, secret_hash, hint, name, account_id, tenant_id, "
+    "INSERT INTO keyturn_keys (key_id, secret_hash, hint, name, account_id, tenant_id, "
     "organization_id, created_at, expires_at, revoked_at, last_used_at) "
     "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
 )
 # Conditional updates: only one concurrent revoke wins, and last_used_at never moves back.
 _REVOKE_KEY: Final = (
-    "UPDATE agentkey_keys SET revoked_at = %s WHERE key_id = %s AND revoked_at IS NULL"
+    "UPDATE keyturn_keys SET revoked_at = %s WHERE key_id = %s AND revoked_at IS NULL"
 )
 _MARK_USED: Final = (
-    "UPDATE agentkey_keys SET last_used_at = %s "
+    "UPDATE keyturn_keys SET last_used_at = %s "
     "WHERE key_id = %s AND (last_used_at IS NULL OR last_used_at < %s)"
 )
 
@@ -235,33 +235,33 @@ def mark_used(key_id: str, at: datetime) -> Op[None]:
 # --- organizations and memberships --------------------------------------------------------
 
 _SELECT_ORGANIZATION: Final = (
-    "SELECT id, tenant_id, is_default FROM agentkey_organizations WHERE id = %s"
+    "SELECT id, tenant_id, is_default FROM keyturn_organizations WHERE id = %s"
 )
 _SELECT_DEFAULT_ORGANIZATION: Final = (
-    "SELECT id, tenant_id, is_default FROM agentkey_organizations "
+    "SELECT id, tenant_id, is_default FROM keyturn_organizations "
     "WHERE tenant_id = %s AND is_default"
 )
 # Without a conflict target, this also does nothing when the tenant already has a default.
 _INSERT_ORGANIZATION: Final = (
-    "INSERT INTO agentkey_organizations (id, tenant_id, is_default) VALUES (%s, %s, %s) "
+    "INSERT INTO keyturn_organizations (id, tenant_id, is_default) VALUES (%s, %s, %s) "
     "ON CONFLICT DO NOTHING"
 )
 _SELECT_ROLE: Final = (
-    "SELECT role FROM agentkey_memberships WHERE account_id = %s AND organization_id = %s"
+    "SELECT role FROM keyturn_memberships WHERE account_id = %s AND organization_id = %s"
 )
 _REACHES_TENANT: Final = (
-    "SELECT 1 FROM agentkey_memberships m "
-    "JOIN agentkey_organizations o ON o.id = m.organization_id "
+    "SELECT 1 FROM keyturn_memberships m "
+    "JOIN keyturn_organizations o ON o.id = m.organization_id "
     "WHERE m.account_id = %s AND o.tenant_id = %s LIMIT 1"
 )
 # Inserts nothing when the organization does not exist: rowcount 0 says so.
 _UPSERT_MEMBERSHIP: Final = (
-    "INSERT INTO agentkey_memberships (account_id, organization_id, role) "
-    "SELECT %s, id, %s FROM agentkey_organizations WHERE id = %s "
+    "INSERT INTO keyturn_memberships (account_id, organization_id, role) "
+    "SELECT %s, id, %s FROM keyturn_organizations WHERE id = %s "
     "ON CONFLICT (account_id, organization_id) DO UPDATE SET role = excluded.role"
 )
 _DELETE_MEMBERSHIP: Final = (
-    "DELETE FROM agentkey_memberships WHERE account_id = %s AND organization_id = %s"
+    "DELETE FROM keyturn_memberships WHERE account_id = %s AND organization_id = %s"
 )
 
 
@@ -331,7 +331,7 @@ class AsyncRunner(Protocol):
 
 
 class SQLKeyStore:
-    """A :class:`~agentkey.protocols.KeyStore` over a SQL database's driver."""
+    """A :class:`~keyturn.protocols.KeyStore` over a SQL database's driver."""
 
     def __init__(self, database: Any) -> None:
         self.database = database
@@ -357,7 +357,7 @@ class SQLKeyStore:
 
 
 class SQLDirectory:
-    """A :class:`~agentkey.protocols.MembershipProvider` over a SQL database's driver.
+    """A :class:`~keyturn.protocols.MembershipProvider` over a SQL database's driver.
 
     The tables are a reference: replace this class with your own provider over your own
     tables whenever your application already knows who belongs where.

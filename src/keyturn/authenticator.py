@@ -8,7 +8,7 @@ and turns a failing store or provider into 503 (D15), never into 401.
 
 Usage, without any web framework::
 
-    from agentkey import AuthRequest, Authenticator, Principal
+    from keyturn import AuthRequest, Authenticator, Principal
 
     auth = Authenticator(store, directory)
     outcome = auth.authenticate(AuthRequest(authorization=("Bearer rma_...",)))
@@ -33,7 +33,7 @@ from typing import Any, Final
 
 import attrs
 
-from agentkey._decision import (
+from keyturn._decision import (
     DEFAULT_ORGANIZATION_PATTERN,
     AuthRequest,
     Policy,
@@ -43,15 +43,15 @@ from agentkey._decision import (
     VerifySecret,
     decide,
 )
-from agentkey._hashing import Overloaded, SecretVerifier, VerifiedTokenCache
-from agentkey._model import Principal
-from agentkey._usage import UsageRecorder
-from agentkey.errors import AuthError, Reason, ServiceUnavailable
-from agentkey.protocols import AsyncKeyStore, AsyncMembershipProvider, KeyStore, MembershipProvider
+from keyturn._hashing import Overloaded, SecretVerifier, VerifiedTokenCache
+from keyturn._model import Principal
+from keyturn._usage import UsageRecorder
+from keyturn.errors import AuthError, Reason, ServiceUnavailable
+from keyturn.protocols import AsyncKeyStore, AsyncMembershipProvider, KeyStore, MembershipProvider
 
 __all__ = ["AuditEvent", "AuditHook", "Authenticator", "Clock", "utc_now"]
 
-log: Final = logging.getLogger("agentkey")
+log: Final = logging.getLogger("keyturn")
 
 Clock = Callable[[], datetime]
 
@@ -106,7 +106,7 @@ def _require(obj: object, name: str, kind: str, methods: tuple[str, ...]) -> Non
         if hasattr(obj, "keys") and hasattr(obj, "directory"):  # a whole SQL database
             hint = "; pass db.keys as the store and db.directory as the directory"
         raise TypeError(
-            f"{name} must be {kind} (see agentkey.protocols); {type(obj).__name__} "
+            f"{name} must be {kind} (see keyturn.protocols); {type(obj).__name__} "
             f"lacks {', '.join(missing)}{hint}"
         )
 
@@ -125,8 +125,8 @@ def _loggable(text: str, limit: int = 200) -> str:
 class Authenticator:
     """Authenticates requests against a key store and a membership provider.
 
-    :param store: a :class:`~agentkey.protocols.KeyStore` or its async twin.
-    :param directory: a :class:`~agentkey.protocols.MembershipProvider` or its async twin.
+    :param store: a :class:`~keyturn.protocols.KeyStore` or its async twin.
+    :param directory: a :class:`~keyturn.protocols.MembershipProvider` or its async twin.
     :param organization_pattern: what a valid organization id looks like (D8).
     :param policy: ``policy(principal, request) -> bool``; ``False`` refuses with 403.
     :param audit: called with an :class:`AuditEvent` after every decision; its failures are
@@ -186,7 +186,7 @@ class Authenticator:
         # Blocking store and provider calls run on threads of our own (started on first use):
         # calls stuck in a hung backend must not starve the event loop's default executor,
         # which the application and the loop itself rely on.
-        self._calls = ThreadPoolExecutor(16, thread_name_prefix="agentkey-call")
+        self._calls = ThreadPoolExecutor(16, thread_name_prefix="keyturn-call")
         self._closed = False
 
     def __repr__(self) -> str:

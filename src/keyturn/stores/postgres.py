@@ -1,14 +1,14 @@
 """The PostgreSQL key store and directory: one database shared by many app instances.
 
-Install the extra (``pip install 'agentkey[postgres]'``: psycopg 3 and its pool). A
+Install the extra (``pip install 'keyturn[postgres]'``: psycopg 3 and its pool). A
 :class:`PostgresDatabase` owns a connection pool and gives the key store (``.keys``) and
 the membership directory (``.directory``); :class:`AsyncPostgresDatabase` is its twin for
 the ASGI middleware::
 
-    from agentkey.stores.postgres import PostgresDatabase
+    from keyturn.stores.postgres import PostgresDatabase
 
     db = PostgresDatabase("postgresql://app@127.0.0.1:5432/app", max_size=10)
-    db.create_schema()  # explicit and idempotent: run it at deploy time, or `agentkey db init`
+    db.create_schema()  # explicit and idempotent: run it at deploy time, or `keyturn db init`
     auth = Authenticator(db.keys, db.directory)
 
     async with AsyncPostgresDatabase("postgresql://app@127.0.0.1:5432/app") as adb:
@@ -20,7 +20,7 @@ opens its pool, which connects right away (an :class:`AsyncPostgresDatabase` con
 by ``create_schema()``, under an
 advisory lock so that several instances deploying at once do not race. The tables live in
 the first schema of the connection's ``search_path``: to keep them in a schema of their
-own, add ``?options=-csearch_path%3Dagentkey`` to the URL.
+own, add ``?options=-csearch_path%3Dkeyturn`` to the URL.
 
 Every call borrows a pooled connection in autocommit mode and runs one or two statements,
 so a revoke is committed when ``revoke_key`` returns and every instance refuses the key
@@ -36,7 +36,7 @@ from psycopg import AsyncConnection, Connection
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from agentkey.stores import _sql
+from keyturn.stores import _sql
 
 __all__ = [
     "AsyncPostgresDatabase",
@@ -51,21 +51,21 @@ T = TypeVar("T")
 
 _DIALECT: Final = _sql.Dialect(
     timestamp="timestamptz",
-    has_version_table="SELECT to_regclass('agentkey_schema_version') IS NOT NULL",
+    has_version_table="SELECT to_regclass('keyturn_schema_version') IS NOT NULL",
 )
-# Serializes create_schema() across instances: the bytes of "agentkey" as a bigint.
+# Serializes create_schema() across instances: the bytes of "keyturn" as a bigint.
 _MIGRATION_LOCK: Final = "SELECT pg_advisory_xact_lock(7017280452245743993)"
 
 
 class PostgresKeyStore(_sql.SQLKeyStore):
-    """A :class:`~agentkey.protocols.KeyStore` on PostgreSQL; get it as ``db.keys``."""
+    """A :class:`~keyturn.protocols.KeyStore` on PostgreSQL; get it as ``db.keys``."""
 
 
 class PostgresDirectory(_sql.SQLDirectory):
-    """A :class:`~agentkey.protocols.MembershipProvider` on PostgreSQL: ``db.directory``.
+    """A :class:`~keyturn.protocols.MembershipProvider` on PostgreSQL: ``db.directory``.
 
-    Tables ``agentkey_organizations`` (at most one default per tenant, by a partial unique
-    index) and ``agentkey_memberships``. A reference: replace it with your own tables.
+    Tables ``keyturn_organizations`` (at most one default per tenant, by a partial unique
+    index) and ``keyturn_memberships``. A reference: replace it with your own tables.
     """
 
 
@@ -93,12 +93,12 @@ def _pool_options(min_size: int, max_size: int, timeout: float) -> dict[str, Any
         "max_size": max_size,
         "timeout": timeout,  # waiting for a free connection longer than this raises: 503
         "kwargs": {"autocommit": True},  # one statement, one round trip; no idle transactions
-        "name": "agentkey",
+        "name": "keyturn",
     }
 
 
 class PostgresDatabase:
-    """A PostgreSQL database holding agentkey's tables, through a connection pool.
+    """A PostgreSQL database holding keyturn's tables, through a connection pool.
 
     :param conninfo: a ``postgresql://`` URL or libpq connection string.
     :param pool: use this :class:`psycopg_pool.ConnectionPool` instead of opening one (it is
@@ -154,7 +154,7 @@ class PostgresDatabase:
             self.pool.close()
 
     def run(self, op: _sql.Op[T]) -> T:
-        """Run one operation of :mod:`agentkey.stores._sql` on a pooled connection."""
+        """Run one operation of :mod:`keyturn.stores._sql` on a pooled connection."""
         with self.pool.connection() as connection:
             return _drive(connection, op)
 
@@ -221,7 +221,7 @@ class AsyncPostgresDatabase:
             await self.pool.close()
 
     async def run(self, op: _sql.Op[T]) -> T:
-        """Run one operation of :mod:`agentkey.stores._sql` on a pooled connection."""
+        """Run one operation of :mod:`keyturn.stores._sql` on a pooled connection."""
         async with self.pool.connection() as connection:
             return await _drive_async(connection, op)
 

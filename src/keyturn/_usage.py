@@ -1,6 +1,6 @@
 """``last_used_at``: at most one write per key per interval, off the request's path.
 
-The :class:`~agentkey.Authenticator` calls :meth:`UsageRecorder.seen` after every request
+The :class:`~keyturn.Authenticator` calls :meth:`UsageRecorder.seen` after every request
 that passed. While the key's last write is recent -- nearly always -- that costs one dict
 lookup and one float comparison. When a write is due, it goes:
 
@@ -27,7 +27,7 @@ from typing import Any, Final
 
 __all__ = ["UsageRecorder"]
 
-log: Final = logging.getLogger("agentkey")
+log: Final = logging.getLogger("keyturn")
 
 
 def _utc_now() -> datetime:
@@ -143,7 +143,7 @@ class UsageRecorder:
                 return
             if self._thread is None:
                 self._thread = threading.Thread(
-                    target=self._work, name="agentkey-usage", daemon=True
+                    target=self._work, name="keyturn-usage", daemon=True
                 )
                 self._thread.start()
         try:

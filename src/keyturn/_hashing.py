@@ -27,7 +27,7 @@ from argon2 import PasswordHasher, Type, extract_parameters
 from argon2.exceptions import InvalidHashError, VerificationError
 from argon2.low_level import verify_secret
 
-from agentkey.errors import Reason
+from keyturn.errors import Reason
 
 __all__ = [
     "HASH_LIMITS",
@@ -158,7 +158,7 @@ class SecretVerifier:
         self.max_pending = max_pending
         self.limits = limits
         self.runs = 0  # argon2 runs started: the benchmarks and tests count them
-        self._executor = ThreadPoolExecutor(self.max_workers, thread_name_prefix="agentkey-argon2")
+        self._executor = ThreadPoolExecutor(self.max_workers, thread_name_prefix="keyturn-argon2")
         self._in_flight: dict[tuple[bytes, str], Future[Reason | None]] = {}
         self._lock = threading.Lock()
 

@@ -1,15 +1,15 @@
-"""Find agentkey API keys in text and files, so that none gets committed (spec section 5).
+"""Find keyturn API keys in text and files, so that none gets committed (spec section 5).
 
 A key carries a checksum, so a string that merely looks like a key is not reported: what
 is found is, with near certainty, a real key. Findings name the place, the key's id and its
 hint -- never the secret -- so that the key can be revoked in the console::
 
-    $ agentkey scan .
+    $ keyturn scan .
     config/settings.py:12:15: rma_…Yt9Q (key id 7Hc2LwQm9ZpX)
     $ echo $?
     1
 
-As a pre-commit check: ``git diff --cached | agentkey scan -``.
+As a pre-commit check: ``git diff --cached | keyturn scan -``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Final
 
 import attrs
 
-from agentkey import _token
+from keyturn import _token
 
 __all__ = ["Finding", "find_keys", "scan_paths"]
 

@@ -21,7 +21,7 @@ import secrets
 import zlib
 from typing import Final
 
-from agentkey.errors import Reason
+from keyturn.errors import Reason
 
 __all__ = [
     "ALPHABET",

@@ -1,17 +1,17 @@
-"""The ``agentkey`` command: keys, organizations and memberships in a store, from a shell.
+"""The ``keyturn`` command: keys, organizations and memberships in a store, from a shell.
 
 ::
 
-    agentkey db init
-    agentkey org add org_acme --tenant acme --default
-    agentkey member add alice org_acme --role admin
-    agentkey keys create --as alice --name "CI deploys" --tenant acme --lifetime 7d
-    agentkey keys list --as alice --status active
-    agentkey keys revoke --as alice 3fZk8QmPx2Lw
-    agentkey scan .          # exit 1 if a key sits in a file
+    keyturn db init
+    keyturn org add org_acme --tenant acme --default
+    keyturn member add alice org_acme --role admin
+    keyturn keys create --as alice --name "CI deploys" --tenant acme --lifetime 7d
+    keyturn keys list --as alice --status active
+    keyturn keys revoke --as alice 3fZk8QmPx2Lw
+    keyturn scan .          # exit 1 if a key sits in a file
 
-The store is ``--store URL``, else ``$AGENTKEY_STORE_URL``, else
-``sqlite:///agentkey.sqlite3`` (see :func:`agentkey.stores.open_store`). Every command but
+The store is ``--store URL``, else ``$KEYTURN_STORE_URL``, else
+``sqlite:///keyturn.sqlite3`` (see :func:`keyturn.stores.open_store`). Every command but
 ``db init`` needs an initialized store.
 
 ``--as ACCOUNT`` names the signed-in account the console would act for: the command follows
@@ -37,29 +37,29 @@ from typing import TYPE_CHECKING, Any, Final, TextIO, TypeAlias
 from urllib.parse import urlsplit, urlunsplit
 from zoneinfo import ZoneInfo
 
-from agentkey._decision import DEFAULT_ORGANIZATION, DEFAULT_ORGANIZATION_PATTERN
-from agentkey._model import CustomDate, KeyInfo, Lifetime, Scope, ScopeKind, Status
-from agentkey.errors import (
+from keyturn._decision import DEFAULT_ORGANIZATION, DEFAULT_ORGANIZATION_PATTERN
+from keyturn._model import CustomDate, KeyInfo, Lifetime, Scope, ScopeKind, Status
+from keyturn.errors import (
     InvalidExpiry,
     InvalidKeyName,
     KeyNotFound,
     KeyNotRevocable,
     ScopeNotReachable,
 )
-from agentkey.manager import KeyManager
-from agentkey.stores import open_store
-from agentkey.stores.sqlite import SQLiteDatabase
+from keyturn.manager import KeyManager
+from keyturn.stores import open_store
+from keyturn.stores.sqlite import SQLiteDatabase
 
 if TYPE_CHECKING:
-    from agentkey.stores.postgres import PostgresDatabase
+    from keyturn.stores.postgres import PostgresDatabase
 
     Database: TypeAlias = SQLiteDatabase | PostgresDatabase
     Handler: TypeAlias = Callable[[Database, argparse.Namespace, TextIO], None]
 
 __all__ = ["main"]
 
-ENVIRONMENT_VARIABLE: Final = "AGENTKEY_STORE_URL"
-DEFAULT_STORE_URL: Final = "sqlite:///agentkey.sqlite3"
+ENVIRONMENT_VARIABLE: Final = "KEYTURN_STORE_URL"
+DEFAULT_STORE_URL: Final = "sqlite:///keyturn.sqlite3"
 
 LIFETIMES: Final = {
     "3h": Lifetime.HOURS_3,
@@ -134,7 +134,7 @@ def _member_remove(db: Database, args: argparse.Namespace, out: TextIO) -> None:
 
 
 def _warn(message: str) -> None:
-    print(f"agentkey: warning: {message}", file=sys.stderr)
+    print(f"keyturn: warning: {message}", file=sys.stderr)
 
 
 def _keys_create(db: Database, args: argparse.Namespace, out: TextIO) -> None:
@@ -194,7 +194,7 @@ def _keys_list(db: Database, args: argparse.Namespace, out: TextIO) -> None:
 def _keys_revoke(db: Database, args: argparse.Namespace, out: TextIO) -> None:
     if args.key_id.startswith("rma_"):  # a key or a hint, not an id; never echo it
         raise CommandError(
-            "KEY_ID is the key's id, the KEY ID column of 'agentkey keys list' "
+            "KEY_ID is the key's id, the KEY ID column of 'keyturn keys list' "
             "(12 letters and digits), not the key or its hint",
             status=2,
         )
@@ -276,18 +276,18 @@ def _local_time_zone() -> str:
 
 _EXAMPLES: Final = """\
 examples:
-  agentkey db init
-  agentkey org add org_acme --tenant acme --default
-  agentkey member add alice org_acme --role admin
-  agentkey keys create --as alice --name "CI deploys" --tenant acme --lifetime 7d
-  agentkey keys create --as alice --name laptop --org org_acme \\
+  keyturn db init
+  keyturn org add org_acme --tenant acme --default
+  keyturn member add alice org_acme --role admin
+  keyturn keys create --as alice --name "CI deploys" --tenant acme --lifetime 7d
+  keyturn keys create --as alice --name laptop --org org_acme \\
       --expires-on 2026-12-31 --time-zone Europe/Paris
-  agentkey keys list --as alice --status active --json
-  agentkey keys revoke --as alice 3fZk8QmPx2Lw
-  agentkey scan .                      # exit 1 if a key sits in a file
+  keyturn keys list --as alice --status active --json
+  keyturn keys revoke --as alice 3fZk8QmPx2Lw
+  keyturn scan .                      # exit 1 if a key sits in a file
 
 store URLs:
-  sqlite:///agentkey.sqlite3        a file, relative to the current directory
+  sqlite:///keyturn.sqlite3        a file, relative to the current directory
   sqlite:////var/lib/app/keys.db    an absolute path (four slashes)
   postgresql://app@127.0.0.1:5432/app
 
@@ -313,7 +313,7 @@ def _date(text: str) -> date:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``agentkey`` argument parser (each leaf command sets ``handler``)."""
+    """The ``keyturn`` argument parser (each leaf command sets ``handler``)."""
     formatter = argparse.RawDescriptionHelpFormatter
     store = argparse.ArgumentParser(add_help=False)
     store.add_argument(
@@ -323,7 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"the store (default: ${ENVIRONMENT_VARIABLE}, else {DEFAULT_STORE_URL})",
     )
     parser = argparse.ArgumentParser(
-        prog="agentkey",
+        prog="keyturn",
         description="Manage personal API keys, organizations and memberships in a store.",
         epilog=_EXAMPLES,
         formatter_class=formatter,
@@ -359,7 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
         return sub
 
     db = group("db", "the store itself")
-    leaf(db, "init", _db_init, "create or upgrade agentkey's tables (idempotent)")
+    leaf(db, "init", _db_init, "create or upgrade keyturn's tables (idempotent)")
 
     org = group("org", "organizations")
     sub = leaf(org, "add", _org_add, "add an organization to a tenant")
@@ -432,34 +432,33 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument(
         "--as", dest="account", metavar="ACCOUNT", required=True, type=_nonempty, help=_AS
     )
-    sub.add_argument("key_id", metavar="KEY_ID", help="as shown by 'agentkey keys list'")
+    sub.add_argument("key_id", metavar="KEY_ID", help="as shown by 'keyturn keys list'")
 
     sub = commands.add_parser(
         "demo",
         help="serve the list-models example with fresh demo keys",
         description="Seed a demo tenant and user, print two fresh keys and curl lines, and "
         "serve the list-models example on 127.0.0.1 until Ctrl+C. Its store is not your "
-        "own: it defaults to sqlite:///agentkey-demo.sqlite3 in the current directory.",
+        "own: it defaults to sqlite:///keyturn-demo.sqlite3 in the current directory.",
     )
     sub.add_argument(
         "--store",
         metavar="URL",
         default=argparse.SUPPRESS,
-        help="the demo's store (default: $AGENTKEY_DEMO_STORE, else "
-        "sqlite:///agentkey-demo.sqlite3)",
+        help="the demo's store (default: $KEYTURN_DEMO_STORE, else sqlite:///keyturn-demo.sqlite3)",
     )
     sub.add_argument(
-        "--port", type=int, default=None, help="default: $AGENTKEY_DEMO_PORT, else 8000"
+        "--port", type=int, default=None, help="default: $KEYTURN_DEMO_PORT, else 8000"
     )
     sub.set_defaults(standalone=_demo)
 
     sub = commands.add_parser(
         "scan",
         help="find API keys in files before they are committed (exit 1 if any)",
-        description="Report every agentkey API key (checked by its checksum, so look-alikes "
+        description="Report every keyturn API key (checked by its checksum, so look-alikes "
         "are ignored) in the given files and folders, by place, key id and hint: never the "
         "secret. Folders are walked, skipping .git, virtual environments and caches; binary "
-        "files are skipped. '-' reads standard input, e.g. 'git diff --cached | agentkey "
+        "files are skipped. '-' reads standard input, e.g. 'git diff --cached | keyturn "
         "scan -'. Exit status: 0 no key found, 1 keys found (revoke them), 2 bad usage.",
     )
     sub.add_argument("paths", nargs="*", default=["."], metavar="PATH", help="default: .")
@@ -468,7 +467,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from agentkey import demo  # the demo extra (uvicorn) only when asked for
+    from keyturn import demo  # the demo extra (uvicorn) only when asked for
 
     demo.main(
         [
@@ -480,7 +479,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _scan(args: argparse.Namespace) -> int:
-    from agentkey.scan import find_keys, scan_paths
+    from keyturn.scan import find_keys, scan_paths
 
     files = [path for path in args.paths if path != "-"]
     findings = list(scan_paths(files))
@@ -490,8 +489,8 @@ def _scan(args: argparse.Namespace) -> int:
         print(finding)
     if findings:
         print(
-            f"agentkey: {len(findings)} API key(s) found: revoke them in the console "
-            "(agentkey keys revoke) and remove them from these files",
+            f"keyturn: {len(findings)} API key(s) found: revoke them in the console "
+            "(keyturn keys revoke) and remove them from these files",
             file=sys.stderr,
         )
         return 1
@@ -515,9 +514,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _run(args, sys.stdout)
     except CommandError as error:
-        print(f"agentkey: error: {error}", file=sys.stderr)
+        print(f"keyturn: error: {error}", file=sys.stderr)
         return error.status
-    except BrokenPipeError:  # `agentkey keys list | head`: the reader left, nothing to say
+    except BrokenPipeError:  # `keyturn keys list | head`: the reader left, nothing to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
 
@@ -583,12 +582,12 @@ def _require_schema(db: Database, url: str) -> None:
         if not os.path.exists(db.path):
             raise CommandError(
                 f"there is no store at {os.path.abspath(db.path)} (from {url}): check --store "
-                f"or ${ENVIRONMENT_VARIABLE}, or create it with 'agentkey db init'"
+                f"or ${ENVIRONMENT_VARIABLE}, or create it with 'keyturn db init'"
             )
     elif db.schema_version() == 0:
         raise CommandError(
-            f"the store {_redact(url)} has no agentkey tables in the first schema of its "
-            "search_path: run 'agentkey db init'"
+            f"the store {_redact(url)} has no keyturn tables in the first schema of its "
+            "search_path: run 'keyturn db init'"
         )
 
 

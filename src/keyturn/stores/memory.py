@@ -1,8 +1,8 @@
 """In-memory key store and directory: thread-safe, for tests, examples and single-process demos.
 
-Everything is lost when the process ends; use :mod:`agentkey.stores.sqlite` to keep keys.
+Everything is lost when the process ends; use :mod:`keyturn.stores.sqlite` to keep keys.
 
-    >>> from agentkey.stores.memory import MemoryDirectory
+    >>> from keyturn.stores.memory import MemoryDirectory
     >>> directory = MemoryDirectory()
     >>> _ = directory.add_organization("org_acme", tenant_id="acme", default=True)
     >>> directory.add_member("alice", "org_acme", role="admin")
@@ -19,14 +19,14 @@ from datetime import datetime
 
 import attrs
 
-from agentkey._model import ApiKey, Organization
-from agentkey.errors import DuplicateKey
+from keyturn._model import ApiKey, Organization
+from keyturn.errors import DuplicateKey
 
 __all__ = ["MemoryDirectory", "MemoryKeyStore"]
 
 
 class MemoryKeyStore:
-    """A :class:`~agentkey.protocols.KeyStore` in a dict. Reads take no lock; writes do."""
+    """A :class:`~keyturn.protocols.KeyStore` in a dict. Reads take no lock; writes do."""
 
     nonblocking = True  # the async middleware may call it directly on the event loop
 
@@ -70,7 +70,7 @@ class MemoryKeyStore:
 
 
 class MemoryDirectory:
-    """A :class:`~agentkey.protocols.MembershipProvider` in dicts: tenants, organizations, roles."""
+    """A :class:`~keyturn.protocols.MembershipProvider` in dicts: tenants, organizations, roles."""
 
     nonblocking = True
 

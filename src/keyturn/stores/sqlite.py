@@ -3,10 +3,10 @@
 One :class:`SQLiteDatabase` is one file; it gives the key store (``.keys``) and the
 membership directory (``.directory``)::
 
-    from agentkey import Authenticator, KeyManager
-    from agentkey.stores.sqlite import SQLiteDatabase
+    from keyturn import Authenticator, KeyManager
+    from keyturn.stores.sqlite import SQLiteDatabase
 
-    db = SQLiteDatabase("agentkey.sqlite3")  # the file and its tables appear on first use
+    db = SQLiteDatabase("keyturn.sqlite3")  # the file and its tables appear on first use
     db.directory.add_organization("org_acme", tenant_id="acme", default=True)
     db.directory.add_member("alice", "org_acme", role="admin")
     manager = KeyManager(db.keys, db.directory)
@@ -14,7 +14,7 @@ membership directory (``.directory``)::
     ...
     db.close()
 
-The schema is versioned (table ``agentkey_schema_version``) and created or upgraded on
+The schema is versioned (table ``keyturn_schema_version``) and created or upgraded on
 first use; :meth:`SQLiteDatabase.create_schema` does it up front. Several processes may
 share the file: SQLite's write-ahead log lets readers run while one process writes, and a
 revoke committed by any of them is seen by the next request of every other.
@@ -38,7 +38,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Final, TypeVar
 
-from agentkey.stores import _sql
+from keyturn.stores import _sql
 
 __all__ = ["SQLiteDatabase", "SQLiteDirectory", "SQLiteKeyStore"]
 
@@ -48,13 +48,13 @@ _DIALECT: Final = _sql.Dialect(
     timestamp="TEXT",
     has_version_table=(
         "SELECT count(*) FROM sqlite_master "
-        "WHERE type = 'table' AND name = 'agentkey_schema_version'"
+        "WHERE type = 'table' AND name = 'keyturn_schema_version'"
     ),
 )
 
 
 class SQLiteKeyStore(_sql.SQLKeyStore):
-    """A :class:`~agentkey.protocols.KeyStore` in a SQLite file; get it as ``db.keys``."""
+    """A :class:`~keyturn.protocols.KeyStore` in a SQLite file; get it as ``db.keys``."""
 
     # Reads never wait under WAL and writes wait at most the busy timeout: the sync
     # middleware needs no watchdog thread around these calls.
@@ -62,10 +62,10 @@ class SQLiteKeyStore(_sql.SQLKeyStore):
 
 
 class SQLiteDirectory(_sql.SQLDirectory):
-    """A :class:`~agentkey.protocols.MembershipProvider` in a SQLite file: ``db.directory``.
+    """A :class:`~keyturn.protocols.MembershipProvider` in a SQLite file: ``db.directory``.
 
-    Tables ``agentkey_organizations`` (``id``, ``tenant_id``, ``is_default``; at most one
-    default per tenant) and ``agentkey_memberships`` (``account_id``, ``organization_id``,
+    Tables ``keyturn_organizations`` (``id``, ``tenant_id``, ``is_default``; at most one
+    default per tenant) and ``keyturn_memberships`` (``account_id``, ``organization_id``,
     ``role``). A reference implementation: replace it with a provider over your own tables.
     """
 
@@ -73,7 +73,7 @@ class SQLiteDirectory(_sql.SQLDirectory):
 
 
 class SQLiteDatabase:
-    """One SQLite file holding agentkey's tables: ``.keys`` and ``.directory`` share it.
+    """One SQLite file holding keyturn's tables: ``.keys`` and ``.directory`` share it.
 
     :param path: the database file; created, with its tables, on first use.
     :param timeout: seconds a write waits for another writer (SQLite's ``busy_timeout``).
@@ -85,7 +85,7 @@ class SQLiteDatabase:
             # Every connection would see a different empty database.
             raise ValueError(
                 f"SQLiteDatabase needs a file path, got {self.path!r}; "
-                "for a database in memory use agentkey.stores.memory"
+                "for a database in memory use keyturn.stores.memory"
             )
         self.timeout = timeout
         self.keys = SQLiteKeyStore(self)
@@ -127,7 +127,7 @@ class SQLiteDatabase:
             connection.close()
 
     def run(self, op: _sql.Op[T]) -> T:
-        """Run one operation of :mod:`agentkey.stores._sql` on a lent connection."""
+        """Run one operation of :mod:`keyturn.stores._sql` on a lent connection."""
         try:
             connection = self._idle.pop()
         except IndexError:

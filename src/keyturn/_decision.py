@@ -11,7 +11,7 @@ Rules of this file (keep them):
 3. Argon2 is a yielded step (:class:`VerifySecret`), so an async driver runs it off the loop.
 4. The order of checks is fixed (D4): credential (401), then ``x-organization-id`` syntax (400),
    then organization resolution and reach (404), then the application's role policy (403).
-   A refusal carries the precise :class:`~agentkey.errors.Reason` for logs, never the client.
+   A refusal carries the precise :class:`~keyturn.errors.Reason` for logs, never the client.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from typing import Any, ClassVar, Final, NamedTuple
 
 import attrs
 
-from agentkey import _token
-from agentkey._hashing import VerifiedTokenCache, fingerprint
-from agentkey._lifecycle import derive_status
-from agentkey._model import Principal, Status
-from agentkey.errors import (
+from keyturn import _token
+from keyturn._hashing import VerifiedTokenCache, fingerprint
+from keyturn._lifecycle import derive_status
+from keyturn._model import Principal, Status
+from keyturn.errors import (
     AuthError,
     InvalidRequest,
     NotFound,
