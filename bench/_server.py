@@ -32,13 +32,13 @@ LOOP: Final = "asyncio"
 
 
 def build(variant: str) -> tuple[Any, str]:
-    store, directory, keys = memory_world()
+    store, membership, keys = memory_world()
     if variant == "bare":
         return starlette_app(), keys.organization
     if variant == "floor":
         table = sha256_keys({keys.organization: Who(ACCOUNT, ORGANIZATION, TENANT)})
         return starlette_app(Middleware(FloorASGI, keys=table)), keys.organization
-    authenticator = Authenticator(store, directory)
+    authenticator = Authenticator(store, membership)
     return starlette_app(Middleware(ApiKeyMiddleware, authenticator=authenticator)), (
         keys.organization
     )

@@ -13,7 +13,7 @@ from typing import Any, Final
 
 from keyturn import ApiKey, KeyManager, Scope, _token
 from keyturn._hashing import hash_secret
-from keyturn.stores.memory import MemoryDirectory, MemoryKeyStore
+from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 
 __all__ = [
     "ACCOUNT",
@@ -21,13 +21,13 @@ __all__ = [
     "ORGANIZATION",
     "OTHER_ORGANIZATION",
     "TENANT",
-    "CountingDirectory",
     "CountingKeyStore",
+    "CountingMembership",
     "FakeKeys",
     "Keys",
     "fake_keys",
     "fake_records",
-    "fill_directory",
+    "fill_membership",
     "key_ids",
     "memory_world",
     "mistype",
@@ -64,8 +64,8 @@ class CountingKeyStore(MemoryKeyStore):
         return super().get_key(key_id)
 
 
-class CountingDirectory(MemoryDirectory):
-    """The memory directory, counting every question put to it."""
+class CountingMembership(MemoryMembership):
+    """The memory membership, counting every question put to it."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -88,18 +88,18 @@ class CountingDirectory(MemoryDirectory):
         return super().reaches_tenant(account_id, tenant_id)
 
 
-def fill_directory(directory: Any) -> None:
-    """Tenant acme, its organizations, and alice's roles (any directory with add_*)."""
-    directory.add_organization(ORGANIZATION, tenant_id=TENANT, default=True)
-    directory.add_organization(OTHER_ORGANIZATION, tenant_id=TENANT)
-    directory.add_member(ACCOUNT, ORGANIZATION, role="admin")
-    directory.add_member(ACCOUNT, OTHER_ORGANIZATION, role="member")
+def fill_membership(membership: Any) -> None:
+    """Tenant acme, its organizations, and alice's roles (any membership with add_*)."""
+    membership.add_organization(ORGANIZATION, tenant_id=TENANT, default=True)
+    membership.add_organization(OTHER_ORGANIZATION, tenant_id=TENANT)
+    membership.add_member(ACCOUNT, ORGANIZATION, role="admin")
+    membership.add_member(ACCOUNT, OTHER_ORGANIZATION, role="member")
 
 
-def seed(store: Any, directory: Any, *, tenant_key: bool = True) -> Keys:
-    """Fill *directory* and create alice's keys in *store* (one argon2 hash per key)."""
-    fill_directory(directory)
-    manager = KeyManager(store, directory)
+def seed(store: Any, membership: Any, *, tenant_key: bool = True) -> Keys:
+    """Fill *membership* and create alice's keys in *store* (one argon2 hash per key)."""
+    fill_membership(membership)
+    manager = KeyManager(store, membership)
     organization = manager.create(
         ACCOUNT,
         name="bench: organization",
@@ -113,15 +113,15 @@ def seed(store: Any, directory: Any, *, tenant_key: bool = True) -> Keys:
     return Keys(organization=organization, tenant=tenant)
 
 
-def memory_world(*, counting: bool = False) -> tuple[MemoryKeyStore, MemoryDirectory, Keys]:
+def memory_world(*, counting: bool = False) -> tuple[MemoryKeyStore, MemoryMembership, Keys]:
     store = CountingKeyStore() if counting else MemoryKeyStore()
-    directory = CountingDirectory() if counting else MemoryDirectory()
-    return store, directory, seed(store, directory)
+    membership = CountingMembership() if counting else MemoryMembership()
+    return store, membership, seed(store, membership)
 
 
-def new_key(store: Any, directory: Any) -> str:
+def new_key(store: Any, membership: Any) -> str:
     """One more organization-scoped key for alice: a key no process has verified yet."""
-    manager = KeyManager(store, directory)
+    manager = KeyManager(store, membership)
     scope = Scope.organization(ORGANIZATION, tenant_id=TENANT)
     return manager.create(ACCOUNT, name="bench: fresh", scope=scope).secret
 

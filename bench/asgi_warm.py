@@ -85,8 +85,8 @@ def overhead_table(
 
 def run(settings: Settings) -> Report:
     report = Report(NAME, TITLE)
-    store, directory, keys = memory_world()
-    authenticator = Authenticator(store, directory)
+    store, membership, keys = memory_world()
+    authenticator = Authenticator(store, membership)
     who = Who(ACCOUNT, ORGANIZATION, TENANT)
     table = sha256_keys({keys.organization: who, keys.tenant: who})
     organization_scope = http_scope([("authorization", f"Bearer {keys.organization}")])

@@ -62,8 +62,8 @@ def _per_call(fn: Callable[[], object], n: int, reps: int = 5) -> float:
 
 def run(settings: Settings) -> Report:
     report = Report(NAME, TITLE)
-    store, directory, keys = memory_world()
-    authenticator = Authenticator(store, directory)
+    store, membership, keys = memory_world()
+    authenticator = Authenticator(store, membership)
     who = Who(ACCOUNT, ORGANIZATION, TENANT)
     table = sha256_keys({keys.organization: who})
     scope = http_scope([("authorization", f"Bearer {keys.organization}")])
@@ -121,7 +121,7 @@ def run(settings: Settings) -> Report:
             try:
                 while True:
                     step = flow.send(answer)
-                    answer = step.ask(store, directory)
+                    answer = step.ask(store, membership)
             except StopIteration as done:
                 return done.value
 
@@ -147,7 +147,7 @@ def run(settings: Settings) -> Report:
             "cache.lookup (lock + move_to_end)": lambda: cache.lookup(digest),
             "utc_now()": utc_now,
             "store.get_key (memory)": lambda: store.get_key(key.key_id),
-            "directory.get_role (memory)": lambda: directory.get_role(ACCOUNT, ORGANIZATION),
+            "membership.get_role (memory)": lambda: membership.get_role(ACCOUNT, ORGANIZATION),
             "derive_status": lambda: derive_status(key, now, reaches_scope=True),
             "organization_header (absent)": lambda: organization_header((), pattern),
             "Principal(...)": lambda: Principal(

@@ -54,8 +54,8 @@ def _argon2_ns(samples: int) -> list[int]:
 
 def run(settings: Settings) -> Report:
     report = Report(NAME, TITLE)
-    store, directory, _keys = memory_world()
-    authenticator = Authenticator(store, directory)
+    store, membership, _keys = memory_world()
+    authenticator = Authenticator(store, membership)
     asgi = starlette_app(Middleware(ApiKeyMiddleware, authenticator=authenticator))
     wsgi = WSGIApiKeyMiddleware(flask_app().wsgi_app, authenticator=authenticator)
     verifier = authenticator.verifier
@@ -69,7 +69,7 @@ def run(settings: Settings) -> Report:
         for _ in range(settings.cold_keys):
             # Through the Authenticator: the first request, then the second (warm).
             request = AuthRequest(
-                authorization=(f"Bearer {new_key(store, directory)}",), path=MODELS
+                authorization=(f"Bearer {new_key(store, membership)}",), path=MODELS
             )
             for durations, runs in ((first_direct, runs_first), (second_direct, runs_second)):
                 before = verifier.runs
@@ -80,7 +80,7 @@ def run(settings: Settings) -> Report:
                 if not isinstance(outcome, Principal):
                     raise RuntimeError(f"a fresh key was refused: {outcome!r}")
             # Through the ASGI middleware: the first request of another fresh key.
-            scope = http_scope([("authorization", f"Bearer {new_key(store, directory)}")])
+            scope = http_scope([("authorization", f"Bearer {new_key(store, membership)}")])
             before = verifier.runs
             start = time.perf_counter_ns()
             reply = loop.run_until_complete(asgi_call(asgi, scope))
@@ -90,7 +90,7 @@ def run(settings: Settings) -> Report:
                 raise RuntimeError(f"a fresh key was refused: {reply.status}")
 
         # N concurrent first requests with one new key, through ASGI: one argon2 run.
-        scope = http_scope([("authorization", f"Bearer {new_key(store, directory)}")])
+        scope = http_scope([("authorization", f"Bearer {new_key(store, membership)}")])
         n = settings.concurrency
 
         async def crowd() -> list[Reply]:
@@ -104,7 +104,7 @@ def run(settings: Settings) -> Report:
         asgi_ok = sum(reply.status == 200 for reply in replies)
 
         # ... and through WSGI, from N threads released together.
-        environ = wsgi_environ({"Authorization": f"Bearer {new_key(store, directory)}"})
+        environ = wsgi_environ({"Authorization": f"Bearer {new_key(store, membership)}"})
         barrier = threading.Barrier(n)
         statuses: list[int] = []
         lock = threading.Lock()

@@ -21,8 +21,8 @@ from bench._apps import MODELS, asgi_batch, asgi_call, http_scope, starlette_app
 from bench._core import Batch, Report, Settings, Table, paired, run_batch, times, us
 from bench._world import (
     JUNK,
-    CountingDirectory,
     CountingKeyStore,
+    CountingMembership,
     memory_world,
     mistype,
     unknown_token,
@@ -61,28 +61,28 @@ def _asgi_once(run: Callable[[Any], Any], app: Any, scope: dict[str, Any]) -> An
 
 def _count(
     store: CountingKeyStore,
-    directory: CountingDirectory,
+    membership: CountingMembership,
     authenticator: Authenticator,
     call: Callable[[], Any],
     n: int,
 ) -> tuple[float, float, float]:
-    """Store reads, directory calls and argon2 runs per request over *n* calls of *call*."""
-    reads, calls, runs = store.reads, directory.calls, authenticator.verifier.runs
+    """Store reads, membership calls and argon2 runs per request over *n* calls of *call*."""
+    reads, calls, runs = store.reads, membership.calls, authenticator.verifier.runs
     for _ in range(n):
         call()
     return (
         (store.reads - reads) / n,
-        (directory.calls - calls) / n,
+        (membership.calls - calls) / n,
         (authenticator.verifier.runs - runs) / n,
     )
 
 
 def run(settings: Settings) -> Report:
     report = Report(NAME, TITLE)
-    store, directory, keys = memory_world(counting=True)
+    store, membership, keys = memory_world(counting=True)
     assert isinstance(store, CountingKeyStore)
-    assert isinstance(directory, CountingDirectory)
-    authenticator = Authenticator(store, directory)
+    assert isinstance(membership, CountingMembership)
+    authenticator = Authenticator(store, membership)
     tokens = {
         WARM: keys.organization,
         JUNK_PATH: JUNK,
@@ -101,7 +101,7 @@ def run(settings: Settings) -> Report:
     loop = asyncio.new_event_loop()
     counts = Table(
         "what each request touches (counted, per request)",
-        ["path", "outcome", "store reads", "directory calls", "argon2 runs"],
+        ["path", "outcome", "store reads", "membership calls", "argon2 runs"],
     )
     try:
         # The warm key's one cold verification, then the outcome of each path.
@@ -119,14 +119,14 @@ def run(settings: Settings) -> Report:
             n = settings.slow_batch if name == WRONG else settings.batch
             direct = _count(
                 store,
-                directory,
+                membership,
                 authenticator,
                 partial(authenticator.authenticate, requests[name]),
                 n,
             )
             middleware = _count(
                 store,
-                directory,
+                membership,
                 authenticator,
                 partial(_asgi_once, loop.run_until_complete, app, scopes[name]),
                 n,
@@ -139,7 +139,7 @@ def run(settings: Settings) -> Report:
             counts.add(name, label, f"{reads:g}", f"{calls:g}", f"{runs:g}")
             key = name.split(" ")[0]
             report.facts[f"{key}.store_reads"] = reads
-            report.facts[f"{key}.directory_calls"] = calls
+            report.facts[f"{key}.membership_calls"] = calls
             report.facts[f"{key}.argon2_runs"] = runs
 
         # Timing: the fast paths paired with the warm success, both ways in.

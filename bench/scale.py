@@ -32,11 +32,11 @@ from bench._databases import (
     postgres_schema,
     postgres_unavailable,
 )
-from bench._world import FakeKeys, fake_keys, fake_records, fill_directory, key_ids
+from bench._world import FakeKeys, fake_keys, fake_records, fill_membership, key_ids
 from bench.stores import sync_batch
 from keyturn import Authenticator, AuthRequest, Principal
 from keyturn._hashing import VerifiedTokenCache
-from keyturn.stores.memory import MemoryDirectory, MemoryKeyStore
+from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 
 __all__ = ["cache_weight", "run"]
 
@@ -133,8 +133,8 @@ def run(settings: Settings) -> Report:
     groups: list[list[str]] = []
     with ExitStack() as stack:
 
-        def authenticator(store: Any, directory: Any, **options: Any) -> Authenticator:
-            made = Authenticator(store, directory, **options)
+        def authenticator(store: Any, membership: Any, **options: Any) -> Authenticator:
+            made = Authenticator(store, membership, **options)
             stack.callback(made.close)
             return made
 
@@ -142,9 +142,9 @@ def run(settings: Settings) -> Report:
         group = []
         for size in settings.scale_sizes:
             store, ids = _memory_store(fakes, size, seed=size)
-            directory = MemoryDirectory()
-            fill_directory(directory)
-            auth = authenticator(store, directory)
+            membership = MemoryMembership()
+            fill_membership(membership)
+            auth = authenticator(store, membership)
             warm = _warm_set(auth, fakes, ids[: min(settings.warm_tokens, size)])
             name = f"memory: {size:,} keys ({len(warm)} warm tokens)"
             batches[name] = sync_batch(auth, warm)
@@ -176,11 +176,11 @@ def run(settings: Settings) -> Report:
             report.notes.append(f"PostgreSQL skipped: {postgres_skipped}")
         by_kind: dict[str, list[str]] = {}
         for kind, size, db, bulk in tables:
-            fill_directory(db.directory)
+            fill_membership(db.membership)
             ids = list(key_ids(size, seed=size + 1))
             db.keys.add_key(next(fake_records(fakes, iter(ids[:1]))))  # through the store
             bulk(ids)
-            auth = authenticator(db.keys, db.directory, timeout=None)
+            auth = authenticator(db.keys, db.membership, timeout=None)
             warm = _warm_set(auth, fakes, ids[: min(settings.warm_tokens, size)])
             name = f"{kind}: {size:,} keys ({len(warm)} warm tokens)"
             batches[name] = sync_batch(auth, warm)

@@ -83,16 +83,16 @@ def run(settings: Settings) -> Report:
     with ExitStack() as stack:
         stack.callback(loop.close)
 
-        def authenticator(store: Any, directory: Any, **options: Any) -> Authenticator:
-            made = Authenticator(store, directory, **options)
+        def authenticator(store: Any, membership: Any, **options: Any) -> Authenticator:
+            made = Authenticator(store, membership, **options)
             stack.callback(made.close)
             return made
 
         def request(token: str) -> AuthRequest:
             return AuthRequest(authorization=(f"Bearer {token}",), path=MODELS)
 
-        store, directory, keys = memory_world()
-        memory = authenticator(store, directory)
+        store, membership, keys = memory_world()
+        memory = authenticator(store, membership)
         variants["memory: authenticate()"] = (memory, request(keys.organization), True)
         variants["memory: authenticate_async()"] = (memory, request(keys.organization), False)
 
@@ -101,19 +101,19 @@ def run(settings: Settings) -> Report:
         folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="keyturn-bench-"))
         sqlite = stack.enter_context(SQLiteDatabase(Path(folder) / "bench.sqlite3"))
         sqlite.create_schema()
-        token = seed(sqlite.keys, sqlite.directory, tenant_key=False).organization
+        token = seed(sqlite.keys, sqlite.membership, tenant_key=False).organization
         variants["sqlite: authenticate(), timeout=5 s (bounds itself)"] = (
-            authenticator(sqlite.keys, sqlite.directory),
+            authenticator(sqlite.keys, sqlite.membership),
             request(token),
             True,
         )
         variants["sqlite: authenticate(), timeout=None (caller's thread)"] = (
-            authenticator(sqlite.keys, sqlite.directory, timeout=None),
+            authenticator(sqlite.keys, sqlite.membership, timeout=None),
             request(token),
             True,
         )
         variants["sqlite: authenticate_async() (one thread trip)"] = (
-            authenticator(sqlite.keys, sqlite.directory),
+            authenticator(sqlite.keys, sqlite.membership),
             request(token),
             False,
         )
@@ -125,14 +125,14 @@ def run(settings: Settings) -> Report:
             url = stack.enter_context(postgres_schema(settings.postgres_dsn))
             postgres = stack.enter_context(PostgresDatabase(url, min_size=2, max_size=4))
             postgres.create_schema()
-            token = seed(postgres.keys, postgres.directory, tenant_key=False).organization
+            token = seed(postgres.keys, postgres.membership, tenant_key=False).organization
             variants["postgres: authenticate(), timeout=5 s (watchdog thread)"] = (
-                authenticator(postgres.keys, postgres.directory),
+                authenticator(postgres.keys, postgres.membership),
                 request(token),
                 True,
             )
             variants["postgres: authenticate(), timeout=None (caller's thread)"] = (
-                authenticator(postgres.keys, postgres.directory, timeout=None),
+                authenticator(postgres.keys, postgres.membership, timeout=None),
                 request(token),
                 True,
             )
@@ -140,7 +140,7 @@ def run(settings: Settings) -> Report:
             run_async(apostgres.open())
             stack.callback(lambda: run_async(apostgres.close()))
             variants["postgres: authenticate_async() (async pool)"] = (
-                authenticator(apostgres.keys, apostgres.directory),
+                authenticator(apostgres.keys, apostgres.membership),
                 request(token),
                 False,
             )

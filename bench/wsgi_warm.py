@@ -39,8 +39,8 @@ BASES: Final = dict.fromkeys((BARE, FLOOR, HTTPAUTH, KEYTURN_ORG, KEYTURN_TENANT
 
 def run(settings: Settings) -> Report:
     report = Report(NAME, TITLE)
-    store, directory, keys = memory_world()
-    authenticator = Authenticator(store, directory)
+    store, membership, keys = memory_world()
+    authenticator = Authenticator(store, membership)
     who = Who(ACCOUNT, ORGANIZATION, TENANT)
     table = sha256_keys({keys.organization: who, keys.tenant: who})
     organization = wsgi_environ({"Authorization": f"Bearer {keys.organization}"})

@@ -1,6 +1,6 @@
 """The list-models API on FastAPI, behind keyturn's ASGI middleware.
 
-``create_app(store, directory)`` builds the app. Every path under ``/managed-agents/v1/``
+``create_app(store, membership)`` builds the app. Every path under ``/managed-agents/v1/``
 needs a key; ``/healthz`` does not.
 """
 
@@ -33,8 +33,8 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-def create_app(store: KeyStore, directory: MembershipProvider) -> FastAPI:
-    authenticator = Authenticator(store, directory)  # one per process: it holds the caches
+def create_app(store: KeyStore, membership: MembershipProvider) -> FastAPI:
+    authenticator = Authenticator(store, membership)  # one per process: it holds the caches
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -1,6 +1,6 @@
 """The list-models API on Flask, behind keyturn's WSGI middleware.
 
-``create_app(store, directory)`` builds the app. Every path under ``/managed-agents/v1/``
+``create_app(store, membership)`` builds the app. Every path under ``/managed-agents/v1/``
 needs a key; ``/healthz`` does not.
 """
 
@@ -30,9 +30,9 @@ def healthz() -> dict[str, Any]:
     return {"status": "ok"}
 
 
-def create_app(store: KeyStore, directory: MembershipProvider) -> Flask:
+def create_app(store: KeyStore, membership: MembershipProvider) -> Flask:
     app = Flask(__name__)
     app.register_blueprint(api)
-    authenticator = Authenticator(store, directory)  # one per process: it holds the caches
+    authenticator = Authenticator(store, membership)  # one per process: it holds the caches
     app.wsgi_app = ApiKeyMiddleware(app.wsgi_app, authenticator=authenticator)  # type: ignore[method-assign]
     return app

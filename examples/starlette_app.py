@@ -1,6 +1,6 @@
 """The list-models API on Starlette, behind keyturn's ASGI middleware.
 
-``create_app(store, directory)`` builds the app; ``make demo`` serves it with demo keys.
+``create_app(store, membership)`` builds the app; ``make demo`` serves it with demo keys.
 Every path under ``/managed-agents/v1/`` needs a key; ``/healthz`` does not.
 """
 
@@ -31,8 +31,8 @@ async def healthz(request: Request) -> JSONResponse:
     return JSONResponse({"status": "ok"})
 
 
-def create_app(store: KeyStore, directory: MembershipProvider) -> Starlette:
-    authenticator = Authenticator(store, directory)  # one per process: it holds the caches
+def create_app(store: KeyStore, membership: MembershipProvider) -> Starlette:
+    authenticator = Authenticator(store, membership)  # one per process: it holds the caches
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -1,6 +1,6 @@
 """The list-models API on plain Werkzeug, behind keyturn's WSGI middleware.
 
-``create_app(store, directory)`` builds the WSGI application. Every path under
+``create_app(store, membership)`` builds the WSGI application. Every path under
 ``/managed-agents/v1/`` needs a key; ``/healthz`` does not.
 """
 
@@ -55,6 +55,6 @@ def application(request: Request) -> Response | HTTPException:
     return endpoint(request)
 
 
-def create_app(store: KeyStore, directory: MembershipProvider) -> WSGIApplication:
-    authenticator = Authenticator(store, directory)  # one per process: it holds the caches
+def create_app(store: KeyStore, membership: MembershipProvider) -> WSGIApplication:
+    authenticator = Authenticator(store, membership)  # one per process: it holds the caches
     return ApiKeyMiddleware(application, authenticator=authenticator)

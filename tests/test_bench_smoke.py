@@ -53,7 +53,7 @@ def test_refusals_touch_what_they_must_and_no_more() -> None:
     facts = smoke("refusals").facts
     for path in ("junk", "typo"):  # refused before any lookup
         assert facts[f"{path}.store_reads"] == 0
-        assert facts[f"{path}.directory_calls"] == 0
+        assert facts[f"{path}.membership_calls"] == 0
         assert facts[f"{path}.argon2_runs"] == 0
     assert (facts["unknown.store_reads"], facts["unknown.argon2_runs"]) == (1, 0)
     assert (facts["wrong.store_reads"], facts["wrong.argon2_runs"]) == (1, 1)

@@ -100,7 +100,7 @@ class Step:
     __slots__ = ()
     uses_store: ClassVar[bool] = False
 
-    def ask(self, store: Any, directory: Any) -> Any:
+    def ask(self, store: Any, membership: Any) -> Any:
         """Put the question to the store or provider (sync or async flavour alike)."""
         raise NotImplementedError
 
@@ -112,7 +112,7 @@ class GetKey(Step):
     def __init__(self, key_id: str) -> None:
         self.key_id = key_id
 
-    def ask(self, store: Any, directory: Any) -> Any:
+    def ask(self, store: Any, membership: Any) -> Any:
         return store.get_key(self.key_id)
 
 
@@ -136,8 +136,8 @@ class GetOrganization(Step):
     def __init__(self, organization_id: str) -> None:
         self.organization_id = organization_id
 
-    def ask(self, store: Any, directory: Any) -> Any:
-        return directory.get_organization(self.organization_id)
+    def ask(self, store: Any, membership: Any) -> Any:
+        return membership.get_organization(self.organization_id)
 
 
 class GetDefaultOrganization(Step):
@@ -146,8 +146,8 @@ class GetDefaultOrganization(Step):
     def __init__(self, tenant_id: str) -> None:
         self.tenant_id = tenant_id
 
-    def ask(self, store: Any, directory: Any) -> Any:
-        return directory.get_default_organization(self.tenant_id)
+    def ask(self, store: Any, membership: Any) -> Any:
+        return membership.get_default_organization(self.tenant_id)
 
 
 class GetRole(Step):
@@ -157,8 +157,8 @@ class GetRole(Step):
         self.account_id = account_id
         self.organization_id = organization_id
 
-    def ask(self, store: Any, directory: Any) -> Any:
-        return directory.get_role(self.account_id, self.organization_id)
+    def ask(self, store: Any, membership: Any) -> Any:
+        return membership.get_role(self.account_id, self.organization_id)
 
 
 class ReachesTenant(Step):
@@ -168,8 +168,8 @@ class ReachesTenant(Step):
         self.account_id = account_id
         self.tenant_id = tenant_id
 
-    def ask(self, store: Any, directory: Any) -> Any:
-        return directory.reaches_tenant(self.account_id, self.tenant_id)
+    def ask(self, store: Any, membership: Any) -> Any:
+        return membership.reaches_tenant(self.account_id, self.tenant_id)
 
 
 # --- header parsing -----------------------------------------------------------------------

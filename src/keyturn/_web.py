@@ -107,7 +107,7 @@ class Guard(Generic[App]):
         if not isinstance(authenticator, Authenticator):
             raise TypeError(
                 "authenticator must be an keyturn.Authenticator, e.g. "
-                f"Authenticator(db.keys, db.directory); got {type(authenticator).__name__}"
+                f"Authenticator(db.keys, db.membership); got {type(authenticator).__name__}"
             )
         if not _REALM.fullmatch(realm):
             raise ValueError(f"realm must be printable ASCII without '\"' or '\\', got {realm!r}")

@@ -16,7 +16,7 @@ run off the event loop. ::
     from keyturn import Authenticator
     from keyturn.asgi import ApiKeyMiddleware, current_principal, principal
 
-    authenticator = Authenticator(store, directory, policy=..., audit=...)
+    authenticator = Authenticator(store, membership, policy=..., audit=...)
 
     # Starlette
     app = Starlette(routes=routes, middleware=[

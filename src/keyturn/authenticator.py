@@ -10,7 +10,7 @@ Usage, without any web framework::
 
     from keyturn import AuthRequest, Authenticator, Principal
 
-    auth = Authenticator(store, directory)
+    auth = Authenticator(store, membership)
     outcome = auth.authenticate(AuthRequest(authorization=("Bearer rma_...",)))
     if isinstance(outcome, Principal):
         ...  # outcome.account_id, outcome.organization_id, outcome.role
@@ -103,8 +103,8 @@ def _require(obj: object, name: str, kind: str, methods: tuple[str, ...]) -> Non
     missing = [method for method in methods if not callable(getattr(obj, method, None))]
     if missing:
         hint = ""
-        if hasattr(obj, "keys") and hasattr(obj, "directory"):  # a whole SQL database
-            hint = "; pass db.keys as the store and db.directory as the directory"
+        if hasattr(obj, "keys") and hasattr(obj, "membership"):  # a whole SQL database
+            hint = "; pass db.keys as the store and db.membership as the membership"
         raise TypeError(
             f"{name} must be {kind} (see keyturn.protocols); {type(obj).__name__} "
             f"lacks {', '.join(missing)}{hint}"
@@ -126,7 +126,7 @@ class Authenticator:
     """Authenticates requests against a key store and a membership provider.
 
     :param store: a :class:`~keyturn.protocols.KeyStore` or its async twin.
-    :param directory: a :class:`~keyturn.protocols.MembershipProvider` or its async twin.
+    :param membership: a :class:`~keyturn.protocols.MembershipProvider` or its async twin.
     :param organization_pattern: what a valid organization id looks like (D8).
     :param policy: ``policy(principal, request) -> bool``; ``False`` refuses with 403.
     :param audit: called with an :class:`AuditEvent` after every decision; its failures are
@@ -143,7 +143,7 @@ class Authenticator:
     def __init__(
         self,
         store: KeyStore | AsyncKeyStore,
-        directory: MembershipProvider | AsyncMembershipProvider,
+        membership: MembershipProvider | AsyncMembershipProvider,
         *,
         organization_pattern: str = DEFAULT_ORGANIZATION_PATTERN,
         policy: Policy | None = None,
@@ -158,9 +158,9 @@ class Authenticator:
         if timeout is not None and timeout <= 0:
             raise ValueError(f"timeout must be positive seconds or None, got {timeout!r}")
         _require(store, "store", "a KeyStore", ("get_key",))
-        _require(directory, "directory", "a MembershipProvider", _DIRECTORY_METHODS)
+        _require(membership, "membership", "a MembershipProvider", _DIRECTORY_METHODS)
         self.store = store
-        self.directory = directory
+        self.membership = membership
         self.rules = Rules(organization_pattern=organization_pattern, policy=policy)
         self.audit = audit
         self.timeout = timeout
@@ -169,11 +169,11 @@ class Authenticator:
         self.cache = cache if cache is not None else VerifiedTokenCache()
         self.verifier = verifier if verifier is not None else SecretVerifier()
         self._store_mode = _mode_of(store, "get_key")
-        self._directory_mode = _mode_of(directory, "get_role")
+        self._directory_mode = _mode_of(membership, "get_role")
         # The sync driver bounds a blocking call with a watchdog thread, unless the object
         # bounds its own calls (``enforces_timeout = True``, as the SQLite store does).
         self._store_watched = _watched(store, self._store_mode, timeout)
-        self._directory_watched = _watched(directory, self._directory_mode, timeout)
+        self._directory_watched = _watched(membership, self._directory_mode, timeout)
         modes = {self._store_mode, self._directory_mode}
         self._hop = _Mode.THREAD in modes and _Mode.AWAIT not in modes
         self._principals: PrincipalMemo = {}
@@ -190,7 +190,7 @@ class Authenticator:
         self._closed = False
 
     def __repr__(self) -> str:
-        return f"Authenticator(store={self.store!r}, directory={self.directory!r})"
+        return f"Authenticator(store={self.store!r}, membership={self.membership!r})"
 
     # --- the sync driver -------------------------------------------------------------------
 
@@ -224,8 +224,8 @@ class Authenticator:
         if type(step) is VerifySecret:
             return self._verify(step).result()
         if not (watch and (self._store_watched if step.uses_store else self._directory_watched)):
-            return step.ask(self.store, self.directory)
-        call = self._calls.submit(step.ask, self.store, self.directory)
+            return step.ask(self.store, self.membership)
+        call = self._calls.submit(step.ask, self.store, self.membership)
         try:
             return call.result(self.timeout)
         except TimeoutError:
@@ -252,7 +252,7 @@ class Authenticator:
                     elif (
                         self._store_mode if step.uses_store else self._directory_mode
                     ) is _Mode.INLINE:
-                        answer = step.ask(self.store, self.directory)
+                        answer = step.ask(self.store, self.membership)
                     else:
                         answer = await self._call_async(step)
                 except Exception as exc:
@@ -282,10 +282,10 @@ class Authenticator:
         mode = self._store_mode if step.uses_store else self._directory_mode
         async with asyncio.timeout(self.timeout):
             if mode is _Mode.AWAIT:
-                return await step.ask(self.store, self.directory)
+                return await step.ask(self.store, self.membership)
             # A wait cut by the timeout cancels the call too, if it is still queued.
             call = functools.partial(
-                contextvars.copy_context().run, step.ask, self.store, self.directory
+                contextvars.copy_context().run, step.ask, self.store, self.membership
             )
             return await asyncio.get_running_loop().run_in_executor(self._calls, call)
 

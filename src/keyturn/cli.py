@@ -11,7 +11,7 @@
     keyturn scan .          # exit 1 if a key sits in a file
 
 The store is ``--store URL``, else ``$KEYTURN_STORE_URL``, else
-``sqlite:///keyturn.sqlite3`` (see :func:`keyturn.stores.open_store`). Every command but
+``sqlite:///keyturn.sqlite3`` (see :func:`keyturn.stores.open_database`). Every command but
 ``db init`` needs an initialized store.
 
 ``--as ACCOUNT`` names the signed-in account the console would act for: the command follows
@@ -47,7 +47,7 @@ from keyturn.errors import (
     ScopeNotReachable,
 )
 from keyturn.manager import KeyManager
-from keyturn.stores import open_store
+from keyturn.stores import open_database
 from keyturn.stores.sqlite import SQLiteDatabase
 
 if TYPE_CHECKING:
@@ -99,7 +99,7 @@ def _db_init(db: Database, args: argparse.Namespace, out: TextIO) -> None:
 
 
 def _org_add(db: Database, args: argparse.Namespace, out: TextIO) -> None:
-    existing = db.directory.get_organization(args.organization)
+    existing = db.membership.get_organization(args.organization)
     if existing is not None and (existing.tenant_id, existing.is_default) != (
         args.tenant,
         args.default,
@@ -116,20 +116,20 @@ def _org_add(db: Database, args: argparse.Namespace, out: TextIO) -> None:
             f"x-organization-id cannot name {args.organization!r}: an organization id is a "
             "letter or digit, then up to 127 letters, digits and _.:-"
         )
-    db.directory.add_organization(args.organization, tenant_id=args.tenant, default=args.default)
+    db.membership.add_organization(args.organization, tenant_id=args.tenant, default=args.default)
     default = ", its default organization" if args.default else ""
     print(f"Organization {args.organization} is in tenant {args.tenant}{default}.", file=out)
 
 
 def _member_add(db: Database, args: argparse.Namespace, out: TextIO) -> None:
-    db.directory.add_member(args.account, args.organization, role=args.role)
+    db.membership.add_member(args.account, args.organization, role=args.role)
     print(f"{args.account} has the role {args.role} in {args.organization}.", file=out)
 
 
 def _member_remove(db: Database, args: argparse.Namespace, out: TextIO) -> None:
-    if db.directory.get_role(args.account, args.organization) is None:
+    if db.membership.get_role(args.account, args.organization) is None:
         raise CommandError(f"{args.account} has no role in {args.organization}")
-    db.directory.remove_member(args.account, args.organization)
+    db.membership.remove_member(args.account, args.organization)
     print(f"{args.account} no longer has a role in {args.organization}.", file=out)
 
 
@@ -139,7 +139,7 @@ def _warn(message: str) -> None:
 
 def _keys_create(db: Database, args: argparse.Namespace, out: TextIO) -> None:
     if args.organization is not None:
-        organization = db.directory.get_organization(args.organization)
+        organization = db.membership.get_organization(args.organization)
         if organization is None:
             raise CommandError(f"there is no organization {args.organization!r}")
         scope = Scope.organization(organization.id, tenant_id=organization.tenant_id)
@@ -152,7 +152,7 @@ def _keys_create(db: Database, args: argparse.Namespace, out: TextIO) -> None:
         raise CommandError("--time-zone goes with --expires-on", status=2)
     else:
         expiry = LIFETIMES[args.lifetime]
-    created = KeyManager(db.keys, db.directory).create(
+    created = KeyManager(db.keys, db.membership).create(
         args.account, name=args.name, scope=scope, expiry=expiry
     )
     info = created.info
@@ -179,7 +179,7 @@ def _keys_list(db: Database, args: argparse.Namespace, out: TextIO) -> None:
     elif args.scope is not None:
         scope, organization_id = ScopeKind.ORGANIZATION, args.scope
     status = None if args.status is None else STATUSES[args.status]
-    infos = KeyManager(db.keys, db.directory).list(args.account, status=status, scope=scope)
+    infos = KeyManager(db.keys, db.membership).list(args.account, status=status, scope=scope)
     if organization_id is not None:
         infos = [info for info in infos if info.scope.organization_id == organization_id]
     if args.json:
@@ -198,7 +198,7 @@ def _keys_revoke(db: Database, args: argparse.Namespace, out: TextIO) -> None:
             "(12 letters and digits), not the key or its hint",
             status=2,
         )
-    info = KeyManager(db.keys, db.directory).revoke(args.account, args.key_id)
+    info = KeyManager(db.keys, db.membership).revoke(args.account, args.key_id)
     print(
         f"Revoked key {info.key_id} ({info.hint}, {info.name!r}): "
         "refused from its next request on.",
@@ -541,12 +541,12 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     pool_log.propagate = False
     try:
         try:
-            db = open_store(args.store)
+            db = open_database(args.store)
         except ValueError as exc:
             raise CommandError(str(exc), status=2) from None
         try:
             if args.handler is _db_init:
-                _require_directory(db)
+                _require_membership(db)
             else:
                 _require_schema(db, args.store)
             args.handler(db, args, out)
@@ -565,7 +565,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def _require_directory(db: Database) -> None:
+def _require_membership(db: Database) -> None:
     if isinstance(db, SQLiteDatabase):
         folder = os.path.dirname(os.path.abspath(db.path))
         if not os.path.isdir(folder):

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import attrs
 
 from keyturn import CreatedKey, KeyManager, KeyStore, Lifetime, MembershipProvider, Scope
-from keyturn.stores import open_store
+from keyturn.stores import open_database
 
 __all__ = ["DemoKeys", "instructions", "main", "seed"]
 
@@ -38,7 +38,7 @@ DEMO_STORE = "sqlite:///keyturn-demo.sqlite3"
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "starlette_app.py"
 
 
-class Directory(MembershipProvider, Protocol):
+class Membership(MembershipProvider, Protocol):
     """A membership provider that can also be filled in, as the library's own are."""
 
     def add_organization(self, organization_id: str, *, tenant_id: str, default: bool = ...) -> Any:
@@ -54,13 +54,13 @@ class DemoKeys:
     organization: CreatedKey
 
 
-def seed(store: KeyStore, directory: Directory) -> DemoKeys:
+def seed(store: KeyStore, membership: Membership) -> DemoKeys:
     """Create the demo tenant, organizations and user, and two fresh keys for that user."""
-    directory.add_organization(DEFAULT_ORGANIZATION, tenant_id=TENANT, default=True)
-    directory.add_organization(OTHER_ORGANIZATION, tenant_id=TENANT)
-    directory.add_member(USER, DEFAULT_ORGANIZATION, role="admin")
-    directory.add_member(USER, OTHER_ORGANIZATION, role="member")
-    manager = KeyManager(store, directory)
+    membership.add_organization(DEFAULT_ORGANIZATION, tenant_id=TENANT, default=True)
+    membership.add_organization(OTHER_ORGANIZATION, tenant_id=TENANT)
+    membership.add_member(USER, DEFAULT_ORGANIZATION, role="admin")
+    membership.add_member(USER, OTHER_ORGANIZATION, role="member")
+    manager = KeyManager(store, membership)
     return DemoKeys(
         tenant=manager.create(
             USER, name="demo: tenant", scope=Scope.tenant(TENANT), expiry=Lifetime.DAYS_1
@@ -154,10 +154,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"port {args.port} on 127.0.0.1 is in use: pass --port N or set KEYTURN_DEMO_PORT"
         )
     example = _load_example()
-    with open_store(args.store) as db:
+    with open_database(args.store) as db:
         db.create_schema()
-        keys = seed(db.keys, db.directory)
-        app = example.create_app(db.keys, db.directory)
+        keys = seed(db.keys, db.membership)
+        app = example.create_app(db.keys, db.membership)
         print(f"Store: {args.store}")
         print(instructions(keys, f"http://127.0.0.1:{args.port}"))
         print(

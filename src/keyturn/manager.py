@@ -4,7 +4,7 @@
 key -- so no API key can create, list or revoke keys (spec section 1, D18). A web console is
 a thin page over these three methods::
 
-    manager = KeyManager(store, directory)
+    manager = KeyManager(store, membership)
     created = manager.create("alice", name="CI deploys", scope=Scope.tenant("acme"))
     print(created.secret)                       # show once; it cannot be retrieved later
     manager.list("alice", status=Status.ACTIVE)  # hints, never secrets
@@ -48,14 +48,14 @@ class KeyManager:
     """Console operations over a :class:`KeyStore` and a :class:`MembershipProvider`."""
 
     def __init__(
-        self, store: KeyStore, directory: MembershipProvider, *, clock: Clock = utc_now
+        self, store: KeyStore, membership: MembershipProvider, *, clock: Clock = utc_now
     ) -> None:
         self.store = store
-        self.directory = directory
+        self.membership = membership
         self.clock = clock
 
     def __repr__(self) -> str:
-        return f"KeyManager(store={self.store!r}, directory={self.directory!r})"
+        return f"KeyManager(store={self.store!r}, membership={self.membership!r})"
 
     def create(
         self,
@@ -168,17 +168,17 @@ class KeyManager:
     def _reachable(self, account_id: str, scope: Scope) -> Scope:
         """*scope* as the provider names it, if the account reaches it (D16: canonical ids)."""
         if scope.organization_id is None:
-            if not self.directory.reaches_tenant(account_id, scope.tenant_id):
+            if not self.membership.reaches_tenant(account_id, scope.tenant_id):
                 raise ScopeNotReachable(
                     f"account {account_id!r} reaches no organization of tenant {scope.tenant_id!r}"
                 )
             return scope
-        organization = self.directory.get_organization(scope.organization_id)
+        organization = self.membership.get_organization(scope.organization_id)
         if organization is None or organization.tenant_id != scope.tenant_id:
             raise ScopeNotReachable(
                 f"there is no organization {scope.organization_id!r} in tenant {scope.tenant_id!r}"
             )
-        if self.directory.get_role(account_id, organization.id) is None:
+        if self.membership.get_role(account_id, organization.id) is None:
             raise ScopeNotReachable(
                 f"account {account_id!r} has no role in organization {scope.organization_id!r}"
             )
@@ -193,8 +193,8 @@ class KeyManager:
 
     def _reaches(self, account_id: str, scope: Scope) -> bool:
         if scope.organization_id is None:
-            return self.directory.reaches_tenant(account_id, scope.tenant_id)
-        return self.directory.get_role(account_id, scope.organization_id) is not None
+            return self.membership.reaches_tenant(account_id, scope.tenant_id)
+        return self.membership.get_role(account_id, scope.organization_id) is not None
 
 
 def _info(key: ApiKey, status: Status) -> KeyInfo:

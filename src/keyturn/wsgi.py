@@ -15,7 +15,7 @@ per process and share it: it holds the verified-token cache. ::
     from keyturn import Authenticator
     from keyturn.wsgi import ApiKeyMiddleware, principal
 
-    authenticator = Authenticator(store, directory, policy=..., audit=...)
+    authenticator = Authenticator(store, membership, policy=..., audit=...)
 
     # Flask
     app.wsgi_app = ApiKeyMiddleware(app.wsgi_app, authenticator=authenticator)

@@ -90,7 +90,7 @@ def world(canary: Canary) -> Iterator[World]:
     canary.secret(created.secret)
     yield world
     infos = world.manager.list("alice")
-    canary.observe(created, world.store, world.directory, world.manager, *infos)
+    canary.observe(created, world.store, world.membership, world.manager, *infos)
     canary.observe(*(world.store.get_key(info.key_id) for info in infos))
     for authenticator in world.authenticators:
         canary.observe(authenticator, authenticator.cache, authenticator.verifier)

@@ -223,7 +223,7 @@ class Target:
         return reply
 
     def canonical_ids(self) -> set[str]:
-        organizations: dict[str, Organization] = self.world.directory._organizations
+        organizations: dict[str, Organization] = self.world.membership._organizations
         return set(organizations) | {o.tenant_id for o in organizations.values()}
 
 
@@ -325,7 +325,7 @@ class AsyncHangingStore:
         return self.inner.get_key(key_id)  # type: ignore[no-any-return]
 
 
-class SpyDirectory:
+class SpyMembership:
     """The world's membership provider behind a spy: any method can fail or hang."""
 
     METHODS = ("get_organization", "get_default_organization", "get_role", "reaches_tenant")

@@ -19,7 +19,7 @@ from keyturn._hashing import HASH_LIMITS
 from tests.adversarial.support import (
     AsyncHangingStore,
     Canary,
-    SpyDirectory,
+    SpyMembership,
     SpyStore,
     Target,
     assert_refused,
@@ -60,10 +60,10 @@ def test_raising_backend_is_503(
     organization: str | None,
 ) -> None:
     """Whichever store or provider call raises, the request gets 503, not 401 or a pass."""
-    store, directory = SpyStore(world.store), SpyDirectory(world.directory)
+    store, membership = SpyStore(world.store), SpyMembership(world.membership)
     store.failing = method == "get_key"
-    directory.failing = {method}
-    target = attack(authenticator=world.authenticator(store=store, directory=directory))
+    membership.failing = {method}
+    target = attack(authenticator=world.authenticator(store=store, membership=membership))
     more = [(ORG, organization)] if organization else []
 
     assert_unavailable(target.send(bearer(world.keys[key], *more)), world)
@@ -82,18 +82,18 @@ def test_hanging_backend_is_503_and_others_go_on(
 ) -> None:
     """A call that hangs is cut at the timeout with 503; meanwhile another request completes."""
     store = SpyStore(world.store, nonblocking=False)
-    directory = SpyDirectory(world.directory, nonblocking=False)
+    membership = SpyMembership(world.membership, nonblocking=False)
     if method == "get_key":
         store.hanging = {split(world.keys["tenant"])[0]}
     else:
-        directory.hanging = {method}
+        membership.hanging = {method}
     target = attack(
-        authenticator=world.authenticator(store=store, directory=directory, timeout=TIMEOUT)
+        authenticator=world.authenticator(store=store, membership=membership, timeout=TIMEOUT)
     )
     slow = bearer(world.keys["tenant"], (ORG, "org_research"))
 
     started = time.perf_counter()
-    with store.released_at_end(), directory.released_at_end():
+    with store.released_at_end(), membership.released_at_end():
         order, slow_reply, fast_reply = target.race(slow, bearer(world.keys["research"]))
     elapsed = time.perf_counter() - started
 

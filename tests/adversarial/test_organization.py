@@ -60,8 +60,8 @@ ACCEPTED = {
 def numbered(world: World) -> World:
     """Alice also belongs to organizations ``12`` and ``org.research_x:1-a`` of acme."""
     for organization in ("12", "org.research_x:1-a"):
-        world.directory.add_organization(organization, tenant_id="acme")
-        world.directory.add_member("alice", organization, role="member")
+        world.membership.add_organization(organization, tenant_id="acme")
+        world.membership.add_member("alice", organization, role="member")
     return world
 
 

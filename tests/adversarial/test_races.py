@@ -148,11 +148,11 @@ def test_cached_key_follows_membership_both_ways(target: Target, world: World) -
     lines = bearer(world.keys["research"])
     assert target.send(lines).status == 200
 
-    world.directory.remove_member("alice", "org_research")
+    world.membership.remove_member("alice", "org_research")
     world.calls.clear()
     assert_refused(target.send(lines), 401, world)
 
-    world.directory.add_member("alice", "org_research", role="member")
+    world.membership.add_member("alice", "org_research", role="member")
     assert target.send(lines).status == 200
 
 

@@ -31,11 +31,11 @@ def make_decide(driver: str) -> Iterator[Callable[..., Decide]]:
     loop = asyncio.new_event_loop()  # one loop per test, as a server would keep one
 
     def build(
-        world: World, store: object = None, directory: object = None, **options: object
+        world: World, store: object = None, membership: object = None, **options: object
     ) -> Decide:
         auth = Authenticator(
             store if store is not None else world.store,
-            directory if directory is not None else world.directory,
+            membership if membership is not None else world.membership,
             clock=world.clock,
             **options,  # type: ignore[arg-type]
         )

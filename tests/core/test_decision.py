@@ -205,9 +205,9 @@ def test_revoked_key_is_401_on_the_very_next_request(world: World, decide: Decid
 def test_lost_membership_makes_an_organization_key_inactive(world: World, decide: Decide) -> None:
     """D11: without a role in its organization an org-scoped key is inactive (401) ..."""
     created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
-    world.directory.remove_member("alice", "org_research")
+    world.membership.remove_member("alice", "org_research")
     refused(decide(bearer(created.secret)), Unauthorized, Reason.INACTIVE)
-    world.directory.add_member("alice", "org_research", role="member")
+    world.membership.add_member("alice", "org_research", role="member")
     passes(decide(bearer(created.secret)))  # ... and active again when access returns
 
 
@@ -216,9 +216,9 @@ def test_tenant_key_is_inactive_only_when_no_organization_is_reached(
 ) -> None:
     """A tenant key whose creator left every organization of the tenant is 401, any header."""
     created = world.manager.create("alice", name="ci", scope=TENANT_SCOPE)
-    world.directory.remove_member("alice", "org_research")
+    world.membership.remove_member("alice", "org_research")
     passes(decide(bearer(created.secret, "default")))  # still reaches org_default
-    world.directory.remove_member("alice", "org_default")
+    world.membership.remove_member("alice", "org_default")
     for header in (None, "default", "org_research", "bad header!"):
         refused(decide(bearer(created.secret, header)), Unauthorized, Reason.INACTIVE)
 
@@ -377,7 +377,7 @@ def test_policy_refusal_is_403_and_sees_the_principal_and_route(
 def test_a_key_is_verified_by_argon2_once(world: World) -> None:
     """D3: the first request runs argon2, the following ones hit the cache."""
     created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
-    auth = Authenticator(world.store, world.directory, clock=world.clock)
+    auth = Authenticator(world.store, world.membership, clock=world.clock)
     for _ in range(5):
         passes(auth.authenticate(bearer(created.secret)))
     assert asyncio.run(auth.authenticate_async(bearer(created.secret)))
@@ -389,7 +389,7 @@ def test_a_key_is_verified_by_argon2_once(world: World) -> None:
 def test_wrong_secrets_are_never_cached(world: World) -> None:
     """A failed guess runs argon2 every time and never enters the cache."""
     created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
-    auth = Authenticator(world.store, world.directory, clock=world.clock)
+    auth = Authenticator(world.store, world.membership, clock=world.clock)
     guess = forge(created.info.key_id, "g" * 28)
     for _ in range(3):
         refused(auth.authenticate(bearer(guess)), Unauthorized, Reason.WRONG_SECRET)
@@ -411,7 +411,7 @@ def test_revoked_stays_revoked_with_a_fresh_cache(world: World) -> None:
     """A new process (empty cache) refuses a key revoked earlier."""
     created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
     world.manager.revoke("alice", created.info.key_id)
-    auth = Authenticator(world.store, world.directory, clock=world.clock)
+    auth = Authenticator(world.store, world.membership, clock=world.clock)
     refused(auth.authenticate(bearer(created.secret)), Unauthorized, Reason.REVOKED)
     auth.close()
 
@@ -419,7 +419,7 @@ def test_revoked_stays_revoked_with_a_fresh_cache(world: World) -> None:
 def test_concurrent_first_requests_share_one_verification(world: World) -> None:
     """N threads presenting one new key at once cause exactly one argon2 run."""
     created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
-    auth = Authenticator(world.store, world.directory, clock=world.clock)
+    auth = Authenticator(world.store, world.membership, clock=world.clock)
     barrier = threading.Barrier(16)
     outcomes: list[object] = []
 
@@ -440,7 +440,7 @@ def test_concurrent_first_requests_share_one_verification(world: World) -> None:
 def test_concurrent_first_requests_share_one_verification_async(world: World) -> None:
     """N asyncio tasks presenting one new key at once cause exactly one argon2 run."""
     created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
-    auth = Authenticator(world.store, world.directory, clock=world.clock)
+    auth = Authenticator(world.store, world.membership, clock=world.clock)
 
     async def burst() -> list[Principal | AuthError]:
         return await asyncio.gather(
@@ -492,7 +492,7 @@ class CountingStore:
         return counted
 
 
-class BrokenDirectory:
+class BrokenMembership:
     nonblocking = True
 
     def __getattr__(self, name: str) -> Any:
@@ -527,7 +527,7 @@ class AsyncStore:
 def test_failing_store_is_503_never_401(world: World, make_decide: MakeDecide) -> None:
     """A raising store gives 503 service_unavailable with Retry-After, not a challenge."""
     created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
-    decide = make_decide(world, store=BrokenDirectory(), retry_after=7)
+    decide = make_decide(world, store=BrokenMembership(), retry_after=7)
     error = refused(decide(bearer(created.secret)), ServiceUnavailable, Reason.BACKEND_ERROR)
     assert (error.status, error.code) == (503, "service_unavailable")
     assert error.headers() == [("retry-after", "7")]
@@ -536,7 +536,7 @@ def test_failing_store_is_503_never_401(world: World, make_decide: MakeDecide) -
 def test_failing_directory_is_503(world: World, make_decide: MakeDecide) -> None:
     """A raising membership provider gives 503 as well."""
     created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
-    decide = make_decide(world, directory=BrokenDirectory())
+    decide = make_decide(world, membership=BrokenMembership())
     refused(decide(bearer(created.secret)), ServiceUnavailable, Reason.BACKEND_ERROR)
 
 
@@ -573,7 +573,7 @@ def test_a_decision_cut_by_the_timeout_is_audited_once(world: World, asynchronou
     events: list[AuditEvent] = []
     auth = Authenticator(
         store,
-        world.directory,
+        world.membership,
         clock=world.clock,
         timeout=0.2,
         audit=events.append,
@@ -596,12 +596,12 @@ def test_a_decision_cut_by_the_timeout_is_audited_once(world: World, asynchronou
 def test_async_store_is_awaited_and_timed_out(world: World) -> None:
     """An async store works with the async driver and is bounded by the timeout."""
     created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
-    auth = Authenticator(AsyncStore(world.store), world.directory, clock=world.clock)
+    auth = Authenticator(AsyncStore(world.store), world.membership, clock=world.clock)
     passes(asyncio.run(auth.authenticate_async(bearer(created.secret))))
     with pytest.raises(TypeError, match="authenticate_async"):
         auth.authenticate(bearer(created.secret))
     slow = Authenticator(
-        AsyncStore(world.store, delay=2), world.directory, clock=world.clock, timeout=0.1
+        AsyncStore(world.store, delay=2), world.membership, clock=world.clock, timeout=0.1
     )
     refused(
         asyncio.run(slow.authenticate_async(bearer(created.secret))),
@@ -631,15 +631,15 @@ def test_verification_overload_is_shed_with_503(world: World, make_decide: MakeD
 def test_constructor_refuses_what_is_not_a_store_or_provider(world: World) -> None:
     """Passing something that is not a store or provider fails at once, naming what lacks."""
     with pytest.raises(TypeError, match=r"store must be a KeyStore.*NoneType lacks get_key"):
-        Authenticator(None, world.directory)
-    with pytest.raises(TypeError, match=r"directory must be a MembershipProvider.*reaches_tenant"):
+        Authenticator(None, world.membership)
+    with pytest.raises(TypeError, match=r"membership must be a MembershipProvider.*reaches_tenant"):
         Authenticator(world.store, world.store)
 
 
 def test_constructor_refuses_a_non_positive_timeout(world: World) -> None:
     """A zero or negative timeout is a configuration error, said at construction."""
     with pytest.raises(ValueError, match="timeout must be positive"):
-        Authenticator(world.store, world.directory, timeout=0)
+        Authenticator(world.store, world.membership, timeout=0)
 
 
 # --- audit and logs -----------------------------------------------------------------------
@@ -695,7 +695,7 @@ def test_principal_follows_a_role_change(world: World, decide: Decide) -> None:
     created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
     first = passes(decide(bearer(created.secret)))
     assert passes(decide(bearer(created.secret))) is first  # built once, reused
-    world.directory.add_member("alice", "org_research", role="admin")
+    world.membership.add_member("alice", "org_research", role="admin")
     assert passes(decide(bearer(created.secret))).role == "admin"
 
 
@@ -727,7 +727,7 @@ def test_a_store_that_bounds_itself_is_called_without_a_watchdog(world: World) -
     """With enforces_timeout, the sync driver calls the store in the request's own thread."""
     created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
     store = SelfTimedStore(world.store)
-    auth = Authenticator(store, world.directory, clock=world.clock, timeout=1)
+    auth = Authenticator(store, world.membership, clock=world.clock, timeout=1)
     passes(auth.authenticate(bearer(created.secret)))
     assert store.threads == {threading.current_thread().name}
     auth.close()
@@ -739,7 +739,7 @@ def test_principal_memo_never_hides_a_changed_record(world: World, decide: Decid
     passes(decide(bearer(created.secret)))
     old = world.store.get_key(created.info.key_id)
     assert old is not None
-    world.directory.add_member("bob", "org_research", role="member")
+    world.membership.add_member("bob", "org_research", role="member")
     world.store._keys[old.key_id] = attrs.evolve(old, account_id="bob", name="renamed")
     principal = passes(decide(bearer(created.secret)))
     assert (principal.account_id, principal.key_name) == ("bob", "renamed")
@@ -748,7 +748,7 @@ def test_principal_memo_never_hides_a_changed_record(world: World, decide: Decid
 def test_a_closed_authenticator_answers_503(world: World) -> None:
     """Requests arriving during shutdown, after close(), get 503 with Retry-After, not a 500."""
     created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
-    auth = Authenticator(world.store, world.directory, clock=world.clock, retry_after=3)
+    auth = Authenticator(world.store, world.membership, clock=world.clock, retry_after=3)
     auth.close()
     for outcome in (
         auth.authenticate(bearer(created.secret)),
@@ -759,13 +759,13 @@ def test_a_closed_authenticator_answers_503(world: World) -> None:
 
 
 def test_a_whole_database_passed_as_the_store_gets_a_hint(tmp_path: Any) -> None:
-    """Passing the SQLite database itself says to pass db.keys and db.directory."""
+    """Passing the SQLite database itself says to pass db.keys and db.membership."""
     from keyturn.stores.sqlite import SQLiteDatabase
 
     with SQLiteDatabase(tmp_path / "keys.sqlite3") as db:
         with pytest.raises(TypeError, match=r"pass db\.keys as the store"):
-            Authenticator(db, db.directory)  # type: ignore[arg-type]
-        with Authenticator(db.keys, db.directory) as auth:  # a context manager closes it
+            Authenticator(db, db.membership)  # type: ignore[arg-type]
+        with Authenticator(db.keys, db.membership) as auth:  # a context manager closes it
             assert not auth._closed
         assert auth._closed
 
@@ -790,7 +790,7 @@ def test_aclose_waits_for_an_async_stores_last_used_writes(world: World) -> None
 
     async def serve_then_shut_down() -> None:
         async with Authenticator(
-            AsyncUsageStore(world.store), world.directory, clock=world.clock
+            AsyncUsageStore(world.store), world.membership, clock=world.clock
         ) as auth:
             passes(await auth.authenticate_async(bearer(created.secret)))
 

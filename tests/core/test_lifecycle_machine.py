@@ -40,7 +40,7 @@ class Lifecycle(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.world = make_world()
-        self.auth = Authenticator(self.world.store, self.world.directory, clock=self.world.clock)
+        self.auth = Authenticator(self.world.store, self.world.membership, clock=self.world.clock)
         self.model: dict[str, Model] = {}
         self.secrets: dict[str, str] = {}
         self.member_of = {"research", "default"}
@@ -85,13 +85,13 @@ class Lifecycle(RuleBasedStateMachine):
 
     @rule(org=st.sampled_from(sorted(MEMBERSHIPS)))
     def remove_member(self, org: str) -> None:
-        self.world.directory.remove_member("alice", MEMBERSHIPS[org][0])
+        self.world.membership.remove_member("alice", MEMBERSHIPS[org][0])
         self.member_of.discard(org)
 
     @rule(org=st.sampled_from(sorted(MEMBERSHIPS)))
     def restore_member(self, org: str) -> None:
         organization, role = MEMBERSHIPS[org]
-        self.world.directory.add_member("alice", organization, role=role)
+        self.world.membership.add_member("alice", organization, role=role)
         self.member_of.add(org)
 
     @invariant()

@@ -51,7 +51,7 @@ def test_default_lifetime_is_30_days(world: World) -> None:
 def test_instants_are_stored_in_utc_whatever_the_zone_of_the_clock(world: World) -> None:
     """D12: with a clock in a local zone, a one-day key lasts 24 hours and is stored in UTC."""
     now = datetime(2026, 3, 28, 12, 0, tzinfo=ZoneInfo("Europe/Paris"))  # spring-forward eve
-    manager = KeyManager(world.store, world.directory, clock=lambda: now)
+    manager = KeyManager(world.store, world.membership, clock=lambda: now)
     created = manager.create("alice", name="x", scope=TENANT_SCOPE, expiry=Lifetime.DAYS_1)
     revoked = manager.revoke("alice", created.info.key_id)
     assert revoked.revoked_at is not None
@@ -141,7 +141,7 @@ def test_list_filters_by_status_and_scope(world: World) -> None:
     assert names(scope=ScopeKind.TENANT) == {"t"}
     assert names(scope=ScopeKind.ORGANIZATION) == {"r", "s"}
     assert names(scope=RESEARCH_SCOPE, status=Status.ACTIVE) == {"r"}
-    world.directory.remove_member("alice", "org_research")
+    world.membership.remove_member("alice", "org_research")
     assert names(status=Status.INACTIVE) == {"r"}
     assert research.info.key_id in {k.key_id for k in world.manager.list("alice")}
     assert short.info.key_id
@@ -160,7 +160,7 @@ def test_inactive_keys_can_be_revoked_but_expired_cannot(world: World) -> None:
     """The spec's transitions: Inactive -> Revoked is allowed; Expired is final."""
     inactive = world.manager.create("alice", name="i", scope=RESEARCH_SCOPE)
     expired = world.manager.create("alice", name="e", scope=RESEARCH_SCOPE, expiry=Lifetime.HOURS_3)
-    world.directory.remove_member("alice", "org_research")
+    world.membership.remove_member("alice", "org_research")
     assert world.manager.revoke("alice", inactive.info.key_id).status is Status.REVOKED
     world.clock.advance(timedelta(hours=3))
     with pytest.raises(KeyNotRevocable, match="already Expired"):
@@ -181,8 +181,8 @@ def test_only_the_creator_can_revoke(world: World) -> None:
     assert world.manager.list("alice")[0].status is Status.ACTIVE
 
 
-class LooseDirectory:
-    """A provider that matches organization ids case-insensitively, as some directories do."""
+class LooseMembership:
+    """A provider that matches organization ids case-insensitively, as some memberships do."""
 
     def __init__(self, inner: object) -> None:
         self.inner = inner
@@ -199,7 +199,7 @@ class LooseDirectory:
 
 def test_created_keys_keep_the_providers_canonical_ids(world: World) -> None:
     """D16: an organization typed loosely in the console is stored as the provider names it."""
-    manager = KeyManager(world.store, LooseDirectory(world.directory), clock=world.clock)  # type: ignore[arg-type]
+    manager = KeyManager(world.store, LooseMembership(world.membership), clock=world.clock)  # type: ignore[arg-type]
     created = manager.create(
         "alice", name="x", scope=Scope.organization("ORG_Research", tenant_id="acme")
     )

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import attrs
 
 from keyturn import AuthRequest, KeyManager, Scope
-from keyturn.stores.memory import MemoryDirectory, MemoryKeyStore
+from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 
 START = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 TENANT_SCOPE = Scope.tenant("acme")
@@ -33,22 +33,22 @@ class Clock:
 class World:
     clock: Clock
     store: MemoryKeyStore
-    directory: MemoryDirectory
+    membership: MemoryMembership
     manager: KeyManager
 
 
 def make_world() -> World:
     clock = Clock()
-    store, directory = MemoryKeyStore(), MemoryDirectory()
-    directory.add_organization("org_default", tenant_id="acme", default=True)
-    directory.add_organization("org_research", tenant_id="acme")
-    directory.add_organization("org_sales", tenant_id="acme")
-    directory.add_organization("org_other_default", tenant_id="globex", default=True)
-    directory.add_member("alice", "org_default", role="admin")
-    directory.add_member("alice", "org_research", role="member")
-    directory.add_member("bob", "org_other_default", role="admin")
-    directory.add_member("bob", "org_sales", role="viewer")
-    return World(clock, store, directory, KeyManager(store, directory, clock=clock))
+    store, membership = MemoryKeyStore(), MemoryMembership()
+    membership.add_organization("org_default", tenant_id="acme", default=True)
+    membership.add_organization("org_research", tenant_id="acme")
+    membership.add_organization("org_sales", tenant_id="acme")
+    membership.add_organization("org_other_default", tenant_id="globex", default=True)
+    membership.add_member("alice", "org_default", role="admin")
+    membership.add_member("alice", "org_research", role="member")
+    membership.add_member("bob", "org_other_default", role="admin")
+    membership.add_member("bob", "org_sales", role="viewer")
+    return World(clock, store, membership, KeyManager(store, membership, clock=clock))
 
 
 def bearer(secret: str, organization: str | None = None) -> AuthRequest:

@@ -20,7 +20,7 @@ import attrs
 import pytest
 
 from keyturn import Authenticator, AuthError, AuthRequest, Principal
-from keyturn.stores.memory import MemoryDirectory, MemoryKeyStore
+from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 from keyturn.stores.sqlite import SQLiteDatabase
 
 TABLES = ("keyturn_keys", "keyturn_memberships", "keyturn_organizations")
@@ -130,7 +130,7 @@ def sqlite_dump(path: Path) -> str:
 
 
 class Synced:
-    """Calls an async store or directory as if it were sync, on one event loop."""
+    """Calls an async store or membership as if it were sync, on one event loop."""
 
     def __init__(self, target: Any, runner: asyncio.Runner) -> None:
         self._target = target
@@ -147,23 +147,23 @@ class Synced:
 
 @attrs.define
 class Backend:
-    """One store under test: sync views of its key store and directory, and its raw data."""
+    """One store under test: sync views of its key store and membership, and its raw data."""
 
     name: str
     keys: Any  # a sync KeyStore (a Synced view for the async store)
-    directory: Any  # a sync directory with add_organization / add_member / remove_member
+    membership: Any  # a sync membership with add_organization / add_member / remove_member
     dump: Callable[[], str]  # every stored value as text: what an attacker would read
     persistent: bool
     native_keys: Any = None  # what the Authenticator gets: the store itself
-    native_directory: Any = None
+    native_membership: Any = None
     runner: asyncio.Runner | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.native_keys is None:
-            self.native_keys, self.native_directory = self.keys, self.directory
+            self.native_keys, self.native_membership = self.keys, self.membership
 
     def authenticator(self, **options: Any) -> Authenticator:
-        return Authenticator(self.native_keys, self.native_directory, **options)
+        return Authenticator(self.native_keys, self.native_membership, **options)
 
     def decide(self, auth: Authenticator, request: AuthRequest) -> Principal | AuthError:
         """Run one request through the driver that suits the store."""
@@ -189,14 +189,14 @@ def backend(request: pytest.FixtureRequest, sqlite_path: Path) -> Iterator[Backe
         yield Backend(
             name,
             store,
-            MemoryDirectory(),
+            MemoryMembership(),
             dump=lambda: repr([attrs.asdict(key) for key in store._keys.values()]),
             persistent=False,
         )
     elif name == "sqlite":
         with SQLiteDatabase(sqlite_path) as db:
             yield Backend(
-                name, db.keys, db.directory, dump=lambda: sqlite_dump(sqlite_path), persistent=True
+                name, db.keys, db.membership, dump=lambda: sqlite_dump(sqlite_path), persistent=True
             )
     elif name == "postgres":
         from keyturn.stores.postgres import PostgresDatabase
@@ -204,7 +204,7 @@ def backend(request: pytest.FixtureRequest, sqlite_path: Path) -> Iterator[Backe
         url = request.getfixturevalue("postgres_url")
         with PostgresDatabase(url) as db:
             yield Backend(
-                name, db.keys, db.directory, dump=lambda: postgres_dump(url), persistent=True
+                name, db.keys, db.membership, dump=lambda: postgres_dump(url), persistent=True
             )
     else:
         from keyturn.stores.postgres import AsyncPostgresDatabase
@@ -217,11 +217,11 @@ def backend(request: pytest.FixtureRequest, sqlite_path: Path) -> Iterator[Backe
                 yield Backend(
                     name,
                     Synced(adb.keys, runner),
-                    Synced(adb.directory, runner),
+                    Synced(adb.membership, runner),
                     dump=lambda: postgres_dump(url),
                     persistent=True,
                     native_keys=adb.keys,
-                    native_directory=adb.directory,
+                    native_membership=adb.membership,
                     runner=runner,
                 )
             finally:

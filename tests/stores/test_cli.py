@@ -242,7 +242,7 @@ def test_the_store_comes_from_the_flag_then_the_environment_then_the_default(
     assert "unsupported store URL scheme 'redis'" in capsys.readouterr().err
 
 
-def test_db_init_names_a_missing_directory(
+def test_db_init_names_a_missing_membership(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A SQLite path in a directory that does not exist is a usage error that names it."""

@@ -56,9 +56,9 @@ def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> None:
         time.sleep(0.005)
 
 
-def setup(directory: Any) -> None:
-    directory.add_organization("org_default", tenant_id="acme", default=True)
-    directory.add_member("alice", "org_default", role="admin")
+def setup(membership: Any) -> None:
+    membership.add_organization("org_default", tenant_id="acme", default=True)
+    membership.add_member("alice", "org_default", role="admin")
 
 
 REQUEST_ORGANIZATION = ("default",)
@@ -79,13 +79,13 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
 
 def test_threads_see_a_revoke_on_their_next_request(database: Any) -> None:
     """Eight threads authenticate; once the revoke has committed, not one more request passes."""
-    setup(database.directory)
-    manager = KeyManager(database.keys, database.directory)
+    setup(database.membership)
+    manager = KeyManager(database.keys, database.membership)
     created = manager.create("alice", name="busy", scope=Scope.tenant("acme"))
     request = AuthRequest(
         authorization=(f"Bearer {created.secret}",), organization=REQUEST_ORGANIZATION
     )
-    auth = Authenticator(database.keys, database.directory, usage_interval=0)
+    auth = Authenticator(database.keys, database.membership, usage_interval=0)
     tally, revoked = Tally(), threading.Event()
 
     def worker() -> None:
@@ -128,8 +128,8 @@ def test_threads_see_a_revoke_on_their_next_request(database: Any) -> None:
 )
 def test_tasks_see_a_revoke_on_their_next_request(backend: Backend) -> None:
     """Eight asyncio tasks authenticate; once the revoke has committed, none passes."""
-    setup(backend.directory)
-    created = KeyManager(backend.keys, backend.directory).create(
+    setup(backend.membership)
+    created = KeyManager(backend.keys, backend.membership).create(
         "alice", name="busy", scope=Scope.tenant("acme")
     )
     request = AuthRequest(

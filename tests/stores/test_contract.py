@@ -78,12 +78,12 @@ def settle(backend: Backend, seconds: float) -> None:
 
 def world(backend: Backend) -> None:
     """Tenant acme (org_default, org_research) and globex; alice is in both acme ones."""
-    directory = backend.directory
-    directory.add_organization("org_default", tenant_id="acme", default=True)
-    directory.add_organization("org_research", tenant_id="acme")
-    directory.add_organization("org_globex", tenant_id="globex", default=True)
-    directory.add_member("alice", "org_default", role="admin")
-    directory.add_member("alice", "org_research", role="member")
+    membership = backend.membership
+    membership.add_organization("org_default", tenant_id="acme", default=True)
+    membership.add_organization("org_research", tenant_id="acme")
+    membership.add_organization("org_globex", tenant_id="globex", default=True)
+    membership.add_member("alice", "org_default", role="admin")
+    membership.add_member("alice", "org_research", role="member")
 
 
 class Clock:
@@ -230,7 +230,7 @@ def test_mark_used_keeps_the_later_instant(
 def test_no_secret_is_stored(backend: Backend) -> None:
     """Nothing the store keeps -- rows, columns, file bytes -- contains a secret or its part."""
     world(backend)
-    manager = KeyManager(backend.keys, backend.directory)
+    manager = KeyManager(backend.keys, backend.membership)
     created = [
         manager.create("alice", name="tenant", scope=TENANT),
         manager.create("alice", name="research", scope=RESEARCH),
@@ -245,73 +245,73 @@ def test_no_secret_is_stored(backend: Backend) -> None:
         assert key.secret[-20:] not in stored
 
 
-# --- the directory ------------------------------------------------------------------------
+# --- the membership ------------------------------------------------------------------------
 
 
 def test_organizations_and_the_default_one(backend: Backend) -> None:
     """Organizations read back; each tenant's default is found; unknown ones are None."""
     world(backend)
-    directory = backend.directory
-    assert directory.get_organization("org_research") == Organization(
+    membership = backend.membership
+    assert membership.get_organization("org_research") == Organization(
         id="org_research", tenant_id="acme", is_default=False
     )
-    assert directory.get_default_organization("acme") == Organization(
+    assert membership.get_default_organization("acme") == Organization(
         id="org_default", tenant_id="acme", is_default=True
     )
-    assert directory.get_default_organization("globex").id == "org_globex"
-    assert directory.get_organization("org_nope") is None
-    assert directory.get_default_organization("initech") is None
-    directory.add_organization("org_initech", tenant_id="initech")
-    assert directory.get_default_organization("initech") is None
+    assert membership.get_default_organization("globex").id == "org_globex"
+    assert membership.get_organization("org_nope") is None
+    assert membership.get_default_organization("initech") is None
+    membership.add_organization("org_initech", tenant_id="initech")
+    assert membership.get_default_organization("initech") is None
 
 
 def test_a_tenant_has_at_most_one_default(backend: Backend) -> None:
     """A second default in a tenant is refused; re-adding the same one is harmless."""
     world(backend)
-    directory = backend.directory
+    membership = backend.membership
     with pytest.raises(ValueError, match="default"):
-        directory.add_organization("org_second", tenant_id="acme", default=True)
-    assert directory.get_organization("org_second") is None
-    directory.add_organization("org_default", tenant_id="acme", default=True)
-    assert directory.get_default_organization("acme").id == "org_default"
+        membership.add_organization("org_second", tenant_id="acme", default=True)
+    assert membership.get_organization("org_second") is None
+    membership.add_organization("org_default", tenant_id="acme", default=True)
+    assert membership.get_default_organization("acme").id == "org_default"
 
 
 def test_an_organization_cannot_change_on_re_adding(backend: Backend) -> None:
     """Adding an existing id with another tenant or default flag is refused."""
     world(backend)
     with pytest.raises(ValueError, match="differently"):
-        backend.directory.add_organization("org_research", tenant_id="globex")
-    assert backend.directory.get_organization("org_research").tenant_id == "acme"
+        backend.membership.add_organization("org_research", tenant_id="globex")
+    assert backend.membership.get_organization("org_research").tenant_id == "acme"
 
 
 def test_roles(backend: Backend) -> None:
     """A member has one role per organization, replaced on re-adding; none elsewhere."""
     world(backend)
-    directory = backend.directory
-    assert directory.get_role("alice", "org_research") == "member"
-    directory.add_member("alice", "org_research", role="admin")
-    assert directory.get_role("alice", "org_research") == "admin"
-    assert directory.get_role("alice", "org_globex") is None
-    assert directory.get_role("bob", "org_research") is None
+    membership = backend.membership
+    assert membership.get_role("alice", "org_research") == "member"
+    membership.add_member("alice", "org_research", role="admin")
+    assert membership.get_role("alice", "org_research") == "admin"
+    assert membership.get_role("alice", "org_globex") is None
+    assert membership.get_role("bob", "org_research") is None
     with pytest.raises(LookupError):
-        directory.add_member("alice", "org_nope", role="admin")
+        membership.add_member("alice", "org_nope", role="admin")
     with pytest.raises(ValueError, match="role"):
-        directory.add_member("alice", "org_research", role="")
+        membership.add_member("alice", "org_research", role="")
 
 
 def test_reaches_tenant_and_remove_member(backend: Backend) -> None:
     """An account reaches a tenant while it holds a role in any of its organizations."""
     world(backend)
-    directory = backend.directory
-    assert directory.reaches_tenant("alice", "acme")
-    assert not directory.reaches_tenant("alice", "globex")
-    assert not directory.reaches_tenant("bob", "acme")
-    directory.remove_member("alice", "org_default")
-    assert directory.get_role("alice", "org_default") is None
-    assert directory.reaches_tenant("alice", "acme")
-    directory.remove_member("alice", "org_research")
-    assert not directory.reaches_tenant("alice", "acme")
-    directory.remove_member("alice", "org_research")  # not a member any more: no error
+    membership = backend.membership
+    assert membership.reaches_tenant("alice", "acme")
+    assert not membership.reaches_tenant("alice", "globex")
+    assert not membership.reaches_tenant("bob", "acme")
+    membership.remove_member("alice", "org_default")
+    assert membership.get_role("alice", "org_default") is None
+    assert membership.reaches_tenant("alice", "acme")
+    membership.remove_member("alice", "org_research")
+    assert not membership.reaches_tenant("alice", "acme")
+    membership.remove_member("alice", "org_research")  # not a member any more: no error
 
 
 # --- KeyManager and Authenticator on each store ---------------------------------------------
@@ -327,7 +327,7 @@ def bearer(secret: str, organization: str | None = None) -> AuthRequest:
 def test_console_and_authentication_end_to_end(backend: Backend) -> None:
     """Create, authenticate, revoke and lose access on a real store, with the real checks."""
     world(backend)
-    manager = KeyManager(backend.keys, backend.directory)
+    manager = KeyManager(backend.keys, backend.membership)
     tenant_key = manager.create("alice", name="tenant", scope=TENANT)
     research_key = manager.create("alice", name="research", scope=RESEARCH)
     auth = backend.authenticator()
@@ -344,7 +344,7 @@ def test_console_and_authentication_end_to_end(backend: Backend) -> None:
         assert isinstance(refused, AuthError)
         assert (refused.status, refused.reason) == (401, Reason.REVOKED)
 
-        backend.directory.remove_member("alice", "org_research")
+        backend.membership.remove_member("alice", "org_research")
         refused = backend.decide(auth, bearer(research_key.secret))
         assert isinstance(refused, AuthError)
         assert (refused.status, refused.reason) == (401, Reason.INACTIVE)
@@ -358,7 +358,7 @@ def test_authenticator_records_last_use_at_most_once_per_interval(backend: Backe
     """The first request writes last_used_at; another within the interval writes nothing."""
     world(backend)
     clock = Clock()
-    manager = KeyManager(backend.keys, backend.directory, clock=clock)
+    manager = KeyManager(backend.keys, backend.membership, clock=clock)
     created = manager.create("alice", name="research", scope=RESEARCH)
     first_use = clock.now
     auth = backend.authenticator(clock=clock, usage_interval=3600)

@@ -10,17 +10,17 @@ import pytest
 
 from keyturn import Authenticator, AuthError, AuthRequest, KeyManager, Principal, Reason, Scope
 from keyturn.cli import main
-from keyturn.stores import open_store
+from keyturn.stores import open_database
 
 # Authenticates the secret read from stdin against the store named by argv[1]; prints the
 # organization it reached, or the refusal's status and reason.
 AUTHENTICATE = """
 import sys
 from keyturn import Authenticator, AuthRequest, Principal
-from keyturn.stores import open_store
+from keyturn.stores import open_database
 
-db = open_store(sys.argv[1])
-auth = Authenticator(db.keys, db.directory)
+db = open_database(sys.argv[1])
+auth = Authenticator(db.keys, db.membership)
 secret = sys.stdin.readline().strip()
 outcome = auth.authenticate(
     AuthRequest(authorization=("Bearer " + secret,), organization=("default",))
@@ -36,7 +36,7 @@ db.close()
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A store URL for SQLite (a file in a temporary directory) or PostgreSQL, set up."""
+    """A store URL for SQLite (a file in a temporary membership) or PostgreSQL, set up."""
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path}/keyturn.sqlite3"
     else:
@@ -65,9 +65,9 @@ def cli(store_url: str, *args: str) -> str:
 
 def test_a_key_created_here_authenticates_in_a_fresh_process(store_url: str) -> None:
     """A key created by this process is accepted by a new process reading the same store."""
-    db = open_store(store_url)
+    db = open_database(store_url)
     try:
-        created = KeyManager(db.keys, db.directory).create(
+        created = KeyManager(db.keys, db.membership).create(
             "alice", name="deploys", scope=Scope.tenant("acme")
         )
     finally:
@@ -83,8 +83,8 @@ def test_a_revoke_in_another_process_refuses_the_next_request_here(store_url: st
     key_id = output.split()[2]
     request = AuthRequest(authorization=(f"Bearer {secret}",), organization=("default",))
 
-    db = open_store(store_url)
-    auth = Authenticator(db.keys, db.directory)
+    db = open_database(store_url)
+    auth = Authenticator(db.keys, db.membership)
     try:
         assert isinstance(auth.authenticate(request), Principal)
         assert isinstance(auth.authenticate(request), Principal)  # warm: verified-token cache

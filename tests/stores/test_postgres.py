@@ -12,8 +12,8 @@ import pytest
 from psycopg_pool import ConnectionPool
 
 from keyturn import Authenticator, AuthRequest, Reason, ServiceUnavailable, _token
-from keyturn.stores import open_store
-from keyturn.stores.memory import MemoryDirectory
+from keyturn.stores import open_database
+from keyturn.stores.memory import MemoryMembership
 from keyturn.stores.postgres import AsyncPostgresDatabase, PostgresDatabase
 
 pytestmark = pytest.mark.postgres
@@ -133,7 +133,7 @@ def test_repr_never_shows_the_password() -> None:
 
 def test_open_store_reads_postgresql_urls(postgres_url: str) -> None:
     """postgresql:// opens a PostgresDatabase on that URL."""
-    db = open_store(postgres_url)
+    db = open_database(postgres_url)
     try:
         assert isinstance(db, PostgresDatabase)
         assert db.schema_version() == 1
@@ -144,7 +144,7 @@ def test_open_store_reads_postgresql_urls(postgres_url: str) -> None:
 def test_a_database_that_is_down_gives_503_not_401() -> None:
     """When PostgreSQL cannot be reached, requests get 503 and a client keeps its key."""
     db = PostgresDatabase("postgresql://postgres@127.0.0.1:1/nothing", timeout=0.3)
-    auth = Authenticator(db.keys, MemoryDirectory(), timeout=2)
+    auth = Authenticator(db.keys, MemoryMembership(), timeout=2)
     try:
         token = _token.generate().token  # well formed, so it reaches the store
         outcome = auth.authenticate(AuthRequest(authorization=(f"Bearer {token}",)))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from keyturn.stores import _sql, open_store
+from keyturn.stores import _sql, open_database
 from keyturn.stores.sqlite import SQLiteDatabase
 from tests.stores.test_contract import make_key
 
@@ -135,8 +135,8 @@ def test_two_processes_worth_of_first_use_migrate_once(sqlite_path: Path) -> Non
 
 def test_open_store_reads_sqlite_urls(tmp_path: Path) -> None:
     """sqlite:/// takes a relative path, sqlite://// an absolute one; other schemes are refused."""
-    absolute = open_store(f"sqlite:///{tmp_path}/keys.db")
-    relative = open_store("sqlite:///keys.db")
+    absolute = open_database(f"sqlite:///{tmp_path}/keys.db")
+    relative = open_database("sqlite:///keys.db")
     try:
         assert isinstance(absolute, SQLiteDatabase)
         assert absolute.path == f"{tmp_path}/keys.db"
@@ -146,11 +146,11 @@ def test_open_store_reads_sqlite_urls(tmp_path: Path) -> None:
         absolute.close()
         relative.close()
     with pytest.raises(ValueError, match="unsupported store URL scheme 'mysql'"):
-        open_store("mysql://root:hunter2@127.0.0.1/keys")
+        open_database("mysql://root:hunter2@127.0.0.1/keys")
 
 
 @pytest.mark.parametrize("url", ["sqlite://keyturn.sqlite3", "sqlite:keyturn.sqlite3"])
 def test_a_sqlite_url_with_too_few_slashes_says_how_many(url: str) -> None:
     """A SQLite URL missing a slash is named as such, not as an unsupported scheme."""
     with pytest.raises(ValueError, match="three slashes before a relative path"):
-        open_store(url)
+        open_database(url)

@@ -12,7 +12,7 @@ import pytest
 
 from keyturn import Authenticator
 from keyturn._usage import UsageRecorder
-from keyturn.stores.memory import MemoryDirectory, MemoryKeyStore
+from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 
 AT = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 
@@ -168,9 +168,9 @@ def test_the_authenticator_can_turn_usage_off() -> None:
         def get_key(self, key_id: str) -> None:
             return None
 
-    off = Authenticator(MemoryKeyStore(), MemoryDirectory(), usage_interval=None)
-    read_only = Authenticator(ReadOnly(), MemoryDirectory())
-    on = Authenticator(MemoryKeyStore(), MemoryDirectory(), usage_interval=5)
+    off = Authenticator(MemoryKeyStore(), MemoryMembership(), usage_interval=None)
+    read_only = Authenticator(ReadOnly(), MemoryMembership())
+    on = Authenticator(MemoryKeyStore(), MemoryMembership(), usage_interval=5)
     try:
         assert off.usage is None
         assert read_only.usage is None

@@ -17,7 +17,7 @@ import httpx
 
 from keyturn import Authenticator, AuthRequest, Principal
 from keyturn.demo import seed
-from keyturn.stores.memory import MemoryDirectory, MemoryKeyStore
+from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 
 
 def free_port() -> int:
@@ -27,10 +27,10 @@ def free_port() -> int:
 
 
 def test_seed_gives_working_keys() -> None:
-    """seed() fills a store and a directory so that both demo keys authenticate."""
-    store, directory = MemoryKeyStore(), MemoryDirectory()
-    keys = seed(store, directory)
-    authenticator = Authenticator(store, directory)
+    """seed() fills a store and a membership so that both demo keys authenticate."""
+    store, membership = MemoryKeyStore(), MemoryMembership()
+    keys = seed(store, membership)
+    authenticator = Authenticator(store, membership)
     try:
         tenant = authenticator.authenticate(
             AuthRequest(authorization=(f"Bearer {keys.tenant.secret}",), organization=("default",))

@@ -11,7 +11,7 @@ from starlette.testclient import TestClient
 from werkzeug.test import Client as WerkzeugClient
 
 from keyturn.demo import DemoKeys, seed
-from keyturn.stores.memory import MemoryDirectory, MemoryKeyStore
+from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 from tests.web.web_support import HEALTHZ, MODELS, load_example
 
 
@@ -66,9 +66,9 @@ DRIVERS = {
 
 @pytest.fixture(params=sorted(DRIVERS))
 def example(request: pytest.FixtureRequest) -> Iterator[tuple[Get, DemoKeys]]:
-    store, directory = MemoryKeyStore(), MemoryDirectory()
-    keys = seed(store, directory)
-    app = load_example(request.param).create_app(store, directory)
+    store, membership = MemoryKeyStore(), MemoryMembership()
+    keys = seed(store, membership)
+    app = load_example(request.param).create_app(store, membership)
     yield from ((get, keys) for get in DRIVERS[request.param](app))
 
 

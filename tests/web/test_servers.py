@@ -14,7 +14,7 @@ import uvicorn
 import waitress  # type: ignore[import-untyped]
 
 from keyturn.demo import DemoKeys, seed
-from keyturn.stores.memory import MemoryDirectory, MemoryKeyStore
+from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 from tests.web.web_support import HEALTHZ, MODELS, load_example
 
 
@@ -61,9 +61,9 @@ SERVERS = {
 @pytest.fixture(params=sorted(SERVERS))
 def live(request: pytest.FixtureRequest) -> Iterator[tuple[httpx.Client, DemoKeys]]:
     example, serve = SERVERS[request.param]
-    store, directory = MemoryKeyStore(), MemoryDirectory()
-    keys = seed(store, directory)
-    app = load_example(example).create_app(store, directory)
+    store, membership = MemoryKeyStore(), MemoryMembership()
+    keys = seed(store, membership)
+    app = load_example(example).create_app(store, membership)
     for port in serve(app):
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
             yield client, keys

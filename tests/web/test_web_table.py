@@ -67,7 +67,7 @@ def revoke(name: str) -> Setup:
 def leave(*organizations: str) -> Setup:
     def setup(world: World) -> None:
         for organization in organizations:
-            world.directory.remove_member("alice", organization)
+            world.membership.remove_member("alice", organization)
 
     return setup
 
@@ -76,8 +76,8 @@ def break_store(world: World) -> None:
     world.store.broken = True
 
 
-def break_directory(world: World) -> None:
-    world.directory.broken = True
+def break_membership(world: World) -> None:
+    world.membership.broken = True
 
 
 @attrs.frozen
@@ -155,7 +155,7 @@ REFUSED = [
     # 403 and 503: the extensions (D14, D15).
     refused("role policy", bearer("research"), 403, path=ADMIN, organization=RESEARCH),
     refused("key store down", bearer("tenant", (ORG, "default")), 503, setup=break_store),
-    refused("membership provider down", bearer("research"), 503, setup=break_directory),
+    refused("membership provider down", bearer("research"), 503, setup=break_membership),
 ]
 
 ACCEPTED = [

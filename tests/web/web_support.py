@@ -30,7 +30,7 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 from keyturn import ApiKey, Authenticator, AuthRequest, KeyManager, Principal, Scope
 from keyturn import asgi as keyturn_asgi
 from keyturn import wsgi as keyturn_wsgi
-from keyturn.stores.memory import MemoryDirectory, MemoryKeyStore
+from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 
 MODELS = "/managed-agents/v1/models"
 WHOAMI = "/managed-agents/v1/whoami"
@@ -67,8 +67,8 @@ class BreakableStore(MemoryKeyStore):
         return super().get_key(key_id)
 
 
-class BreakableDirectory(MemoryDirectory):
-    """The in-memory directory, with a switch that makes role lookups fail."""
+class BreakableMembership(MemoryMembership):
+    """The in-memory membership, with a switch that makes role lookups fail."""
 
     broken = False
 
@@ -90,7 +90,7 @@ class World:
     """
 
     store: BreakableStore
-    directory: BreakableDirectory
+    membership: BreakableMembership
     manager: KeyManager
     clock: ManualClock
     keys: dict[str, str]  # name -> full key string
@@ -103,13 +103,13 @@ class World:
         """An Authenticator over this world; *options* replace its arguments (``store=`` too)."""
         options = {
             "store": self.store,
-            "directory": self.directory,
+            "membership": self.membership,
             "clock": self.clock,
             "policy": admins_only_on_admin,
             "audit": self.audit.append,
             **options,
         }
-        authenticator = Authenticator(options.pop("store"), options.pop("directory"), **options)
+        authenticator = Authenticator(options.pop("store"), options.pop("membership"), **options)
         self.authenticators.append(authenticator)
         return authenticator
 
@@ -122,15 +122,15 @@ def _mistype(key: str) -> str:
 
 def make_world() -> World:
     clock = ManualClock(EPOCH)
-    store, directory = BreakableStore(), BreakableDirectory()
-    directory.add_organization("org_main", tenant_id="acme", default=True)
-    directory.add_organization("org_research", tenant_id="acme")
-    directory.add_organization("org_secret", tenant_id="acme")
-    directory.add_organization("org_globex", tenant_id="globex", default=True)
-    directory.add_member("alice", "org_main", role="admin")
-    directory.add_member("alice", "org_research", role="member")
-    directory.add_member("bob", "org_globex", role="admin")
-    manager = KeyManager(store, directory, clock=clock)
+    store, membership = BreakableStore(), BreakableMembership()
+    membership.add_organization("org_main", tenant_id="acme", default=True)
+    membership.add_organization("org_research", tenant_id="acme")
+    membership.add_organization("org_secret", tenant_id="acme")
+    membership.add_organization("org_globex", tenant_id="globex", default=True)
+    membership.add_member("alice", "org_main", role="admin")
+    membership.add_member("alice", "org_research", role="member")
+    membership.add_member("bob", "org_globex", role="admin")
+    manager = KeyManager(store, membership, clock=clock)
     created = {
         "tenant": manager.create("alice", name="tenant", scope=Scope.tenant("acme")),
         "research": manager.create(
@@ -143,13 +143,13 @@ def make_world() -> World:
     keys = {name: key.secret for name, key in created.items()}
     keys["tenant_typo"] = _mistype(keys["tenant"])
     # Well formed, checksum right, but from another store: unknown here.
-    elsewhere = MemoryDirectory()
+    elsewhere = MemoryMembership()
     elsewhere.add_organization("org_x", tenant_id="x")
     elsewhere.add_member("eve", "org_x", role="admin")
     stranger = KeyManager(MemoryKeyStore(), elsewhere)
     keys["unknown"] = stranger.create("eve", name="x", scope=Scope.tenant("x")).secret
     key_ids = {name: key.info.key_id for name, key in created.items()}
-    return World(store, directory, manager, clock, keys, key_ids)
+    return World(store, membership, manager, clock, keys, key_ids)
 
 
 # --- one app, two protocols -------------------------------------------------------------

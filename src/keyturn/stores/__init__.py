@@ -1,17 +1,17 @@
-"""Key stores and membership directories that ship with keyturn.
+"""Key stores and membership memberships that ship with keyturn.
 
 - :mod:`keyturn.stores.memory`: dicts in the process; tests, examples, demos.
 - :mod:`keyturn.stores.sqlite`: one file, nothing to start; the embedded default.
 - :mod:`keyturn.stores.postgres`: a shared database for many app instances, sync and async.
 
-A store URL picks one: :func:`open_store` is what the ``keyturn`` command uses, and apps
+A store URL picks one: :func:`open_database` is what the ``keyturn`` command uses, and apps
 may use it too::
 
-    db = open_store("sqlite:///keyturn.sqlite3")  # relative path; sqlite:////abs/path for absolute
-    db = open_store("postgresql://app@127.0.0.1:5432/app")
-    auth = Authenticator(db.keys, db.directory)
+    db = open_database("sqlite:///keyturn.sqlite3")  # sqlite:////abs/path: absolute
+    db = open_database("postgresql://app@127.0.0.1:5432/app")
+    auth = Authenticator(db.keys, db.membership)
 
-Each is a *database*: ``.keys`` (a :class:`~keyturn.protocols.KeyStore`), ``.directory``
+Each is a *database*: ``.keys`` (a :class:`~keyturn.protocols.KeyStore`), ``.membership``
 (a :class:`~keyturn.protocols.MembershipProvider` with ``add_organization``,
 ``add_member`` and ``remove_member``), ``create_schema()``, ``schema_version()`` and
 ``close()``. Importing this package imports no database driver.
@@ -25,13 +25,13 @@ if TYPE_CHECKING:
     from keyturn.stores.postgres import PostgresDatabase
     from keyturn.stores.sqlite import SQLiteDatabase
 
-__all__ = ["open_store"]
+__all__ = ["open_database"]
 
 _SQLITE = "sqlite:///"
 _POSTGRES = ("postgresql://", "postgres://")
 
 
-def open_store(url: str) -> SQLiteDatabase | PostgresDatabase:
+def open_database(url: str) -> SQLiteDatabase | PostgresDatabase:
     """Open the database named by *url*: ``sqlite:///path`` or ``postgresql://...``.
 
     :raises ValueError: the URL names no supported store.

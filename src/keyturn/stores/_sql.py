@@ -26,12 +26,12 @@ from keyturn.errors import DuplicateKey
 
 __all__ = [
     "SCHEMA_VERSION",
-    "AsyncSQLDirectory",
     "AsyncSQLKeyStore",
+    "AsyncSQLMembership",
     "Dialect",
     "Query",
-    "SQLDirectory",
     "SQLKeyStore",
+    "SQLMembership",
 ]
 
 T = TypeVar("T")
@@ -356,7 +356,7 @@ class SQLKeyStore:
         self._run(mark_used(key_id, at))
 
 
-class SQLDirectory:
+class SQLMembership:
     """A :class:`~keyturn.protocols.MembershipProvider` over a SQL database's driver.
 
     The tables are a reference: replace this class with your own provider over your own
@@ -430,8 +430,8 @@ class AsyncSQLKeyStore:
         await self._run(mark_used(key_id, at))
 
 
-class AsyncSQLDirectory:
-    """The async twin of :class:`SQLDirectory`."""
+class AsyncSQLMembership:
+    """The async twin of :class:`SQLMembership`."""
 
     def __init__(self, database: Any) -> None:
         self.database = database

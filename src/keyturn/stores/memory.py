@@ -1,12 +1,12 @@
-"""In-memory key store and directory: thread-safe, for tests, examples and single-process demos.
+"""In-memory key store and membership: thread-safe, for tests, examples and single-process demos.
 
 Everything is lost when the process ends; use :mod:`keyturn.stores.sqlite` to keep keys.
 
-    >>> from keyturn.stores.memory import MemoryDirectory
-    >>> directory = MemoryDirectory()
-    >>> _ = directory.add_organization("org_acme", tenant_id="acme", default=True)
-    >>> directory.add_member("alice", "org_acme", role="admin")
-    >>> directory.get_role("alice", "org_acme")
+    >>> from keyturn.stores.memory import MemoryMembership
+    >>> membership = MemoryMembership()
+    >>> _ = membership.add_organization("org_acme", tenant_id="acme", default=True)
+    >>> membership.add_member("alice", "org_acme", role="admin")
+    >>> membership.get_role("alice", "org_acme")
     'admin'
 """
 
@@ -22,7 +22,7 @@ import attrs
 from keyturn._model import ApiKey, Organization
 from keyturn.errors import DuplicateKey
 
-__all__ = ["MemoryDirectory", "MemoryKeyStore"]
+__all__ = ["MemoryKeyStore", "MemoryMembership"]
 
 
 class MemoryKeyStore:
@@ -69,7 +69,7 @@ class MemoryKeyStore:
                 self._keys[key_id] = attrs.evolve(key, last_used_at=at)
 
 
-class MemoryDirectory:
+class MemoryMembership:
     """A :class:`~keyturn.protocols.MembershipProvider` in dicts: tenants, organizations, roles."""
 
     nonblocking = True
@@ -83,7 +83,7 @@ class MemoryDirectory:
 
     def __repr__(self) -> str:
         return (
-            f"MemoryDirectory(organizations={len(self._organizations)}, "
+            f"MemoryMembership(organizations={len(self._organizations)}, "
             f"memberships={len(self._roles)})"
         )
 

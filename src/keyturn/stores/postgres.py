@@ -1,18 +1,18 @@
-"""The PostgreSQL key store and directory: one database shared by many app instances.
+"""The PostgreSQL key store and membership: one database shared by many app instances.
 
 Install the extra (``pip install 'keyturn[postgres]'``: psycopg 3 and its pool). A
 :class:`PostgresDatabase` owns a connection pool and gives the key store (``.keys``) and
-the membership directory (``.directory``); :class:`AsyncPostgresDatabase` is its twin for
+the membership membership (``.membership``); :class:`AsyncPostgresDatabase` is its twin for
 the ASGI middleware::
 
     from keyturn.stores.postgres import PostgresDatabase
 
     db = PostgresDatabase("postgresql://app@127.0.0.1:5432/app", max_size=10)
     db.create_schema()  # explicit and idempotent: run it at deploy time, or `keyturn db init`
-    auth = Authenticator(db.keys, db.directory)
+    auth = Authenticator(db.keys, db.membership)
 
     async with AsyncPostgresDatabase("postgresql://app@127.0.0.1:5432/app") as adb:
-        auth = Authenticator(adb.keys, adb.directory)  # awaited on the event loop
+        auth = Authenticator(adb.keys, adb.membership)  # awaited on the event loop
 
 Importing this module touches no database; constructing a :class:`PostgresDatabase`
 opens its pool, which connects right away (an :class:`AsyncPostgresDatabase` connects on
@@ -40,11 +40,11 @@ from keyturn.stores import _sql
 
 __all__ = [
     "AsyncPostgresDatabase",
-    "AsyncPostgresDirectory",
     "AsyncPostgresKeyStore",
+    "AsyncPostgresMembership",
     "PostgresDatabase",
-    "PostgresDirectory",
     "PostgresKeyStore",
+    "PostgresMembership",
 ]
 
 T = TypeVar("T")
@@ -61,8 +61,8 @@ class PostgresKeyStore(_sql.SQLKeyStore):
     """A :class:`~keyturn.protocols.KeyStore` on PostgreSQL; get it as ``db.keys``."""
 
 
-class PostgresDirectory(_sql.SQLDirectory):
-    """A :class:`~keyturn.protocols.MembershipProvider` on PostgreSQL: ``db.directory``.
+class PostgresMembership(_sql.SQLMembership):
+    """A :class:`~keyturn.protocols.MembershipProvider` on PostgreSQL: ``db.membership``.
 
     Tables ``keyturn_organizations`` (at most one default per tenant, by a partial unique
     index) and ``keyturn_memberships``. A reference: replace it with your own tables.
@@ -73,8 +73,8 @@ class AsyncPostgresKeyStore(_sql.AsyncSQLKeyStore):
     """The async twin of :class:`PostgresKeyStore`: ``adb.keys``."""
 
 
-class AsyncPostgresDirectory(_sql.AsyncSQLDirectory):
-    """The async twin of :class:`PostgresDirectory`: ``adb.directory``."""
+class AsyncPostgresMembership(_sql.AsyncSQLMembership):
+    """The async twin of :class:`PostgresMembership`: ``adb.membership``."""
 
 
 def _describe(pool: ConnectionPool[Any] | AsyncConnectionPool[Any]) -> str:
@@ -122,7 +122,7 @@ class PostgresDatabase:
             pool = ConnectionPool(conninfo, open=True, **_pool_options(min_size, max_size, timeout))
         self.pool: ConnectionPool[Any] = pool
         self.keys = PostgresKeyStore(self)
-        self.directory = PostgresDirectory(self)
+        self.membership = PostgresMembership(self)
 
     def __repr__(self) -> str:
         return f"PostgresDatabase({_describe(self.pool)!r})"
@@ -183,7 +183,7 @@ class AsyncPostgresDatabase:
             )
         self.pool: AsyncConnectionPool[Any] = pool
         self.keys = AsyncPostgresKeyStore(self)
-        self.directory = AsyncPostgresDirectory(self)
+        self.membership = AsyncPostgresMembership(self)
 
     def __repr__(self) -> str:
         return f"AsyncPostgresDatabase({_describe(self.pool)!r})"

@@ -1,16 +1,16 @@
-"""The SQLite key store and directory: one file, nothing to start, the embedded default.
+"""The SQLite key store and membership: one file, nothing to start, the embedded default.
 
 One :class:`SQLiteDatabase` is one file; it gives the key store (``.keys``) and the
-membership directory (``.directory``)::
+membership membership (``.membership``)::
 
     from keyturn import Authenticator, KeyManager
     from keyturn.stores.sqlite import SQLiteDatabase
 
     db = SQLiteDatabase("keyturn.sqlite3")  # the file and its tables appear on first use
-    db.directory.add_organization("org_acme", tenant_id="acme", default=True)
-    db.directory.add_member("alice", "org_acme", role="admin")
-    manager = KeyManager(db.keys, db.directory)
-    auth = Authenticator(db.keys, db.directory)
+    db.membership.add_organization("org_acme", tenant_id="acme", default=True)
+    db.membership.add_member("alice", "org_acme", role="admin")
+    manager = KeyManager(db.keys, db.membership)
+    auth = Authenticator(db.keys, db.membership)
     ...
     db.close()
 
@@ -40,7 +40,7 @@ from typing import Any, Final, TypeVar
 
 from keyturn.stores import _sql
 
-__all__ = ["SQLiteDatabase", "SQLiteDirectory", "SQLiteKeyStore"]
+__all__ = ["SQLiteDatabase", "SQLiteKeyStore", "SQLiteMembership"]
 
 T = TypeVar("T")
 
@@ -61,8 +61,8 @@ class SQLiteKeyStore(_sql.SQLKeyStore):
     enforces_timeout = True
 
 
-class SQLiteDirectory(_sql.SQLDirectory):
-    """A :class:`~keyturn.protocols.MembershipProvider` in a SQLite file: ``db.directory``.
+class SQLiteMembership(_sql.SQLMembership):
+    """A :class:`~keyturn.protocols.MembershipProvider` in a SQLite file: ``db.membership``.
 
     Tables ``keyturn_organizations`` (``id``, ``tenant_id``, ``is_default``; at most one
     default per tenant) and ``keyturn_memberships`` (``account_id``, ``organization_id``,
@@ -73,7 +73,7 @@ class SQLiteDirectory(_sql.SQLDirectory):
 
 
 class SQLiteDatabase:
-    """One SQLite file holding keyturn's tables: ``.keys`` and ``.directory`` share it.
+    """One SQLite file holding keyturn's tables: ``.keys`` and ``.membership`` share it.
 
     :param path: the database file; created, with its tables, on first use.
     :param timeout: seconds a write waits for another writer (SQLite's ``busy_timeout``).
@@ -89,7 +89,7 @@ class SQLiteDatabase:
             )
         self.timeout = timeout
         self.keys = SQLiteKeyStore(self)
-        self.directory = SQLiteDirectory(self)
+        self.membership = SQLiteMembership(self)
         self._idle: list[sqlite3.Connection] = []  # lent out LIFO; list ops are atomic
         self._opened: list[sqlite3.Connection] = []
         self._lock = threading.Lock()  # guards opening connections and the schema check
