@@ -30,6 +30,7 @@ import logging
 import os
 import re
 import sqlite3
+import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime
@@ -457,11 +458,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="find API keys in files before they are committed (exit 1 if any)",
         description="Report every keyturn API key (checked by its checksum, so look-alikes "
         "are ignored) in the given files and folders, by place, key id and hint: never the "
-        "secret. Folders are walked, skipping .git, virtual environments and caches; binary "
-        "files are skipped. '-' reads standard input, e.g. 'git diff --cached | keyturn "
-        "scan -'. Exit status: 0 no key found, 1 keys found (revoke them), 2 bad usage.",
+        "secret. Folders are walked, skipping .git, virtual environments and caches; only "
+        "regular text files are read (UTF-8 or UTF-16). '-' reads standard input. "
+        "Exit status: 0 no key found, 1 keys found (revoke them), 2 bad usage.",
     )
-    sub.add_argument("paths", nargs="*", default=["."], metavar="PATH", help="default: .")
+    sub.add_argument("paths", nargs="*", metavar="PATH", help="default: .")
+    source = sub.add_mutually_exclusive_group()
+    source.add_argument(
+        "--staged",
+        action="store_true",
+        help="scan only the lines the next commit adds (git diff --cached): a pre-commit check",
+    )
+    source.add_argument(
+        "--diff",
+        metavar="FILE",
+        type=argparse.FileType("r", encoding="utf-8", errors="surrogateescape"),
+        help="scan only the added lines of a unified diff ('-': standard input)",
+    )
     sub.set_defaults(standalone=_scan)
     return parser
 
@@ -479,12 +492,30 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _scan(args: argparse.Namespace) -> int:
-    from keyturn.scan import find_keys, scan_paths
+    from keyturn import scan
 
-    files = [path for path in args.paths if path != "-"]
-    findings = list(scan_paths(files))
-    if "-" in args.paths:
-        findings += find_keys(sys.stdin.read(), "<stdin>")
+    if (args.staged or args.diff) and args.paths:
+        print("keyturn: error: --staged and --diff take no PATH", file=sys.stderr)
+        return 2
+    if args.staged:
+        try:
+            diff = scan.staged_diff()
+        except (OSError, subprocess.CalledProcessError) as exc:
+            reason = getattr(exc, "stderr", b"").decode(errors="replace").strip() or str(exc)
+            print(f"keyturn: error: git diff --cached failed: {reason}", file=sys.stderr)
+            return 2
+        findings = list(scan.find_added_keys(diff))
+    elif args.diff:
+        findings = list(scan.find_added_keys(args.diff.read()))
+    else:
+        paths = args.paths or ["."]
+        missing = [path for path in paths if path != "-" and not os.path.lexists(path)]
+        if missing:
+            print(f"keyturn: error: no such file or directory: {missing[0]}", file=sys.stderr)
+            return 2
+        findings = list(scan.scan_paths(path for path in paths if path != "-"))
+        if "-" in paths:
+            findings += scan.find_keys(sys.stdin.read(), "<stdin>")
     for finding in findings:
         print(finding)
     if findings:

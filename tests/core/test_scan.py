@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +14,7 @@ from hypothesis import strategies as st
 
 from keyturn import _token
 from keyturn.cli import main
-from keyturn.scan import find_keys, scan_paths
+from keyturn.scan import find_added_keys, find_keys, scan_paths
 
 # Text that cannot extend a key: no letters, digits or underscores.
 glue = st.text(alphabet=st.sampled_from(" \t\n\"'=:,;()[]{}<>/\\.-+é🔑"), max_size=20)
@@ -93,3 +96,161 @@ def test_this_repository_holds_no_key() -> None:
     """No key is committed anywhere in the project's own tree."""
     root = Path(__file__).resolve().parents[2]
     assert [str(f) for f in scan_paths([root])] == []
+
+
+class CountingText(str):
+    """Text that counts the characters its newline searches look at."""
+
+    examined = 0
+
+    def count(self, sub: str, start: int | None = 0, end: int | None = None) -> int:  # type: ignore[override]
+        CountingText.examined += (len(self) if end is None else end) - (start or 0)
+        return super().count(sub, start, end)
+
+    def rfind(self, sub: str, start: int | None = 0, end: int | None = None) -> int:  # type: ignore[override]
+        CountingText.examined += (len(self) if end is None else end) - (start or 0)
+        return super().rfind(sub, start, end)
+
+
+def test_placing_keys_is_linear_in_the_text() -> None:
+    """Newline searches look at each character about once, however many keys there are."""
+    keys = [_token.generate() for _ in range(2000)]
+    text = CountingText("".join(f"line {i}: {key.token}\n" for i, key in enumerate(keys)))
+    CountingText.examined = 0
+    findings = list(find_keys(text))
+    assert [(f.key_id, f.line, f.column) for f in findings] == [
+        (key.key_id, i + 1, len(f"line {i}: ") + 1) for i, key in enumerate(keys)
+    ]
+    assert CountingText.examined <= 2 * len(text)  # quadratic: about 1000 times the text
+
+
+# `keyturn scan` in a child process that can neither hang the suite nor eat the machine's memory.
+IN_A_CHILD = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+from keyturn.cli import main
+sys.exit(main(["scan", *sys.argv[1:]]))
+"""
+
+
+def _scan_in_a_child(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(  # noqa: S603 -- our own interpreter and arguments
+        [sys.executable, "-c", IN_A_CHILD, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero and named pipes")
+def test_devices_and_pipes_are_skipped_not_read(tmp_path: Path) -> None:
+    """A symlink to /dev/zero and a named pipe are skipped: the scan ends and finds the real key."""
+    token = _token.generate()
+    (tmp_path / "zero").symlink_to("/dev/zero")
+    os.mkfifo(tmp_path / "pipe")
+    (tmp_path / "settings.py").write_text(f"KEY = '{token.token}'\n")
+    done = _scan_in_a_child(str(tmp_path))
+    assert done.returncode == 1, done.stderr
+    assert done.stdout == f"{tmp_path / 'settings.py'}:1:8: {token.hint} (key id {token.key_id})\n"
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-8-sig"])
+def test_utf16_files_are_scanned(tmp_path: Path, encoding: str) -> None:
+    """Keys in UTF-16 files, with or without a byte order mark, are found at their place."""
+    token = _token.generate()
+    (tmp_path / "notes.txt").write_bytes(f"héllo\n  key: {token.token}\n".encode(encoding))
+    (finding,) = scan_paths([tmp_path])
+    assert (finding.key_id, finding.line, finding.column) == (token.key_id, 2, 8)
+
+
+def test_file_names_are_printed_escaped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Terminal escapes and newlines in a file name are printed as \\x.. and cannot hide it."""
+    token = _token.generate()
+    (tmp_path / "a\x1b[2K\rclean\n.py").write_text(token.token)
+    assert main(["scan", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\r" not in out and out.count("\n") == 1
+    assert "a\\x1b[2K\\rclean\\n.py:1:1:" in out
+
+
+def test_a_path_that_does_not_exist_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mistyped path exits 2 and names it, rather than reporting a clean tree."""
+    assert main(["scan", str(tmp_path), str(tmp_path / "nope")]) == 2
+    assert f"no such file or directory: {tmp_path / 'nope'}" in capsys.readouterr().err
+    with pytest.raises(FileNotFoundError):
+        list(scan_paths([tmp_path / "nope"]))
+
+
+def test_a_diff_counts_only_added_lines_at_their_new_place() -> None:
+    """Removed and context lines are ignored; an added key is placed in the new file."""
+    removed, kept, added = (_token.generate() for _ in range(3))
+    diff = (
+        "diff --git a/old.env b/old.env\n"
+        "--- a/old.env\n"
+        "+++ b/old.env\n"
+        "@@ -1,3 +1,2 @@\n"
+        f"-KEY={removed.token}\n"
+        f" OTHER={kept.token}\n"
+        "+++ looks like a header, is an added line\n"
+        f"-X={removed.token}\n"
+        "diff --git a/new.py b/new.py\n"
+        "--- /dev/null\n"
+        '+++ "b/caf\\303\\251.py"\n'
+        "@@ -0,0 +10 @@\n"
+        f"+    key = '{added.token}'\n"
+        "\\ No newline at end of file\n"
+    )
+    findings = list(find_added_keys(diff))
+    assert [(f.source, f.line, f.column, f.key_id) for f in findings] == [
+        ("café.py", 10, 12, added.key_id)
+    ]
+
+
+def git(repo: Path, *args: str) -> None:
+    subprocess.run(  # noqa: S603 -- fixed arguments in a scratch repository
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],  # noqa: S607
+        cwd=repo,
+        check=True,
+        capture_output=True,
+    )
+
+
+def test_staged_blocks_adding_a_key_but_not_removing_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`scan --staged` passes the commit that removes a leaked key and stops one adding a key."""
+    token = _token.generate()
+    git(tmp_path, "init", "-q")
+    (tmp_path / "settings.py").write_text(f"DEBUG = True\nKEY = '{token.token}'\n")
+    git(tmp_path, "add", "settings.py")
+    git(tmp_path, "commit", "-q", "-m", "leak")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "settings.py").write_text("DEBUG = True\nKEY = os.environ['KEY']\n")
+    git(tmp_path, "add", "settings.py")
+    assert main(["scan", "--staged"]) == 0
+    (tmp_path / "deploy.sh").write_text(f"#!/bin/sh\n\nexport KEY={token.token}\n")
+    git(tmp_path, "add", "deploy.sh")
+    capsys.readouterr()
+    assert main(["scan", "--staged"]) == 1
+    assert capsys.readouterr().out == f"deploy.sh:3:12: {token.hint} (key id {token.key_id})\n"
+
+
+def test_staged_outside_a_repository_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--staged outside a git repository exits 2 with git's reason, not 0."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    assert main(["scan", "--staged"]) == 2
+    assert "git diff --cached failed" in capsys.readouterr().err
+
+
+def test_the_pre_commit_hook_runs_the_staged_scan() -> None:
+    """.pre-commit-hooks.yaml offers a hook whose entry is `keyturn scan --staged`."""
+    hooks = (Path(__file__).resolve().parents[2] / ".pre-commit-hooks.yaml").read_text()
+    assert "- id: keyturn-scan\n" in hooks
+    assert "\n  entry: keyturn scan --staged\n" in hooks
+    assert "\n  pass_filenames: false\n" in hooks
