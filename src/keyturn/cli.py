@@ -8,60 +8,56 @@
     keyturn keys create --as alice --name "CI deploys" --tenant acme --lifetime 7d
     keyturn keys list --as alice --status active
     keyturn keys revoke --as alice 3fZk8QmPx2Lw
-    keyturn scan .          # exit 1 if a key sits in a file
+    keyturn scan --staged   # exit 1 if the next commit adds a key
 
 The store is ``--store URL``, else ``$KEYTURN_STORE_URL``, else
 ``sqlite:///keyturn.sqlite3`` (see :func:`keyturn.stores.open_database`). Every command but
-``db init`` needs an initialized store.
+``db init`` needs an initialized store. ``--as ACCOUNT`` names the account the console
+would act for, with the console's rules (a user lists and revokes only their own keys).
 
-``--as ACCOUNT`` names the signed-in account the console would act for: the command follows
-the console's rules (a user lists and revokes only the keys they created), and is meant for
-operators and local development -- whoever runs it can already write to the store.
+Rules of this file:
 
-Exit status: 0 done; 1 not found, not revocable, not reachable, conflicting, or the store
-failed; 2 bad usage or an invalid value (name, expiry, time zone, store URL).
+1. A command is a function ``(db, args, out)``; the parser is the table of contents.
+2. The library's own errors (:class:`~keyturn.errors.KeyturnError`) and the database
+   drivers' are the operator's to fix: one line on stderr and an exit status (2 for an
+   invalid value, else 1). Anything else is a bug, and its traceback shows.
+3. No secret reaches stderr, and no store password is ever printed (:func:`redact_url`).
 """
 
 from __future__ import annotations
 
 import argparse
+import calendar
 import json
-import logging
 import os
 import re
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
-from datetime import UTC, date, datetime
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, date, datetime, timedelta
+from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any, Final, TextIO, TypeAlias
-from urllib.parse import urlsplit, urlunsplit
 from zoneinfo import ZoneInfo
 
+from keyturn import _token
 from keyturn._decision import DEFAULT_ORGANIZATION, DEFAULT_ORGANIZATION_PATTERN
 from keyturn._model import CustomDate, KeyInfo, Lifetime, Scope, ScopeKind, Status
-from keyturn.errors import (
-    InvalidExpiry,
-    InvalidKeyName,
-    KeyNotFound,
-    KeyNotRevocable,
-    ScopeNotReachable,
-)
+from keyturn.errors import InvalidExpiry, InvalidKeyName, KeyNotFound, KeyturnError
 from keyturn.manager import KeyManager
-from keyturn.stores import open_database
-from keyturn.stores.sqlite import SQLiteDatabase
+from keyturn.stores import open_database, redact_url
 
 if TYPE_CHECKING:
     from keyturn.stores.postgres import PostgresDatabase
+    from keyturn.stores.sqlite import SQLiteDatabase
 
     Database: TypeAlias = SQLiteDatabase | PostgresDatabase
-    Handler: TypeAlias = Callable[[Database, argparse.Namespace, TextIO], None]
 
 __all__ = ["main"]
 
 ENVIRONMENT_VARIABLE: Final = "KEYTURN_STORE_URL"
 DEFAULT_STORE_URL: Final = "sqlite:///keyturn.sqlite3"
-
 LIFETIMES: Final = {
     "3h": Lifetime.HOURS_3,
     "1d": Lifetime.DAYS_1,
@@ -70,17 +66,7 @@ LIFETIMES: Final = {
     "90d": Lifetime.DAYS_90,
 }
 STATUSES: Final = {status.value.lower(): status for status in Status}
-
-# Most specific first: InvalidKeyName is a ValueError, KeyNotFound a LookupError.
-_EXIT_CODES: Final[Sequence[tuple[type[Exception], int]]] = (
-    (InvalidKeyName, 2),
-    (InvalidExpiry, 2),
-    (KeyNotFound, 1),
-    (KeyNotRevocable, 1),
-    (ScopeNotReachable, 1),
-    (LookupError, 1),  # an organization that does not exist
-    (ValueError, 1),  # a conflicting organization
-)
+_INVALID_VALUES: Final = (InvalidKeyName, InvalidExpiry)  # exit 2; other KeyturnErrors exit 1
 
 
 class CommandError(Exception):
@@ -91,127 +77,217 @@ class CommandError(Exception):
         self.status = status
 
 
-# --- the commands ---------------------------------------------------------------------------
+# --- store commands: (db, args, out) ---------------------------------------------------------
 
 
-def _db_init(db: Database, args: argparse.Namespace, out: TextIO) -> None:
-    version = db.create_schema()
-    print(f"The store {_redact(args.store)} is ready (schema version {version}).", file=out)
+def db_init(db: Database, args: argparse.Namespace, out: TextIO) -> None:
+    with _reported(RuntimeError):
+        version = db.create_schema()
+    print(f"The store {redact_url(args.url)} is ready (schema version {version}).", file=out)
 
 
-def _org_add(db: Database, args: argparse.Namespace, out: TextIO) -> None:
-    existing = db.membership.get_organization(args.organization)
-    if existing is not None and (existing.tenant_id, existing.is_default) != (
-        args.tenant,
-        args.default,
-    ):
+def org_add(db: Database, args: argparse.Namespace, out: TextIO) -> None:
+    org, tenant = args.organization, args.tenant
+    existing = db.membership.get_organization(org)
+    if existing is not None and (existing.tenant_id, existing.is_default) != (tenant, args.default):
         default = ", as its default organization" if existing.is_default else ""
         raise CommandError(
-            f"organization {args.organization!r} already exists in tenant "
-            f"{existing.tenant_id!r}{default}; 'org add' does not change an organization"
+            f"organization {org!r} already exists in tenant {existing.tenant_id!r}{default}; "
+            "'org add' does not change an organization"
         )
-    if args.organization == DEFAULT_ORGANIZATION:
+    if org == DEFAULT_ORGANIZATION:
         _warn("x-organization-id: default always names the tenant's default organization")
-    elif not re.fullmatch(DEFAULT_ORGANIZATION_PATTERN, args.organization, re.ASCII):
+    elif not re.fullmatch(DEFAULT_ORGANIZATION_PATTERN, org, re.ASCII):
         _warn(
-            f"x-organization-id cannot name {args.organization!r}: an organization id is a "
-            "letter or digit, then up to 127 letters, digits and _.:-"
+            f"x-organization-id cannot name {org!r}: an organization id is a letter or digit, "
+            "then up to 127 letters, digits and _.:-"
         )
-    db.membership.add_organization(args.organization, tenant_id=args.tenant, default=args.default)
+    with _reported(ValueError):  # the tenant already has a default organization
+        db.membership.add_organization(org, tenant_id=tenant, default=args.default)
     default = ", its default organization" if args.default else ""
-    print(f"Organization {args.organization} is in tenant {args.tenant}{default}.", file=out)
+    print(f"Organization {org} is in tenant {tenant}{default}.", file=out)
 
 
-def _member_add(db: Database, args: argparse.Namespace, out: TextIO) -> None:
-    db.membership.add_member(args.account, args.organization, role=args.role)
+def org_list(db: Database, args: argparse.Namespace, out: TextIO) -> None:
+    found = [o for o in db.membership.organizations() if args.tenant in (None, o.tenant_id)]
+    rows = [{"id": o.id, "tenant_id": o.tenant_id, "default": o.is_default} for o in found]
+    if args.json:
+        _json(rows, out)
+    elif not rows:
+        none = "No organizations." if args.tenant is None else f"Tenant {args.tenant} has none."
+        print(none, file=out)
+    else:
+        _table(
+            ("ORG", "TENANT", "DEFAULT"),
+            [(o.id, o.tenant_id, _yes(o.is_default)) for o in found],
+            out,
+        )
+
+
+def org_remove(db: Database, args: argparse.Namespace, out: TextIO) -> None:
+    members = [account for account, _ in _members(db, args.organization)]
+    with _inactivated(db, members, out):
+        db.membership.remove_organization(args.organization)
+        print(
+            f"Organization {args.organization} is removed, with {len(members)} member(s).",
+            file=out,
+        )
+
+
+def member_add(db: Database, args: argparse.Namespace, out: TextIO) -> None:
+    _members(db, args.organization)  # it exists
+    with _reported(LookupError):  # removed meanwhile
+        db.membership.add_member(args.account, args.organization, role=args.role)
     print(f"{args.account} has the role {args.role} in {args.organization}.", file=out)
 
 
-def _member_remove(db: Database, args: argparse.Namespace, out: TextIO) -> None:
-    if db.membership.get_role(args.account, args.organization) is None:
-        raise CommandError(f"{args.account} has no role in {args.organization}")
-    db.membership.remove_member(args.account, args.organization)
-    print(f"{args.account} no longer has a role in {args.organization}.", file=out)
+def member_list(db: Database, args: argparse.Namespace, out: TextIO) -> None:
+    members = _members(db, args.organization)
+    if args.json:
+        _json([{"account_id": account, "role": role} for account, role in members], out)
+    elif not members:
+        print(f"{args.organization} has no members.", file=out)
+    else:
+        _table(("ACCOUNT", "ROLE"), members, out)
+
+
+def member_remove(db: Database, args: argparse.Namespace, out: TextIO) -> None:
+    account, org = args.account, args.organization
+    if db.membership.get_role(account, org) is None:
+        raise CommandError(f"{account} has no role in {org}")
+    with _inactivated(db, [account], out):
+        db.membership.remove_member(account, org)
+        print(f"{account} no longer has a role in {org}.", file=out)
+
+
+def keys_create(db: Database, args: argparse.Namespace, out: TextIO) -> None:
+    if args.organization is None:
+        scope = Scope.tenant(args.tenant)
+    else:
+        organization = db.membership.get_organization(args.organization)
+        if organization is None:
+            raise CommandError(f"there is no organization {args.organization!r}")
+        scope = Scope.organization(organization.id, tenant_id=organization.tenant_id)
+    expiry: Lifetime | CustomDate = LIFETIMES[args.lifetime]
+    if args.expires_on is not None:
+        expiry = CustomDate(args.expires_on, args.time_zone or _local_time_zone())
+    elif args.time_zone is not None:
+        raise CommandError("--time-zone goes with --expires-on", status=2)
+    created = _manager(db).create(args.account, name=args.name, scope=scope, expiry=expiry)
+    info = created.info
+    if args.json:
+        _json({**_as_json(info), "secret": created.secret}, out)
+        return
+    local = ""
+    if isinstance(expiry, CustomDate):  # the zone is valid: create() checked it
+        zone = str(expiry.time_zone)
+        local = f" ({info.expires_at.astimezone(ZoneInfo(zone)):%Y-%m-%d %H:%M} in {zone})"
+    print(
+        f"Created key {info.key_id} for {args.account}.\n"
+        f"  name     {info.name}\n"
+        f"  scope    {info.scope}\n"
+        f"  hint     {info.hint}\n"
+        f"  expires  {_when(info.expires_at)}{local}\n\n"
+        "Secret -- shown once, it cannot be retrieved later; keep it in a secret store:\n"
+        f"{created.secret}",
+        file=out,
+    )
+
+
+def keys_list(db: Database, args: argparse.Namespace, out: TextIO) -> None:
+    scope: ScopeKind | None = None
+    if args.scope in ("tenant", "organization"):
+        scope = ScopeKind(args.scope)
+    elif args.scope is not None:
+        scope = ScopeKind.ORGANIZATION
+    status = None if args.status is None else STATUSES[args.status]
+    infos = _manager(db).list(args.account, status=status, scope=scope)
+    if scope is ScopeKind.ORGANIZATION and args.scope != "organization":
+        infos = [info for info in infos if info.scope.organization_id == args.scope]
+    if args.json:
+        _json([_as_json(info) for info in infos], out)
+    elif not infos:
+        print(f"{args.account} has no key that matches.", file=out)
+    else:
+        _key_table(infos, out)
+
+
+def keys_revoke(db: Database, args: argparse.Namespace, out: TextIO) -> None:
+    if args.key_id.startswith(_token.PREFIX):  # a key or a hint, not an id; never echo it
+        raise CommandError(
+            "KEY_ID is the key's id, the KEY ID column of 'keyturn keys list' "
+            "(12 letters and digits), not the key or its hint",
+            status=2,
+        )
+    try:
+        info = _manager(db).revoke(args.account, args.key_id)
+    except KeyNotFound:
+        named = f"id {args.key_id!r}" if _token.is_key_id(args.key_id) else "that id"
+        raise CommandError(f"{args.account} has no key with {named}") from None
+    print(
+        f"Revoked key {info.key_id} ({info.hint}, {info.name!r}) of {args.account}: "
+        "refused from its next request on.",
+        file=out,
+    )
+
+
+def _manager(db: Database) -> KeyManager:
+    return KeyManager(db.keys, db.membership)
+
+
+def _members(db: Database, organization: str) -> list[tuple[str, str]]:
+    if db.membership.get_organization(organization) is None:
+        raise CommandError(f"there is no organization {organization!r}")
+    return db.membership.members_of(organization)
+
+
+@contextmanager
+def _inactivated(db: Database, accounts: Sequence[str], out: TextIO) -> Iterator[None]:
+    """Around a change of roles: print the keys of *accounts* it made Inactive."""
+
+    def keys() -> dict[str, KeyInfo]:
+        manager = _manager(db)
+        return {info.key_id: info for account in accounts for info in manager.list(account)}
+
+    active = [key_id for key_id, info in keys().items() if info.status is Status.ACTIVE]
+    yield
+    now = keys()
+    lost = [now[key_id] for key_id in active if now[key_id].status is Status.INACTIVE]
+    if lost:
+        print("These keys are now Inactive (they work again if the role comes back):", file=out)
+        _key_table(lost, out)
+
+
+@contextmanager
+def _reported(*kinds: type[Exception], status: int = 1) -> Iterator[None]:
+    """ADAPTER, until the stores raise KeyturnError subclasses for these: *kinds*, raised
+    by the one store call inside, are the operator's to fix (a conflict, a missing
+    organization, a schema too new, a bad URL), so they are reported, not shown as bugs."""
+    try:
+        yield
+    except kinds as exc:
+        raise CommandError(str(exc), status) from None
 
 
 def _warn(message: str) -> None:
     print(f"keyturn: warning: {message}", file=sys.stderr)
 
 
-def _keys_create(db: Database, args: argparse.Namespace, out: TextIO) -> None:
-    if args.organization is not None:
-        organization = db.membership.get_organization(args.organization)
-        if organization is None:
-            raise CommandError(f"there is no organization {args.organization!r}")
-        scope = Scope.organization(organization.id, tenant_id=organization.tenant_id)
-    else:
-        scope = Scope.tenant(args.tenant)
-    expiry: Lifetime | CustomDate
-    if args.expires_on is not None:
-        expiry = CustomDate(args.expires_on, args.time_zone or _local_time_zone())
-    elif args.time_zone is not None:
-        raise CommandError("--time-zone goes with --expires-on", status=2)
-    else:
-        expiry = LIFETIMES[args.lifetime]
-    created = KeyManager(db.keys, db.membership).create(
-        args.account, name=args.name, scope=scope, expiry=expiry
-    )
-    info = created.info
-    local = ""
-    if isinstance(expiry, CustomDate):  # the zone is valid: create() checked it
-        zone = str(expiry.time_zone)
-        local = f" ({info.expires_at.astimezone(ZoneInfo(zone)):%Y-%m-%d %H:%M} in {zone})"
-    print(f"Created key {info.key_id} for {args.account}.", file=out)
-    print(f"  name     {info.name}", file=out)
-    print(f"  scope    {info.scope}", file=out)
-    print(f"  hint     {info.hint}", file=out)
-    print(f"  expires  {_when(info.expires_at)}{local}", file=out)
-    print("", file=out)
-    print(
-        "Secret -- shown once, it cannot be retrieved later; keep it in a secret store:", file=out
-    )
-    print(created.secret, file=out)
+# --- output --------------------------------------------------------------------------------
 
 
-def _keys_list(db: Database, args: argparse.Namespace, out: TextIO) -> None:
-    scope, organization_id = None, None
-    if args.scope in ("tenant", "organization"):
-        scope = ScopeKind(args.scope)
-    elif args.scope is not None:
-        scope, organization_id = ScopeKind.ORGANIZATION, args.scope
-    status = None if args.status is None else STATUSES[args.status]
-    infos = KeyManager(db.keys, db.membership).list(args.account, status=status, scope=scope)
-    if organization_id is not None:
-        infos = [info for info in infos if info.scope.organization_id == organization_id]
-    if args.json:
-        json.dump([_as_json(info) for info in infos], out, indent=2)
-        print(file=out)
-    elif not infos:
-        print(f"No keys of {args.account} match.", file=out)
-    else:
-        _table(infos, out)
-
-
-def _keys_revoke(db: Database, args: argparse.Namespace, out: TextIO) -> None:
-    if args.key_id.startswith("rma_"):  # a key or a hint, not an id; never echo it
-        raise CommandError(
-            "KEY_ID is the key's id, the KEY ID column of 'keyturn keys list' "
-            "(12 letters and digits), not the key or its hint",
-            status=2,
-        )
-    info = KeyManager(db.keys, db.membership).revoke(args.account, args.key_id)
-    print(
-        f"Revoked key {info.key_id} ({info.hint}, {info.name!r}): "
-        "refused from its next request on.",
-        file=out,
-    )
-
-
-# --- output ---------------------------------------------------------------------------------
+def _json(value: object, out: TextIO) -> None:
+    if hasattr(out, "reconfigure"):  # UTF-8 whatever the locale: names and hints stay as is
+        out.reconfigure(encoding="utf-8")
+    print(json.dumps(value, indent=2, ensure_ascii=False), file=out)
 
 
 def _when(at: datetime | None) -> str:
     return "-" if at is None else at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "-"
 
 
 def _as_json(info: KeyInfo) -> dict[str, Any]:
@@ -235,7 +311,7 @@ def _as_json(info: KeyInfo) -> dict[str, Any]:
     }
 
 
-def _table(infos: Sequence[KeyInfo], out: TextIO) -> None:
+def _key_table(infos: Sequence[KeyInfo], out: TextIO) -> None:
     header = ("KEY ID", "HINT", "STATUS", "SCOPE", "EXPIRES", "LAST USED", "NAME")
     rows = [
         (
@@ -249,18 +325,15 @@ def _table(infos: Sequence[KeyInfo], out: TextIO) -> None:
         )
         for info in infos
     ]
+    _table(header, rows, out)
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO) -> None:
+    """Aligned columns; the last one, free text, is not padded."""
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
     for row in [header, *rows]:
         cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
         print("  ".join([*cells, row[-1]]), file=out)
-
-
-def _redact(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _local_time_zone() -> str:
@@ -273,19 +346,142 @@ def _local_time_zone() -> str:
     return zone if found and zone else "UTC"
 
 
-# --- the parser -----------------------------------------------------------------------------
+# --- opening the store -----------------------------------------------------------------------
 
-_EXAMPLES: Final = """\
+_SQLITE: Final = "sqlite:///"
+
+
+def _open(url: str, *, init: bool) -> Database:
+    """The store at *url*; unless *init*, one that ``db init`` prepared (none is created)."""
+    if "://" not in url and not url.startswith("sqlite:"):
+        raise CommandError(
+            f"the store is a URL, not a file name: for a SQLite file, sqlite:///{url}", 2
+        )
+    if url.startswith(_SQLITE):  # SQLite creates a missing file: a typo must not
+        path = os.path.abspath(url.removeprefix(_SQLITE))
+        if init and not os.path.isdir(os.path.dirname(path)):
+            raise CommandError(
+                f"cannot create {path}: there is no directory {os.path.dirname(path)}", 2
+            )
+        if not init and not os.path.exists(path):
+            raise CommandError(
+                f"there is no store at {path} (from {url}): check --store or "
+                f"${ENVIRONMENT_VARIABLE}, or create it with 'keyturn db init'"
+            )
+    elif url.startswith(("postgresql://", "postgres://")):
+        _reach_postgres(url)
+    with _reported(ValueError, status=2):  # the URL names no store
+        db = open_database(url)
+    if not init:
+        with _reported(RuntimeError):  # a schema newer than this keyturn
+            ready = db.schema_version() > 0
+        if not ready:
+            db.close()
+            raise CommandError(
+                f"the store {redact_url(url)} has no keyturn tables in the first schema of "
+                "its search_path: run 'keyturn db init'"
+            )
+    return db
+
+
+def _reach_postgres(url: str) -> None:
+    """Connect once, so that a server that refuses or is down is reported at once, with
+    libpq's reason (the store's pool would retry in the background until its timeout)."""
+    try:
+        import psycopg
+    except ImportError:
+        return  # open_database() says which extra to install
+    timeout = {} if "connect_timeout" in url else {"connect_timeout": 5}
+    try:
+        psycopg.connect(url, **timeout).close()  # type: ignore[arg-type]
+    except psycopg.Error as exc:
+        reason = " ".join(str(exc).split())
+        raise CommandError(f"cannot connect to the store {redact_url(url)}: {reason}") from None
+
+
+def _driver_errors() -> tuple[type[Exception], ...]:
+    """The database drivers' errors: the store failed (disk, lock, permissions, server)."""
+    psycopg = sys.modules.get("psycopg")  # imported only if a PostgreSQL store was opened
+    return (sqlite3.Error,) if psycopg is None else (sqlite3.Error, psycopg.Error)
+
+
+def _run_in_store(
+    command: Callable[[Database, argparse.Namespace, TextIO], None],
+) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        args.url = getattr(args, "store", None) or os.environ.get(ENVIRONMENT_VARIABLE)
+        args.url = args.url or DEFAULT_STORE_URL
+        db = _open(args.url, init=command is db_init)
+        try:
+            command(db, args, sys.stdout)
+        except _driver_errors() as exc:
+            first_line = (str(exc).splitlines() or [""])[0]  # not the SQL excerpt that follows
+            raise CommandError(f"the store failed: {type(exc).__name__}: {first_line}") from None
+        finally:
+            db.close()
+        return 0
+
+    return run
+
+
+# --- commands without a store ------------------------------------------------------------------
+
+
+def demo(args: argparse.Namespace) -> int:
+    from keyturn import demo  # the demo extra (uvicorn) only when asked for
+
+    store = ["--store", args.store] if getattr(args, "store", None) else []
+    demo.main([*store, *args.options])
+    return 0
+
+
+def scan(args: argparse.Namespace) -> int:
+    from keyturn import scan
+
+    if args.staged or args.diff:
+        if args.paths:
+            raise CommandError("--staged and --diff take no PATH", 2)
+        try:
+            diff = scan.staged_diff() if args.staged else args.diff.read()
+        except (OSError, subprocess.CalledProcessError) as exc:
+            reason = getattr(exc, "stderr", b"").decode(errors="replace").strip() or str(exc)
+            raise CommandError(f"git diff --cached failed: {reason}", 2) from None
+        findings = list(scan.find_added_keys(diff))
+    else:
+        paths = args.paths or ["."]
+        for path in paths:
+            if path != "-" and not os.path.lexists(path):
+                raise CommandError(f"no such file or directory: {path}", 2)
+        findings = list(scan.scan_paths(path for path in paths if path != "-"))
+        if "-" in paths:
+            findings += scan.find_keys(sys.stdin.read(), "<stdin>")
+    for finding in findings:
+        print(finding)
+    if findings:
+        print(
+            f"keyturn: {len(findings)} API key(s) found: revoke them in the console "
+            "(keyturn keys revoke) and remove them from these files",
+            file=sys.stderr,
+        )
+    return 1 if findings else 0
+
+
+# --- the parser: the table of contents ------------------------------------------------------
+
+
+def _examples() -> str:
+    in_six_months = (date.today() + timedelta(days=182)).isoformat()
+    return f"""\
 examples:
   keyturn db init
   keyturn org add org_acme --tenant acme --default
   keyturn member add alice org_acme --role admin
   keyturn keys create --as alice --name "CI deploys" --tenant acme --lifetime 7d
   keyturn keys create --as alice --name laptop --org org_acme \\
-      --expires-on 2026-12-31 --time-zone Europe/Paris
+      --expires-on {in_six_months} --time-zone Europe/Paris
   keyturn keys list --as alice --status active --json
   keyturn keys revoke --as alice 3fZk8QmPx2Lw
-  keyturn scan .                      # exit 1 if a key sits in a file
+  keyturn scan --staged               # exit 1 if the next commit adds a key
 
 store URLs:
   sqlite:///keyturn.sqlite3        a file, relative to the current directory
@@ -295,9 +491,6 @@ store URLs:
 exit status: 0 done; 1 not found, not revocable, not reachable, conflicting, or the
 store failed; 2 bad usage or an invalid value.
 """
-
-
-_AS: Final = "the signed-in account the console would act for"
 
 
 def _nonempty(text: str) -> str:
@@ -310,99 +503,108 @@ def _date(text: str) -> date:
     try:
         return date.fromisoformat(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a date in YYYY-MM-DD form: {text!r}") from None
+        pass
+    shape = re.fullmatch(r"(\d{4})-(\d{2})-(\d{2})", text)
+    if shape is None:
+        raise argparse.ArgumentTypeError(f"not a date in YYYY-MM-DD form: {text!r}")
+    year, month, _ = map(int, shape.groups())
+    if not 1 <= month <= 12:
+        raise argparse.ArgumentTypeError(f"{text} does not exist: there is no month {month}")
+    days = calendar.monthrange(year, month)[1]
+    month_name = calendar.month_name[month]
+    raise argparse.ArgumentTypeError(f"{text} does not exist: {month_name} {year} has {days} days")
+
+
+def _version() -> str:
+    try:
+        return f"keyturn {version('keyturn')}"
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "keyturn (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``keyturn`` argument parser (each leaf command sets ``handler``)."""
-    formatter = argparse.RawDescriptionHelpFormatter
+    """The ``keyturn`` argument parser; each command sets ``run(args) -> exit status``."""
     store = argparse.ArgumentParser(add_help=False)
     store.add_argument(
         "--store",
         metavar="URL",
-        default=argparse.SUPPRESS,  # given after the command, it overrides the one before
+        default=argparse.SUPPRESS,  # before or after the command; after wins
         help=f"the store (default: ${ENVIRONMENT_VARIABLE}, else {DEFAULT_STORE_URL})",
     )
     parser = argparse.ArgumentParser(
         prog="keyturn",
         description="Manage personal API keys, organizations and memberships in a store.",
-        epilog=_EXAMPLES,
-        formatter_class=formatter,
+        epilog=_examples(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[store],
     )
-    parser.add_argument(
-        "--store",
-        metavar="URL",
-        default=None,
-        help=f"the store (default: ${ENVIRONMENT_VARIABLE}, else {DEFAULT_STORE_URL})",
-    )
+    parser.add_argument("--version", action="version", version=_version())
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
 
-    def group(name: str, text: str) -> argparse._SubParsersAction[argparse.ArgumentParser]:
+    def group(name: str, text: str) -> Callable[..., argparse.ArgumentParser]:
         sub = commands.add_parser(name, help=text, description=text)
-        return sub.add_subparsers(title="commands", metavar="COMMAND", required=True)
+        leaves = sub.add_subparsers(title="commands", metavar="COMMAND", required=True)
 
-    def leaf(
-        parent: argparse._SubParsersAction[argparse.ArgumentParser],
-        name: str,
-        handler: Handler,
-        text: str,
-        epilog: str | None = None,
-    ) -> argparse.ArgumentParser:
-        sub = parent.add_parser(
-            name,
-            help=text,
-            description=text,
-            epilog=epilog,
-            parents=[store],
-            formatter_class=formatter,
+        def leaf(name: str, run: Callable[..., None], text: str, **extra: Any) -> Any:
+            command = leaves.add_parser(name, help=text, description=text, parents=[store], **extra)
+            command.set_defaults(run=_run_in_store(run))
+            return command
+
+        return leaf
+
+    def account(command: argparse.ArgumentParser) -> None:
+        command.add_argument(
+            "--as",
+            dest="account",
+            metavar="ACCOUNT",
+            required=True,
+            type=_nonempty,
+            help="the signed-in account the console would act for",
         )
-        sub.set_defaults(handler=handler)
-        return sub
+
+    def as_json(command: argparse.ArgumentParser) -> None:
+        command.add_argument("--json", action="store_true", help="print JSON (UTF-8)")
 
     db = group("db", "the store itself")
-    leaf(db, "init", _db_init, "create or upgrade keyturn's tables (idempotent)")
+    db("init", db_init, "create or upgrade keyturn's tables (idempotent)")
 
     org = group("org", "organizations")
-    sub = leaf(org, "add", _org_add, "add an organization to a tenant")
+    sub = org("add", org_add, "add an organization to a tenant")
     sub.add_argument(
-        "organization",
-        metavar="ORG",
-        type=_nonempty,
-        help="the organization id, as x-organization-id will name it",
+        "organization", metavar="ORG", type=_nonempty, help="as x-organization-id names it"
     )
     sub.add_argument("--tenant", required=True, type=_nonempty, help="the tenant it belongs to")
-    sub.add_argument(
-        "--default", action="store_true", help="make it the tenant's 'default' organization"
-    )
+    sub.add_argument("--default", action="store_true", help="make it the tenant's 'default' one")
+    sub = org("list", org_list, "list the organizations, by tenant")
+    sub.add_argument("--tenant", type=_nonempty, help="only this tenant's")
+    as_json(sub)
+    sub = org("remove", org_remove, "remove an organization and its memberships")
+    sub.add_argument("organization", metavar="ORG", type=_nonempty)
 
     member = group("member", "who holds which role in which organization")
-    sub = leaf(member, "add", _member_add, "give an account a role in an organization")
+    sub = member("add", member_add, "give an account a role in an organization")
     sub.add_argument("account", metavar="ACCOUNT", type=_nonempty)
     sub.add_argument("organization", metavar="ORG", type=_nonempty)
     sub.add_argument("--role", required=True, type=_nonempty, help="e.g. admin, member, viewer")
-    sub = leaf(member, "remove", _member_remove, "take an account's role in an organization away")
+    sub = member("list", member_list, "list the accounts of an organization and their roles")
+    sub.add_argument("organization", metavar="ORG", type=_nonempty)
+    as_json(sub)
+    sub = member("remove", member_remove, "take an account's role in an organization away")
     sub.add_argument("account", metavar="ACCOUNT", type=_nonempty)
     sub.add_argument("organization", metavar="ORG", type=_nonempty)
 
     keys = group("keys", "create, list and revoke personal API keys")
-    sub = leaf(
-        keys,
+    sub = keys(
         "create",
-        _keys_create,
+        keys_create,
         "create a key; its secret is printed once and cannot be retrieved later",
-        epilog=(
-            "The key expires after --lifetime (default 30d), or at the end of the day given\n"
-            "by --expires-on in --time-zone (between tomorrow and one year from today)."
-        ),
+        epilog="The key expires after --lifetime (default 30d), or at the end of the day "
+        "given by --expires-on in --time-zone (between tomorrow and one year from today).",
     )
-    sub.add_argument(
-        "--as", dest="account", metavar="ACCOUNT", required=True, type=_nonempty, help=_AS
-    )
+    account(sub)
     sub.add_argument("--name", required=True, help="where the key is used (1-100 characters)")
     scope = sub.add_mutually_exclusive_group(required=True)
-    scope.add_argument(
-        "--tenant", type=_nonempty, help="a tenant-scoped key: works in every organization"
-    )
+    scope.add_argument("--tenant", type=_nonempty, help="a tenant-scoped key: every organization")
     scope.add_argument(
         "--org",
         dest="organization",
@@ -416,227 +618,75 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument(
         "--time-zone",
         metavar="ZONE",
-        help="IANA zone of --expires-on, e.g. Europe/Paris (default: this machine's zone)",
+        help="IANA zone of --expires-on, e.g. Europe/Paris (default: this machine's)",
     )
-
-    sub = leaf(keys, "list", _keys_list, "list the account's own keys, newest first (no secrets)")
-    sub.add_argument(
-        "--as", dest="account", metavar="ACCOUNT", required=True, type=_nonempty, help=_AS
-    )
+    sub.add_argument("--json", action="store_true", help="print the key and its secret as JSON")
+    sub = keys("list", keys_list, "list the account's own keys, newest first (no secrets)")
+    account(sub)
     sub.add_argument("--status", choices=STATUSES, type=str.lower, help="any case")
-    sub.add_argument(
-        "--scope", metavar="SCOPE", help="tenant, organization, or one organization's id"
-    )
-    sub.add_argument("--json", action="store_true", help="print JSON instead of a table")
-
-    sub = leaf(keys, "revoke", _keys_revoke, "revoke one of the account's keys: immediate, final")
-    sub.add_argument(
-        "--as", dest="account", metavar="ACCOUNT", required=True, type=_nonempty, help=_AS
-    )
+    sub.add_argument("--scope", help="tenant, organization, or one organization's id")
+    as_json(sub)
+    sub = keys("revoke", keys_revoke, "revoke one of the account's keys: immediate, final")
+    account(sub)
     sub.add_argument("key_id", metavar="KEY_ID", help="as shown by 'keyturn keys list'")
 
     sub = commands.add_parser(
         "demo",
-        help="serve the list-models example with fresh demo keys",
-        description="Seed a demo tenant and user, print two fresh keys and curl lines, and "
-        "serve the list-models example on 127.0.0.1 until Ctrl+C. Its store is not your "
-        "own: it defaults to sqlite:///keyturn-demo.sqlite3 in the current directory.",
+        help="serve the list-models example with fresh demo keys ('keyturn demo --help')",
+        add_help=False,  # the demo's own options and --help: keyturn.demo parses them
+        prefix_chars="\0",
     )
-    sub.add_argument(
-        "--store",
-        metavar="URL",
-        default=argparse.SUPPRESS,
-        help="the demo's store (default: $KEYTURN_DEMO_STORE, else sqlite:///keyturn-demo.sqlite3)",
-    )
-    sub.add_argument(
-        "--port", type=int, default=None, help="default: $KEYTURN_DEMO_PORT, else 8000"
-    )
-    sub.set_defaults(standalone=_demo)
+    sub.add_argument("options", nargs=argparse.REMAINDER)
+    sub.set_defaults(run=demo)
 
     sub = commands.add_parser(
         "scan",
         help="find API keys in files before they are committed (exit 1 if any)",
         description="Report every keyturn API key (checked by its checksum, so look-alikes "
-        "are ignored) in the given files and folders, by place, key id and hint: never the "
-        "secret. Folders are walked, skipping .git, virtual environments and caches; only "
-        "regular text files are read (UTF-8 or UTF-16). '-' reads standard input. "
-        "Exit status: 0 no key found, 1 keys found (revoke them), 2 bad usage.",
+        "are ignored) in files and folders, by place, key id and hint: never the secret. "
+        "Folders are walked, skipping .git, virtual environments and caches; only regular "
+        "text files are read (UTF-8 or UTF-16). '-' reads standard input. Exit status: 0 "
+        "no key found, 1 keys found (revoke them), 2 bad usage.",
     )
     sub.add_argument("paths", nargs="*", metavar="PATH", help="default: .")
     source = sub.add_mutually_exclusive_group()
     source.add_argument(
         "--staged",
         action="store_true",
-        help="scan only the lines the next commit adds (git diff --cached): a pre-commit check",
+        help="only the lines the next commit adds (a pre-commit check)",
     )
     source.add_argument(
         "--diff",
         metavar="FILE",
         type=argparse.FileType("r", encoding="utf-8", errors="surrogateescape"),
-        help="scan only the added lines of a unified diff ('-': standard input)",
+        help="only the added lines of a unified diff ('-': standard input)",
     )
-    sub.set_defaults(standalone=_scan)
+    sub.set_defaults(run=scan)
     return parser
 
 
-def _demo(args: argparse.Namespace) -> int:
-    from keyturn import demo  # the demo extra (uvicorn) only when asked for
-
-    demo.main(
-        [
-            *(["--store", args.store] if getattr(args, "store", None) else []),
-            *(["--port", str(args.port)] if args.port is not None else []),
-        ]
-    )
-    return 0
-
-
-def _scan(args: argparse.Namespace) -> int:
-    from keyturn import scan
-
-    if (args.staged or args.diff) and args.paths:
-        print("keyturn: error: --staged and --diff take no PATH", file=sys.stderr)
-        return 2
-    if args.staged:
-        try:
-            diff = scan.staged_diff()
-        except (OSError, subprocess.CalledProcessError) as exc:
-            reason = getattr(exc, "stderr", b"").decode(errors="replace").strip() or str(exc)
-            print(f"keyturn: error: git diff --cached failed: {reason}", file=sys.stderr)
-            return 2
-        findings = list(scan.find_added_keys(diff))
-    elif args.diff:
-        findings = list(scan.find_added_keys(args.diff.read()))
-    else:
-        paths = args.paths or ["."]
-        missing = [path for path in paths if path != "-" and not os.path.lexists(path)]
-        if missing:
-            print(f"keyturn: error: no such file or directory: {missing[0]}", file=sys.stderr)
-            return 2
-        findings = list(scan.scan_paths(path for path in paths if path != "-"))
-        if "-" in paths:
-            findings += scan.find_keys(sys.stdin.read(), "<stdin>")
-    for finding in findings:
-        print(finding)
-    if findings:
-        print(
-            f"keyturn: {len(findings)} API key(s) found: revoke them in the console "
-            "(keyturn keys revoke) and remove them from these files",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
-
-
-# --- running a command --------------------------------------------------------------------
+# --- running a command -----------------------------------------------------------------------
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command in *argv* (default: ``sys.argv[1:]``); returns the exit status."""
     try:
         args = build_parser().parse_args(argv)
-    except SystemExit as exit:  # --help, or a usage error already printed by argparse
-        return exit.code if isinstance(exit.code, int) else 2
-    standalone = getattr(args, "standalone", None)
-    if standalone is not None:  # demo and scan: no store of the user's to open
-        code: int = standalone(args)
-        return code
-    args.store = args.store or os.environ.get(ENVIRONMENT_VARIABLE) or DEFAULT_STORE_URL
-    try:
-        return _run(args, sys.stdout)
-    except CommandError as error:
+        status: int = args.run(args)
+    except SystemExit as exit:  # --help, a usage error argparse printed, the demo's refusal
+        if isinstance(exit.code, str):
+            print(f"keyturn: error: {exit.code}", file=sys.stderr)
+            return 1
+        return exit.code or 0
+    except (CommandError, KeyturnError) as error:
         print(f"keyturn: error: {error}", file=sys.stderr)
-        return error.status
+        if isinstance(error, CommandError):
+            return error.status
+        return 2 if isinstance(error, _INVALID_VALUES) else 1
     except BrokenPipeError:  # `keyturn keys list | head`: the reader left, nothing to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
-
-
-class _ConnectionErrors(logging.Handler):
-    """Keeps the pool's last "error connecting" line, instead of letting it print."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.last: str | None = None
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.last = " ".join(record.getMessage().split())
-
-
-def _run(args: argparse.Namespace, out: TextIO) -> int:
-    # A PostgreSQL pool connects in the background and logs each failed attempt; the
-    # command reports the last one, once, in its own error line.
-    pool_log = logging.getLogger("psycopg.pool")
-    errors, propagate = _ConnectionErrors(), pool_log.propagate
-    pool_log.addHandler(errors)
-    pool_log.propagate = False
-    try:
-        try:
-            db = open_database(args.store)
-        except ValueError as exc:
-            raise CommandError(str(exc), status=2) from None
-        try:
-            if args.handler is _db_init:
-                _require_membership(db)
-            else:
-                _require_schema(db, args.store)
-            args.handler(db, args, out)
-        except CommandError:
-            raise
-        except Exception as exc:
-            error = _command_error(exc, args.store, errors.last)
-            if error is None:
-                raise  # a bug: let the traceback show
-            raise error from None
-        finally:
-            db.close()
-    finally:
-        pool_log.removeHandler(errors)
-        pool_log.propagate = propagate
-    return 0
-
-
-def _require_membership(db: Database) -> None:
-    if isinstance(db, SQLiteDatabase):
-        folder = os.path.dirname(os.path.abspath(db.path))
-        if not os.path.isdir(folder):
-            raise CommandError(
-                f"cannot create {os.path.abspath(db.path)}: there is no directory {folder}",
-                status=2,
-            )
-
-
-def _require_schema(db: Database, url: str) -> None:
-    # The library creates a SQLite file on first use; the command does not, so that a typo
-    # in a path is an error rather than a new empty store.
-    if isinstance(db, SQLiteDatabase):
-        if not os.path.exists(db.path):
-            raise CommandError(
-                f"there is no store at {os.path.abspath(db.path)} (from {url}): check --store "
-                f"or ${ENVIRONMENT_VARIABLE}, or create it with 'keyturn db init'"
-            )
-    elif db.schema_version() == 0:
-        raise CommandError(
-            f"the store {_redact(url)} has no keyturn tables in the first schema of its "
-            "search_path: run 'keyturn db init'"
-        )
-
-
-def _command_error(exc: Exception, url: str, connecting: str | None) -> CommandError | None:
-    for kind, status in _EXIT_CODES:
-        if isinstance(exc, kind):
-            return CommandError(str(exc), status)
-    if type(exc).__name__ == "PoolTimeout" and connecting is not None:
-        reason = connecting.partition(": ")[2] or connecting
-        return CommandError(f"cannot connect to the store {_redact(url)}: {reason}")
-    psycopg = sys.modules.get("psycopg")  # imported only if a PostgreSQL store was opened
-    driver_errors = (sqlite3.Error,) if psycopg is None else (sqlite3.Error, psycopg.Error)
-    if isinstance(exc, driver_errors):
-        message = (str(exc).splitlines() or [""])[0]  # not the SQL excerpt that follows
-        if type(exc).__name__ == "InvalidSchemaName":
-            message += ": create the schema that the URL's search_path names first"
-        return CommandError(f"the store failed: {type(exc).__name__}: {message}")
-    return None
+    return status
 
 
 if __name__ == "__main__":

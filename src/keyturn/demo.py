@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import attrs
 
 from keyturn import CreatedKey, KeyManager, KeyStore, Lifetime, MembershipProvider, Scope
-from keyturn.stores import open_database
+from keyturn.stores import open_database, redact_url
 
 __all__ = ["DemoKeys", "instructions", "main", "seed"]
 
@@ -158,11 +158,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         db.create_schema()
         keys = seed(db.keys, db.membership)
         app = example.create_app(db.keys, db.membership)
-        print(f"Store: {args.store}")
+        print(f"Store: {redact_url(args.store)}")
         print(instructions(keys, f"http://127.0.0.1:{args.port}"))
         print(
             "The keys stay in the store after the demo stops; list them with",
-            shlex.join(["keyturn", "keys", "list", "--as", USER, "--store", args.store]),
+            shlex.join(
+                ["keyturn", "keys", "list", "--as", USER, "--store", redact_url(args.store)]
+            ),
             flush=True,
         )
         uvicorn.run(app, host="127.0.0.1", port=args.port)

@@ -3,17 +3,27 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
+import re
 import socket
 import subprocess
 import sys
 from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
+from importlib.metadata import version
 from pathlib import Path
+from urllib.parse import quote
 from zoneinfo import ZoneInfo
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from keyturn.cli import _redact, main
+from keyturn.cli import main
+from keyturn.stores import redact_url
+from keyturn.stores.memory import MemoryMembership
+from keyturn.stores.sqlite import SQLiteDatabase
 
 Run = Callable[..., tuple[int, str, str]]
 
@@ -102,7 +112,7 @@ def test_list_filters_by_status_and_scope(ready: Run) -> None:
     assert ids("--scope", "organization") == [default, research]
     assert ids("--scope", "org_research") == [research]
     status, out, _ = ready("keys", "list", "--as", "alice", "--status", "expired")
-    assert (status, out.strip()) == (0, "No keys of alice match.")
+    assert (status, out.strip()) == (0, "alice has no key that matches.")
     status, out, _ = ready("keys", "list", "--as", "alice")
     assert out.splitlines()[0].split()[:3] == ["KEY", "ID", "HINT"]
     assert len(out.splitlines()) == 4
@@ -267,7 +277,7 @@ def test_demo_help_names_the_demo_s_own_defaults(capsys: pytest.CaptureFixture[s
 
 
 def test_an_unreachable_postgresql_store_is_one_line_with_the_reason(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
     """The pool's connection errors become one error line, with the reason, password hidden."""
     pytest.importorskip("psycopg_pool")
@@ -275,27 +285,66 @@ def test_an_unreachable_postgresql_store_is_one_line_with_the_reason(
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     url = f"postgresql://app:hunter2@127.0.0.1:{port}/app"
-    assert main(["--store", url, "keys", "list", "--as", "alice"]) == 1  # after the 5 s timeout
+    with caplog.at_level(logging.DEBUG, logger="psycopg.pool"):
+        assert main(["--store", url, "keys", "list", "--as", "alice"]) == 1
+    assert caplog.records == []  # refused at once: no pool was left retrying until its timeout
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "hunter2" not in err
     assert f"cannot connect to the store postgresql://app:***@127.0.0.1:{port}/app" in err
     assert "refused" in err
 
 
-def test_passwords_in_store_urls_are_never_printed() -> None:
-    """A store URL is shown with its password replaced."""
-    assert _redact("postgresql://app:hunter2@127.0.0.1:5432/keys") == (
-        "postgresql://app:***@127.0.0.1:5432/keys"
-    )
-    assert _redact("sqlite:///keyturn.sqlite3") == "sqlite:///keyturn.sqlite3"
+SECRET = "hun@ter 2/x'?"  # a password as awkward as libpq allows
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://app:{q}@127.0.0.1:5432/keys", "postgresql://app:***@127.0.0.1:5432/keys"),
+        ("postgres://app:{raw}@h/db", "postgres://app:***@h/db"),
+        ("postgresql://app@h/db?sslmode=require&password={q}", "postgresql://app@h/db?sslmode=require&password=***"),
+        ("postgresql://h1:1,h2:2/db?pass%77ord={q}", "postgresql://h1:1,h2:2/db?pass%77ord=***"),
+        ("postgresql:///db?host=/run/pg&sslpassword={q}", "postgresql:///db?host=/run/pg&sslpassword=***"),
+        ("host=h password={escaped} dbname=keys", "host=h password=*** dbname=keys"),
+        ("host=h password = '{quoted}' user=app", "host=h password = *** user=app"),
+        ("sslpassword='{quoted}'", "sslpassword=***"),
+        ("dbname='postgresql://app:{q}@h/db' host=h", "dbname='postgresql://app:***@h/db' host=h"),
+        ("host=h dbname=postgresql://app:{q}@h/db", "host=h dbname='postgresql://app:***@h/db'"),
+        ("sqlite:///keyturn.sqlite3", "sqlite:///keyturn.sqlite3"),
+        ("postgresql://app@127.0.0.1:5432/keys", "postgresql://app@127.0.0.1:5432/keys"),
+    ],
+)  # fmt: skip
+def test_every_credential_form_libpq_accepts_is_redacted(url: str, shown: str) -> None:
+    """Passwords in a URL's user info or query, or in key/value connection strings, are hidden."""
+    forms = {
+        "q": quote(SECRET, safe=""),
+        "raw": SECRET.replace("/", "%2F").replace(" ", "%20"),
+        "escaped": SECRET.replace("\\", "\\\\").replace(" ", "\\ ").replace("'", "\\'"),
+        "quoted": SECRET.replace("\\", "\\\\").replace("'", "\\'"),
+    }
+    assert redact_url(url.format(**forms)) == shown
+
+
+@given(st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\0"), min_size=1))
+def test_no_password_survives_redaction(password: str) -> None:
+    """Whatever the password, no form of it is left in the redacted URL or connection string."""
+    quoted = password.replace("\\", "\\\\").replace("'", "\\'")
+    for url in (
+        f"postgresql://app:{quote(password, safe='')}@h/db",
+        f"postgresql://h/db?password={quote(password, safe='')}",
+        f"host=h password='{quoted}' port=5432",
+    ):
+        assert "***" in redact_url(url)
+        for kept in (quote(password, safe=""), f"'{quoted}'"):
+            assert len(kept) < 4 or kept not in redact_url(url)
 
 
 def test_the_command_runs_as_a_program(url: str) -> None:
-    """`python -m keyturn.cli` works, and exits 2 on a usage error with argparse's message."""
+    """`python -m keyturn` works, and exits 2 on a usage error with argparse's message."""
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(  # noqa: S603 -- our own interpreter and arguments
-            [sys.executable, "-m", "keyturn.cli", "--store", url, *args],
+            [sys.executable, "-m", "keyturn", "--store", url, *args],
             capture_output=True,
             text=True,
             timeout=60,
@@ -329,3 +378,181 @@ def test_postgresql_store_needs_db_init(
     assert main(["--store", url, "keys", "list", "--as", "alice"]) == 0
     listing = capsys.readouterr().out
     assert "Active" in listing and secret not in listing
+
+
+def test_version_and_python_m_keyturn() -> None:
+    """`python -m keyturn --version` names the installed version."""
+    done = subprocess.run(
+        [sys.executable, "-m", "keyturn", "--version"], capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stdout) == (0, f"keyturn {version('keyturn')}\n")
+
+
+def test_create_json_gives_the_secret_to_scripts_in_utf8(url: str) -> None:
+    """keys create --json prints one JSON object with the secret, in UTF-8 whatever the locale."""
+    main(["--store", url, "db", "init"])
+    main(["--store", url, "org", "add", "org_default", "--tenant", "acme", "--default"])
+    main(["--store", url, "member", "add", "alice", "org_default", "--role", "admin"])
+    done = subprocess.run(  # noqa: S603 -- our own interpreter and arguments
+        [sys.executable, "-m", "keyturn", "--store", url, "keys", "create", "--as", "alice",
+         "--name", "déploiement", "--tenant", "acme", "--json"],
+        capture_output=True,
+        timeout=60,
+        env={**os.environ, "PYTHONIOENCODING": "latin-1"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert b"\\u" not in done.stdout and "déploiement".encode() in done.stdout
+    created = json.loads(done.stdout.decode("utf-8"))
+    assert (
+        created["secret"].startswith("rma_")
+        and created["hint"] == "rma_\u2026" + created["secret"][-4:]
+    )
+    assert created["name"] == "déploiement" and created["status"] == "Active"
+
+
+def test_a_file_name_as_store_suggests_the_url(
+    keyturn: Run, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--store keys.db is refused with the sqlite:/// URL it probably means."""
+    assert main(["--store", "keys.db", "keys", "list", "--as", "alice"]) == 2
+    assert "sqlite:///keys.db" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("day", "message"),
+    [
+        ("2026-02-30", "2026-02-30 does not exist: February 2026 has 28 days"),
+        ("2028-02-30", "2028-02-30 does not exist: February 2028 has 29 days"),
+        ("2026-13-01", "2026-13-01 does not exist: there is no month 13"),
+        ("30/12/2026", "not a date in YYYY-MM-DD form"),
+    ],
+)
+def test_an_impossible_date_says_it_does_not_exist(ready: Run, day: str, message: str) -> None:
+    """--expires-on tells a day that does not exist from a date in the wrong form."""
+    status, _, err = ready(
+        "keys", "create", "--as", "alice", "--name", "x", "--tenant", "acme", "--expires-on", day
+    )
+    assert status == 2 and message in err
+
+
+def test_org_list_and_member_list(ready: Run) -> None:
+    """org list shows organizations by tenant; member list shows an organization's roles."""
+    assert ready("org", "add", "org_globex", "--tenant", "globex")[0] == 0
+    status, out, _ = ready("org", "list")
+    assert status == 0
+    assert [line.split() for line in out.splitlines()] == [
+        ["ORG", "TENANT", "DEFAULT"],
+        ["org_default", "acme", "yes"],
+        ["org_research", "acme", "-"],
+        ["org_globex", "globex", "-"],
+    ]
+    assert json.loads(ready("org", "list", "--tenant", "globex", "--json")[1]) == [
+        {"id": "org_globex", "tenant_id": "globex", "default": False}
+    ]
+    assert ready("member", "add", "bob", "org_research", "--role", "viewer")[0] == 0
+    status, out, _ = ready("member", "list", "org_research")
+    assert [line.split() for line in out.splitlines()] == [
+        ["ACCOUNT", "ROLE"],
+        ["alice", "member"],
+        ["bob", "viewer"],
+    ]
+    assert json.loads(ready("member", "list", "org_globex", "--json")[1]) == []
+    status, _, err = ready("member", "list", "org_nope")
+    assert status == 1 and "there is no organization 'org_nope'" in err
+
+
+def test_removing_a_role_or_an_organization_names_the_keys_made_inactive(ready: Run) -> None:
+    """member remove and org remove list the keys that became Inactive, and only those."""
+    research, research_secret = create(ready, "--name", "research", "--org", "org_research")
+    tenant, _ = create(ready, "--name", "tenant", "--tenant", "acme")
+    status, out, _ = ready("member", "remove", "alice", "org_research")
+    assert status == 0
+    assert "alice no longer has a role in org_research." in out
+    assert "now Inactive" in out and tenant not in out
+    assert out.splitlines()[-1].split()[:3] == [
+        research,
+        "rma_\u2026" + research_secret[-4:],
+        "Inactive",
+    ]
+    status, out, _ = ready("org", "remove", "org_default")
+    assert status == 0 and "with 1 member(s)" in out
+    assert tenant in out  # alice reaches no organization of acme any more
+    assert json.loads(ready("org", "list", "--json")[1]) == [
+        {"id": "org_research", "tenant_id": "acme", "default": False}
+    ]
+    status, _, err = ready("org", "remove", "org_default")
+    assert status == 1 and "there is no organization 'org_default'" in err
+
+
+def test_messages_name_the_account(ready: Run) -> None:
+    """Errors speak to an operator about the account, not to 'you'."""
+    status, _, err = ready("keys", "revoke", "--as", "alice", "NoSuchKey123")
+    assert (status, err) == (1, "keyturn: error: alice has no key with id 'NoSuchKey123'\n")
+
+
+def test_the_help_example_date_is_always_ahead(capsys: pytest.CaptureFixture[str]) -> None:
+    """The --expires-on example in --help is a date between tomorrow and a year from today."""
+    assert main(["--help"]) == 0
+    (day,) = re.findall(r"--expires-on (\d{4}-\d{2}-\d{2})", capsys.readouterr().out)
+    assert date.today() < date.fromisoformat(day) <= date.today() + timedelta(days=365)
+
+
+def test_a_bug_shows_its_traceback(ready: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An exception that is not keyturn's own error is not turned into a one-line message."""
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise ValueError("a bug")
+
+    monkeypatch.setattr("keyturn.manager.KeyManager.list", broken)
+    with pytest.raises(ValueError, match="a bug"):
+        ready("keys", "list", "--as", "alice")
+
+
+def test_a_password_in_the_query_is_not_printed_either(capsys: pytest.CaptureFixture[str]) -> None:
+    """A connection error hides ?password= as well as user:password@."""
+    pytest.importorskip("psycopg")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"postgresql://app@127.0.0.1:{port}/app?password=hunter2"
+    assert main(["--store", url, "db", "init"]) == 1
+    err = capsys.readouterr().err
+    assert "hunter2" not in err and "password=***" in err
+
+
+@pytest.mark.parametrize("suffix", ["", "-wal", "-shm", "-journal"])
+def test_sqlite_files_and_their_side_files_are_ignored_by_git(suffix: str) -> None:
+    """keyturn.sqlite3 and SQLite's -wal, -shm and -journal files are never committed."""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(  # noqa: S603 -- fixed arguments
+        ["git", "check-ignore", "--no-index", "-q", f"keyturn-demo.sqlite3{suffix}"],  # noqa: S607
+        cwd=root,
+        check=False,
+    )
+    assert done.returncode == 0
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_membership_lists_and_removes_organizations(kind: str, tmp_path: Path) -> None:
+    """organizations(), members_of() and remove_organization() agree in memory and in SQL."""
+    db = SQLiteDatabase(tmp_path / "k.sqlite3") if kind == "sqlite" else None
+    membership = db.membership if db is not None else MemoryMembership()
+    membership.add_organization("org_b", tenant_id="acme", default=True)
+    membership.add_organization("org_a", tenant_id="acme")
+    membership.add_organization("org_c", tenant_id="globex")
+    membership.add_member("bob", "org_b", role="viewer")
+    membership.add_member("alice", "org_b", role="admin")
+    membership.add_member("alice", "org_a", role="admin")
+    assert [o.id for o in membership.organizations()] == ["org_a", "org_b", "org_c"]
+    assert membership.members_of("org_b") == [("alice", "admin"), ("bob", "viewer")]
+    assert membership.remove_organization("org_b") is True
+    assert membership.remove_organization("org_b") is False
+    assert membership.get_default_organization("acme") is None
+    assert membership.members_of("org_b") == []
+    assert membership.get_role("bob", "org_b") is None
+    assert not membership.reaches_tenant("bob", "acme")
+    assert membership.reaches_tenant("alice", "acme")  # through org_a
+    membership.add_organization("org_b", tenant_id="globex")  # the id is free again
+    assert membership.members_of("org_b") == []
+    if db is not None:
+        db.close()

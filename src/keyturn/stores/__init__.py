@@ -19,13 +19,15 @@ Each is a *database*: ``.keys`` (a :class:`~keyturn.protocols.KeyStore`), ``.mem
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import re
+from typing import TYPE_CHECKING, Final
+from urllib.parse import unquote
 
 if TYPE_CHECKING:
     from keyturn.stores.postgres import PostgresDatabase
     from keyturn.stores.sqlite import SQLiteDatabase
 
-__all__ = ["open_database"]
+__all__ = ["open_database", "redact_url"]
 
 _SQLITE = "sqlite:///"
 _POSTGRES = ("postgresql://", "postgres://")
@@ -59,3 +61,55 @@ def open_database(url: str) -> SQLiteDatabase | PostgresDatabase:
         f"unsupported store URL scheme {scheme!r}: use sqlite:///path/to/file.sqlite3 "
         "or postgresql://user@host:port/database"
     )
+
+
+# --- printing a store URL -------------------------------------------------------------------
+
+_SECRET_KEYWORDS: Final = frozenset({"password", "sslpassword"})
+_HIDDEN: Final = "***"
+# One `keyword = value` of a libpq key/value string: a quoted value keeps \' and \\ escapes.
+# One `name=value` of a URL's query: its names may be percent-encoded.
+_QUERY_PARAM: Final = re.compile(r"(?P<before>[?&])(?P<name>[^=&?]*)=(?P<value>[^&]*)")
+_KEYWORD_VALUE: Final = re.compile(
+    r"(?P<keyword>\w+)(?P<equals>\s*=\s*)(?P<value>'(?:[^'\\]|\\.)*'?|(?:\\.|[^\s\\])+\\?)",
+    re.DOTALL,
+)
+
+
+def redact_url(url: str) -> str:
+    """*url* with every credential libpq accepts replaced by ``***``, fit to print.
+
+    Covers ``user:password@`` in a URL, ``password`` and ``sslpassword`` in a URL's query
+    (percent-encoded names too) or in a ``keyword=value`` connection string (quoted or not),
+    and a connection string nested in ``dbname``. A URL without credentials is unchanged.
+    """
+    scheme, separator, rest = url.partition("://")
+    if separator and "=" not in scheme and " " not in scheme:
+        userinfo, at, host = rest.rpartition("@")  # the last @: a password may hold one
+        if at and ":" in userinfo:
+            rest = f"{userinfo.partition(':')[0]}:{_HIDDEN}@{host}"
+        return f"{scheme}://{_QUERY_PARAM.sub(_redact_param, rest)}"
+    return _KEYWORD_VALUE.sub(_redact_keyword, url)
+
+
+def _redact_param(match: re.Match[str]) -> str:
+    if _is_secret(unquote(match["name"])):
+        return f"{match['before']}{match['name']}={_HIDDEN}"
+    return match.group()
+
+
+def _redact_keyword(match: re.Match[str]) -> str:
+    keyword, value = match["keyword"], match["value"]
+    if _is_secret(keyword):
+        value = _HIDDEN
+    elif keyword == "dbname":  # libpq expands a dbname that is itself a connection string
+        plain = value[1:-1] if value.startswith("'") else value
+        plain = re.sub(r"\\(.)", r"\1", plain, flags=re.DOTALL)
+        redacted = redact_url(plain)
+        if redacted != plain:
+            value = "'" + redacted.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return f"{keyword}{match['equals']}{value}"
+
+
+def _is_secret(keyword: str) -> bool:
+    return keyword.strip().lower() in _SECRET_KEYWORDS

@@ -317,6 +317,31 @@ def remove_member(account_id: str, organization_id: str) -> Op[None]:
     yield Query(_DELETE_MEMBERSHIP, (account_id, organization_id), COUNT)
 
 
+_SELECT_ORGANIZATIONS: Final = (
+    "SELECT id, tenant_id, is_default FROM keyturn_organizations ORDER BY tenant_id, id"
+)
+# Memberships go with the organization: ON DELETE CASCADE.
+_DELETE_ORGANIZATION: Final = "DELETE FROM keyturn_organizations WHERE id = %s"
+_SELECT_MEMBERS: Final = (
+    "SELECT account_id, role FROM keyturn_memberships WHERE organization_id = %s "
+    "ORDER BY account_id"
+)
+
+
+def organizations() -> Op[list[Organization]]:
+    rows = yield Query(_SELECT_ORGANIZATIONS, (), ALL)
+    return [Organization(id=row[0], tenant_id=row[1], is_default=bool(row[2])) for row in rows]
+
+
+def remove_organization(organization_id: str) -> Op[bool]:
+    return bool((yield Query(_DELETE_ORGANIZATION, (organization_id,), COUNT)))
+
+
+def members_of(organization_id: str) -> Op[list[tuple[str, str]]]:
+    rows = yield Query(_SELECT_MEMBERS, (organization_id,), ALL)
+    return [(str(account), str(role)) for account, role in rows]
+
+
 # --- the stores, over a driver --------------------------------------------------------------
 
 
@@ -403,6 +428,18 @@ class SQLMembership:
     def reaches_tenant(self, account_id: str, tenant_id: str) -> bool:
         return self._run(reaches_tenant(account_id, tenant_id))
 
+    def organizations(self) -> list[Organization]:
+        """Every organization, by tenant and id."""
+        return self._run(organizations())
+
+    def remove_organization(self, organization_id: str) -> bool:
+        """Remove the organization and its memberships; ``False`` if there was none."""
+        return self._run(remove_organization(organization_id))
+
+    def members_of(self, organization_id: str) -> list[tuple[str, str]]:
+        """The ``(account_id, role)`` pairs of the organization, by account."""
+        return self._run(members_of(organization_id))
+
 
 class AsyncSQLKeyStore:
     """The async twin of :class:`SQLKeyStore`."""
@@ -466,3 +503,15 @@ class AsyncSQLMembership:
 
     async def reaches_tenant(self, account_id: str, tenant_id: str) -> bool:
         return await self._run(reaches_tenant(account_id, tenant_id))
+
+    async def organizations(self) -> list[Organization]:
+        """Every organization, by tenant and id."""
+        return await self._run(organizations())
+
+    async def remove_organization(self, organization_id: str) -> bool:
+        """Remove the organization and its memberships; ``False`` if there was none."""
+        return await self._run(remove_organization(organization_id))
+
+    async def members_of(self, organization_id: str) -> list[tuple[str, str]]:
+        """The ``(account_id, role)`` pairs of the organization, by account."""
+        return await self._run(members_of(organization_id))

@@ -134,3 +134,35 @@ class MemoryMembership:
 
     def reaches_tenant(self, account_id: str, tenant_id: str) -> bool:
         return (account_id, tenant_id) in self._reach
+
+    def organizations(self) -> list[Organization]:
+        """Every organization, by tenant and id."""
+        return sorted(self._organizations.values(), key=lambda o: (o.tenant_id, o.id))
+
+    def remove_organization(self, organization_id: str) -> bool:
+        """Remove the organization and its memberships; ``False`` if there was none."""
+        with self._lock:
+            organization = self._organizations.pop(organization_id, None)
+            if organization is None:
+                return False
+            if self._defaults.get(organization.tenant_id) == organization:
+                del self._defaults[organization.tenant_id]
+            for account_id, _ in self._members(organization_id):
+                del self._roles[account_id, organization_id]
+                reach = (account_id, organization.tenant_id)
+                self._reach[reach] -= 1
+                if not self._reach[reach]:
+                    del self._reach[reach]
+        return True
+
+    def members_of(self, organization_id: str) -> list[tuple[str, str]]:
+        """The ``(account_id, role)`` pairs of the organization, by account."""
+        with self._lock:
+            return self._members(organization_id)
+
+    def _members(self, organization_id: str) -> list[tuple[str, str]]:
+        return sorted(
+            (account, role)
+            for (account, org), role in self._roles.items()
+            if org == organization_id
+        )
