@@ -441,12 +441,7 @@ def scan(args: argparse.Namespace) -> int:
     if args.staged or args.diff:
         if args.paths:
             raise CommandError("--staged and --diff take no PATH", 2)
-        try:
-            diff = scan.staged_diff() if args.staged else args.diff.read()
-        except (OSError, subprocess.CalledProcessError) as exc:
-            reason = getattr(exc, "stderr", b"").decode(errors="replace").strip() or str(exc)
-            raise CommandError(f"git diff --cached failed: {reason}", 2) from None
-        findings = list(scan.find_added_keys(diff))
+        findings = list(scan.find_added_keys(_staged_diff() if args.staged else _read(args.diff)))
     else:
         paths = args.paths or ["."]
         for path in paths:
@@ -464,6 +459,26 @@ def scan(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 1 if findings else 0
+
+
+def _staged_diff() -> str:
+    from keyturn.scan import staged_diff
+
+    try:
+        return staged_diff()
+    except (OSError, subprocess.CalledProcessError) as exc:
+        reason = getattr(exc, "stderr", b"").decode(errors="replace").strip() or str(exc)
+        raise CommandError(f"git diff --cached failed: {reason}", 2) from None
+
+
+def _read(name: str) -> str:
+    if name == "-":
+        return sys.stdin.read()
+    try:
+        with open(name, encoding="utf-8", errors="surrogateescape") as file:
+            return file.read()
+    except OSError as exc:
+        raise CommandError(f"cannot read {name}: {exc.strerror}", 2) from None
 
 
 # --- the parser: the table of contents ------------------------------------------------------
@@ -658,7 +673,6 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument(
         "--diff",
         metavar="FILE",
-        type=argparse.FileType("r", encoding="utf-8", errors="surrogateescape"),
         help="only the added lines of a unified diff ('-': standard input)",
     )
     sub.set_defaults(run=scan)

@@ -254,3 +254,19 @@ def test_the_pre_commit_hook_runs_the_staged_scan() -> None:
     assert "- id: keyturn-scan\n" in hooks
     assert "\n  entry: keyturn scan --staged\n" in hooks
     assert "\n  pass_filenames: false\n" in hooks
+
+
+def test_cli_diff_reads_a_file_or_stdin_and_refuses_a_missing_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--diff FILE and --diff - scan the diff's added lines; a missing FILE exits 2."""
+    token = _token.generate()
+    diff = f"+++ b/app.py\n@@ -0,0 +1 @@\n+KEY = '{token.token}'\n"
+    (tmp_path / "change.diff").write_text(diff)
+    assert main(["scan", "--diff", str(tmp_path / "change.diff")]) == 1
+    assert capsys.readouterr().out == f"app.py:1:8: {token.hint} (key id {token.key_id})\n"
+    monkeypatch.setattr("sys.stdin", io.StringIO(diff.replace("+KEY", "-KEY")))
+    assert main(["scan", "--diff", "-"]) == 0
+    assert main(["scan", "--diff", str(tmp_path / "nope.diff")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+    assert main(["scan", "--staged", "."]) == 2
