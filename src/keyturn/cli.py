@@ -43,7 +43,7 @@ from zoneinfo import ZoneInfo
 
 from keyturn import _token
 from keyturn._decision import DEFAULT_ORGANIZATION, DEFAULT_ORGANIZATION_PATTERN
-from keyturn._model import CustomDate, KeyInfo, Lifetime, Scope, ScopeKind, Status
+from keyturn._model import CustomDate, KeyInfo, Lifetime, Organization, Scope, ScopeKind, Status
 from keyturn.errors import InvalidExpiry, InvalidKeyName, KeyNotFound, KeyturnError
 from keyturn.manager import KeyManager
 from keyturn.stores import open_database, redact_url
@@ -135,7 +135,7 @@ def org_remove(db: Database, args: argparse.Namespace, out: TextIO) -> None:
 
 
 def member_add(db: Database, args: argparse.Namespace, out: TextIO) -> None:
-    _members(db, args.organization)  # it exists
+    _organization(db, args.organization)
     with _reported(LookupError):  # removed meanwhile
         db.membership.add_member(args.account, args.organization, role=args.role)
     print(f"{args.account} has the role {args.role} in {args.organization}.", file=out)
@@ -164,9 +164,7 @@ def keys_create(db: Database, args: argparse.Namespace, out: TextIO) -> None:
     if args.organization is None:
         scope = Scope.tenant(args.tenant)
     else:
-        organization = db.membership.get_organization(args.organization)
-        if organization is None:
-            raise CommandError(f"there is no organization {args.organization!r}")
+        organization = _organization(db, args.organization)
         scope = Scope.organization(organization.id, tenant_id=organization.tenant_id)
     expiry: Lifetime | CustomDate = LIFETIMES[args.lifetime]
     if args.expires_on is not None:
@@ -235,10 +233,15 @@ def _manager(db: Database) -> KeyManager:
     return KeyManager(db.keys, db.membership)
 
 
-def _members(db: Database, organization: str) -> list[tuple[str, str]]:
-    if db.membership.get_organization(organization) is None:
-        raise CommandError(f"there is no organization {organization!r}")
-    return db.membership.members_of(organization)
+def _organization(db: Database, organization_id: str) -> Organization:
+    organization = db.membership.get_organization(organization_id)
+    if organization is None:
+        raise CommandError(f"there is no organization {organization_id!r}")
+    return organization
+
+
+def _members(db: Database, organization_id: str) -> list[tuple[str, str]]:
+    return db.membership.members_of(_organization(db, organization_id).id)
 
 
 @contextmanager

@@ -125,7 +125,7 @@ _HUNK: Final = re.compile(r"@@ -\d+(?:,(?P<old>\d+))? \+(?P<start>\d+)(?:,(?P<ne
 # The git on PATH, as the user would run it; options that fix the output's form.
 _GIT_DIFF_STAGED: Final = (
     "git", "-c", "core.quotepath=on", "diff", "--cached", "--no-color", "--no-ext-diff",
-    "--no-textconv", "--unified=0", "--src-prefix=a/", "--dst-prefix=b/",
+    "--no-textconv", "--unified=0", "--find-renames", "--src-prefix=a/", "--dst-prefix=b/",
 )  # fmt: skip
 
 

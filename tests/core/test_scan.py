@@ -270,3 +270,17 @@ def test_cli_diff_reads_a_file_or_stdin_and_refuses_a_missing_one(
     assert main(["scan", "--diff", str(tmp_path / "nope.diff")]) == 2
     assert "cannot read" in capsys.readouterr().err
     assert main(["scan", "--staged", "."]) == 2
+
+
+def test_staged_does_not_count_a_renamed_file_as_added(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Moving a file adds no line, even where the user's git turns rename detection off."""
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "config", "diff.renames", "false")
+    (tmp_path / "old.py").write_text(f"KEY = '{_token.generate().token}'\n")
+    git(tmp_path, "add", "old.py")
+    git(tmp_path, "commit", "-q", "-m", "already committed")
+    git(tmp_path, "mv", "old.py", "new.py")
+    monkeypatch.chdir(tmp_path)
+    assert main(["scan", "--staged"]) == 0
