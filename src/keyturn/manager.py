@@ -13,6 +13,7 @@ a thin page over these three methods::
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 
@@ -50,6 +51,7 @@ class KeyManager:
     def __init__(
         self, store: KeyStore, membership: MembershipProvider, *, clock: Clock = utc_now
     ) -> None:
+        _refuse_async(store, membership)
         self.store = store
         self.membership = membership
         self.clock = clock
@@ -195,6 +197,21 @@ class KeyManager:
         if scope.organization_id is None:
             return self.membership.reaches_tenant(account_id, scope.tenant_id)
         return self.membership.get_role(account_id, scope.organization_id) is not None
+
+
+def _refuse_async(store: object, membership: object) -> None:
+    """KeyManager calls its store and provider synchronously: an async one would be a coroutine
+    never awaited -- a secret returned for a key never stored, a truthy membership answer."""
+    for name, obj, methods in (
+        ("store", store, ("get_key", "add_key", "keys_of", "revoke_key")),
+        ("membership", membership, ("get_organization", "get_role", "reaches_tenant")),
+    ):
+        if any(inspect.iscoroutinefunction(getattr(obj, method, None)) for method in methods):
+            raise TypeError(
+                f"KeyManager needs a sync {name}, got the async {type(obj).__name__}: "
+                "use the sync twin (e.g. PostgresDatabase rather than AsyncPostgresDatabase) "
+                "for console operations"
+            )
 
 
 def _info(key: ApiKey, status: Status) -> KeyInfo:

@@ -317,6 +317,18 @@ def remove_member(account_id: str, organization_id: str) -> Op[None]:
     yield Query(_DELETE_MEMBERSHIP, (account_id, organization_id), COUNT)
 
 
+_ORGANIZATIONS_OF: Final = (
+    "SELECT o.id, o.tenant_id, o.is_default FROM keyturn_memberships m "
+    "JOIN keyturn_organizations o ON o.id = m.organization_id "
+    "WHERE m.account_id = %s ORDER BY o.tenant_id, o.is_default DESC, o.id"
+)
+
+
+def organizations_of(account_id: str) -> Op[list[Organization]]:
+    rows = yield Query(_ORGANIZATIONS_OF, (account_id,), ALL)
+    return [Organization(id=row[0], tenant_id=row[1], is_default=bool(row[2])) for row in rows]
+
+
 # --- the stores, over a driver --------------------------------------------------------------
 
 
@@ -403,6 +415,10 @@ class SQLMembership:
     def reaches_tenant(self, account_id: str, tenant_id: str) -> bool:
         return self._run(reaches_tenant(account_id, tenant_id))
 
+    def organizations_of(self, account_id: str) -> Sequence[Organization]:
+        """Every organization in which the account holds a role, by tenant, default first."""
+        return self._run(organizations_of(account_id))
+
 
 class AsyncSQLKeyStore:
     """The async twin of :class:`SQLKeyStore`."""
@@ -466,3 +482,7 @@ class AsyncSQLMembership:
 
     async def reaches_tenant(self, account_id: str, tenant_id: str) -> bool:
         return await self._run(reaches_tenant(account_id, tenant_id))
+
+    async def organizations_of(self, account_id: str) -> Sequence[Organization]:
+        """Every organization in which the account holds a role, by tenant, default first."""
+        return await self._run(organizations_of(account_id))
