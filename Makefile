@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[asgi,wsgi,postgres,demo]' --group dev
+	$(BIN)/python -m pip install --quiet -e '.[asgi,wsgi,postgres,demo,console]' --group dev
 	touch $(STAMP)
 
 demo: $(STAMP)
