@@ -183,3 +183,10 @@ def serving(edge: str, console: Console) -> Iterator[str]:
             wsgi.shutdown()
             thread.join(10)
             wsgi.server_close()
+
+
+def expect() -> Any:
+    """Playwright's auto-waiting assertions (imported late: Playwright may be missing)."""
+    from playwright.sync_api import expect
+
+    return expect

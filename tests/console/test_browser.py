@@ -8,11 +8,9 @@ Playwright these tests skip, saying why -- except under ``CI=true``, where they 
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -20,45 +18,9 @@ import pytest
 
 from keyturn import Scope, Status
 from keyturn.console import local_time
-from tests.console.support import ACCOUNT_COOKIE, EDGES, World, make_world, serving
+from tests.console.support import ACCOUNT_COOKIE, EDGES, World, expect, make_world, serving
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 NOW = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)
-
-
-def _missing() -> str | None:
-    if not Path(CHROMIUM).is_file():
-        return f"{CHROMIUM} is missing: apt-get install chromium"
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return "Playwright for Python is missing: pip install playwright"
-    return None
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    """One headless Chromium for the module."""
-    reason = _missing()
-    if reason is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"browser tests are mandatory in CI: {reason}", pytrace=False)
-        pytest.skip(reason)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 @attrs.frozen
@@ -91,12 +53,6 @@ def open_console(browser: Any, site: Site, *, zone: str = "Europe/Paris", width:
     page.set_default_timeout(10_000)
     page.goto(site.url)
     return page
-
-
-def expect() -> Any:
-    from playwright.sync_api import expect
-
-    return expect
 
 
 def test_defaults(browser: Any, site: Site) -> None:
