@@ -335,3 +335,15 @@ def test_console_needs_a_membership_that_lists_organizations() -> None:
         Console(good, signed_in=lambda r: None, sign_in_url="/login", start_on="org")  # type: ignore[arg-type]
     with pytest.raises(ConsoleSetupError, match="sign_in_url"):
         Console(good, signed_in=lambda r: None, sign_in_url="")
+
+
+def test_asgi_console_awaits_an_async_sign_in(world: World) -> None:
+    """An async signed_in is awaited by the ASGI edge."""
+
+    async def signed_in(request: object) -> str:
+        return "bob"
+
+    console = Console(world.manager, signed_in=signed_in, sign_in_url=SIGN_IN)
+    page = Client("asgi", console).get("/console/")
+    assert page.status == 200
+    assert "Signed in as <strong>bob</strong>" in page.text

@@ -81,7 +81,7 @@ ZONES: Final = tuple(sorted(z for z in available_timezones() if "/" in z or z ==
 _STATUS_MARKS: Final = {
     Status.ACTIVE: "✓",
     Status.INACTIVE: "‖",
-    Status.EXPIRED: "⌛",
+    Status.EXPIRED: "○",
     Status.REVOKED: "✕",
 }
 CSP: Final = (

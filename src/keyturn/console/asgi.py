@@ -2,8 +2,8 @@
 
 It reads the request (at most :data:`~keyturn.console._page.MAX_FORM_BYTES` of body), asks the
 host's ``signed_in`` with a Starlette :class:`~starlette.requests.Request` (a coroutine
-function is awaited), and runs the page layer -- which calls the key store -- in a worker
-thread, so a blocking store never stalls the event loop.
+function is awaited, a plain one runs in a worker thread), and runs the page layer -- which
+calls the key store -- in a worker thread, so a blocking store never stalls the event loop.
 """
 
 from __future__ import annotations
@@ -67,9 +67,13 @@ async def _visit(edge: ConsoleASGI, request: Request, path: str) -> Visit:
             body += chunk
             if len(body) > MAX_FORM_BYTES:
                 break
-    account: Any = edge.console.signed_in(request)
-    if inspect.isawaitable(account):
-        account = await account
+    signed_in = edge.console.signed_in
+    if inspect.iscoroutinefunction(signed_in):
+        account: Any = await signed_in(request)
+    else:  # it may read a database: off the event loop
+        account = await run_in_threadpool(signed_in, request)
+        if inspect.isawaitable(account):
+            account = await account
     headers = request.headers
     return Visit(
         method=request.method,

@@ -9,25 +9,28 @@
     zone = "";
   }
 
-  // Times: shown in the browser's own zone.
-  function two(n) { return (n < 10 ? "0" : "") + n; }
+  // Times: shown in the browser's own zone, which the page names once.
   function localText(iso) {
     var at = new Date(iso);
     if (isNaN(at.getTime())) { return null; }
     var parts = {};
     new Intl.DateTimeFormat("en-US", {
       year: "numeric", month: "2-digit", day: "2-digit", hour: "2-digit", minute: "2-digit",
-      hourCycle: "h23", timeZoneName: "short"
+      hourCycle: "h23"
     }).formatToParts(at).forEach(function (p) { parts[p.type] = p.value; });
     return parts.year + "-" + parts.month + "-" + parts.day + " " + parts.hour + ":" +
-      parts.minute + " " + parts.timeZoneName;
+      parts.minute;
   }
   document.querySelectorAll("time[datetime]").forEach(function (el) {
+    if (!zone) { return; }
     var text = localText(el.getAttribute("datetime"));
     if (text) { el.textContent = text; }
   });
   document.querySelectorAll(".tzname").forEach(function (el) {
     if (zone) { el.textContent = zone; }
+  });
+  document.querySelectorAll(".zone-note").forEach(function (el) {
+    if (zone) { el.textContent = " (" + zone + ")"; }
   });
 
   // The copy button of a new key.
