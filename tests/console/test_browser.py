@@ -294,3 +294,29 @@ def test_readable_at_375_pixels(browser: Any, site: Site) -> None:
     expect()(page.locator("thead")).to_be_hidden()
     expect()(page.locator("tbody .status")).to_have_text("✓ Active")
     page.context.close()
+
+
+def test_without_script_the_server_decides(browser: Any, site: Site) -> None:
+    """With JavaScript off, nothing is disabled, the server refuses bad input with a message,
+    and the user picks the time zone."""
+    context = browser.new_context(java_script_enabled=False, timezone_id="Pacific/Auckland")
+    context.add_cookies([{"name": ACCOUNT_COOKIE, "value": "alice", "url": site.url}])
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+    page.goto(site.url)
+    expect()(page.locator("#tz")).to_have_value("")  # never guessed by the server
+    expect()(page.locator("#create-button")).to_be_enabled()
+    page.click("#create-button")
+    expect()(page.locator("#name-error")).to_contain_text("The key name is required")
+    page.fill("#name", "no script")
+    page.check("input[name=lifetime][value=custom]")
+    page.fill("#date", "2026-06-17")
+    page.click("#create-button")
+    expect()(page.locator("#date-error")).to_contain_text("Choose your time zone")
+    expect()(page.locator("#name")).to_have_value("no script")  # the values are kept
+    page.select_option("#tz", "Pacific/Auckland")
+    page.click("#create-button")
+    expect()(page.locator("h1")).to_have_text("Key “no script” created")
+    [key] = site.world.store.keys_of("alice")
+    assert key.expires_at == datetime(2026, 6, 17, 12, 0, tzinfo=UTC)  # 18 June 00:00 NZST
+    context.close()

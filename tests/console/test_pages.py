@@ -347,3 +347,22 @@ def test_asgi_console_awaits_an_async_sign_in(world: World) -> None:
     page = Client("asgi", console).get("/console/")
     assert page.status == 200
     assert "Signed in as <strong>bob</strong>" in page.text
+
+
+def test_repeated_query_fields_read_the_same_on_both_edges(client: Client, world: World) -> None:
+    """?status=Revoked&status=Active filters on the first value, on either edge."""
+    world.manager.create("alice", name="live", scope=Scope.tenant("acme"))
+    page = client.get("/console/?status=Revoked&status=Active")
+    assert ">live<" not in page.text
+    assert "<option selected>Revoked</option>" in page.text
+
+
+def test_the_secret_never_reaches_a_log(
+    client: Client, world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Creating a key logs nothing that holds its secret, at any level."""
+    caplog.set_level("DEBUG")
+    reply = client.post("/console/", create_form(client))
+    secret = reply.text.split('readonly value="')[1].split('"')[0]
+    assert secret.startswith("rma_")
+    assert secret not in caplog.text

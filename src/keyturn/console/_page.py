@@ -114,7 +114,7 @@ class Visit:
     path: str  # below the mount point: "/" is the key list
     base: str  # the mount point with a trailing slash, e.g. "/console/"
     origin: str  # this server as the browser names it: "http://127.0.0.1:8000"
-    query: Mapping[str, str] = attrs.field(factory=dict)
+    query: Mapping[str, str] = attrs.field(factory=dict)  # fields(raw query string)
     body: bytes = b""  # read up to MAX_FORM_BYTES + 1 bytes
     content_type: str = ""
     headers: Mapping[str, str] = attrs.field(factory=dict)  # lower-case names
@@ -487,7 +487,7 @@ class Console:
         return Page(200, (*HEADERS, ("Content-Type", "application/json")), body)
 
     def _create(self, visit: Visit, account_id: str) -> Page:
-        form = _form(visit.body)
+        form = fields(visit.body)
         nonce = self._tokens.check(form.get("token", ""), account_id, "create")
         if nonce is None:
             return self._expired_form(visit)
@@ -570,7 +570,7 @@ class Console:
         return self._render(visit, "revoke.html", context, status=200, account_id=account_id)
 
     def _revoke(self, visit: Visit, account_id: str) -> Page:
-        form = _form(visit.body)
+        form = fields(visit.body)
         if self._tokens.check(form.get("token", ""), account_id, "revoke") is None:
             return self._expired_form(visit)
         key_id = form.get("key", "")
@@ -621,7 +621,8 @@ def _carries_api_key(authorization: str) -> bool:
     return scheme.lower() == "bearer" and credentials.strip().lower().startswith("rma_")
 
 
-def _form(body: bytes) -> dict[str, str]:
+def fields(body: bytes) -> dict[str, str]:
+    """The fields of a form body or a query string; the first of a repeated name wins."""
     try:
         pairs = parse_qsl(body.decode(), keep_blank_values=True, max_num_fields=20)
     except ValueError:  # not UTF-8, or too many fields: no token either, so it is refused

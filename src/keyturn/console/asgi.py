@@ -15,7 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from keyturn.console._page import MAX_FORM_BYTES, Console, Page, Visit
+from keyturn.console._page import MAX_FORM_BYTES, Console, Page, Visit, fields
 
 __all__ = ["ConsoleASGI"]
 
@@ -80,7 +80,7 @@ async def _visit(edge: ConsoleASGI, request: Request, path: str) -> Visit:
         path=path,
         base=request.scope.get("root_path", "") + "/",
         origin=f"{request.url.scheme}://{headers.get('host', '')}",
-        query=dict(request.query_params),
+        query=fields(request.scope.get("query_string", b"")),
         body=body,
         content_type=headers.get("content-type", ""),
         headers={

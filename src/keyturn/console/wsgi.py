@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from werkzeug.wrappers import Request
 
-from keyturn.console._page import MAX_FORM_BYTES, Console, Page, Visit
+from keyturn.console._page import MAX_FORM_BYTES, Console, Page, Visit, fields
 
 if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIEnvironment
@@ -53,7 +53,7 @@ def _visit(edge: ConsoleWSGI, request: Request) -> Visit:
         path=request.path,
         base=request.script_root + "/",
         origin=f"{request.scheme}://{request.host}",
-        query={name: request.args[name] for name in request.args},
+        query=fields(request.query_string),
         body=body,
         content_type=request.content_type or "",
         headers={
