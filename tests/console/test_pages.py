@@ -6,6 +6,7 @@ Every test runs against the ASGI and the WSGI console and must pass identically.
 from __future__ import annotations
 
 from datetime import UTC, date, datetime
+from typing import Any
 from urllib.parse import urlencode
 
 import pytest
@@ -366,3 +367,75 @@ def test_the_secret_never_reaches_a_log(
     secret = reply.text.split('readonly value="')[1].split('"')[0]
     assert secret.startswith("rma_")
     assert secret not in caplog.text
+
+
+class FlakyStore(MemoryKeyStore):
+    """A memory store that fails while ``down`` is set, as a database that went away."""
+
+    down = False
+
+    def add_key(self, key: Any) -> None:
+        if self.down:
+            raise ConnectionError("database unreachable")
+        super().add_key(key)
+
+    def keys_of(self, account_id: str) -> Any:
+        if self.down:
+            raise ConnectionError("database unreachable")
+        return super().keys_of(account_id)
+
+
+def test_a_failing_store_gets_a_503_page_and_the_form_stays_usable(
+    client: Client, world: World
+) -> None:
+    """Store down: 503 with Retry-After, no key; once it is back the same form creates one."""
+    store = FlakyStore()
+    world.manager.store = store
+    form = create_form(client)
+    store.down = True
+    reply = client.post("/console/", form)
+    assert reply.status == 503
+    assert reply.headers["retry-after"] == "5"
+    assert "Try again in a moment" in reply.text
+    assert client.get("/console/").status == 503
+    store.down = False
+    assert client.post("/console/", form).status == 201
+    assert len(store.keys_of("alice")) == 1
+
+
+def test_a_scope_lost_between_form_and_create_is_explained(client: Client, world: World) -> None:
+    """A provider that lists an organization but denies the role: 400 on the scope field."""
+    form = create_form(client, scope="organization:acme-research")
+    world.membership.get_role = lambda account_id, organization_id: None  # type: ignore[method-assign]
+    reply = client.post("/console/", form)
+    assert reply.status == 400
+    assert 'id="scope-error"' in reply.text
+    assert "has no role in organization" in reply.text
+
+
+def test_a_form_that_is_not_utf8_is_refused(client: Client, world: World) -> None:
+    """Bytes that are not UTF-8 carry no token: 403, nothing created."""
+    assert client.post("/console/", b"name=\xff\xfe&token=x").status == 403
+    assert world.store.keys_of("alice") == []
+
+
+def test_standalone_asgi_console_answers_lifespan_and_ignores_websockets(world: World) -> None:
+    """Served on its own, the ASGI console completes the lifespan and accepts no WebSocket."""
+    import asyncio
+
+    app = world.console.asgi()
+    assert repr(app).startswith("ConsoleASGI(Console(")
+    sent: list[dict[str, Any]] = []
+    events = iter([{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}])
+
+    async def receive() -> dict[str, Any]:
+        return next(events)
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    asyncio.run(app({"type": "lifespan"}, receive, send))
+    assert [m["type"] for m in sent] == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+    sent.clear()
+    asyncio.run(app({"type": "websocket", "path": "/"}, receive, send))
+    assert sent == []

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import secrets
 import threading
 import time
@@ -61,6 +62,7 @@ __all__ = [
     "preview",
 ]
 
+_log = logging.getLogger("keyturn.console")
 StartOn = Literal["tenant", "organization"]
 SignedIn = Callable[[Any], Any]
 
@@ -368,7 +370,20 @@ class Console:
             refusal = self._refuse_post(visit)
             if refusal is not None:
                 return refusal
-        return handlers[method](visit, visit.account_id)
+        try:
+            return handlers[method](visit, visit.account_id)
+        except Exception:
+            # The store or the membership provider failed: say so, log it, never a bare 500.
+            _log.exception("the key console could not answer %s %s", method, visit.path)
+            page = self._message(
+                visit,
+                503,
+                "Try again in a moment",
+                "Your keys cannot be reached right now. If you were creating a key, look for "
+                "it in your list before creating it again.",
+                account_id=visit.account_id,
+            )
+            return attrs.evolve(page, headers=(*page.headers, ("Retry-After", "5")))
 
     def _refuse_post(self, visit: Visit) -> Page | None:
         # Under Referrer-Policy: no-referrer a browser sends "Origin: null" with its own
@@ -534,7 +549,7 @@ class Console:
             errors[field] = _sentence(str(exc))
             return self._keys_page(visit, account_id, form=values, errors=errors, status=400)
         except BaseException:
-            self._tokens.release(nonce)
+            self._tokens.release(nonce)  # nothing was created: the same form may be sent again
             raise
         context = {
             "secret": created.secret,
