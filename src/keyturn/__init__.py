@@ -37,7 +37,7 @@ from keyturn.errors import (
     ServiceUnavailable,
     Unauthorized,
 )
-from keyturn.manager import KeyManager
+from keyturn.manager import AsyncKeyManager, KeyManager
 from keyturn.protocols import (
     AsyncKeyStore,
     AsyncMembershipProvider,
@@ -49,6 +49,7 @@ from keyturn.protocols import (
 __all__ = [
     "KEY_PROFILE",
     "ApiKey",
+    "AsyncKeyManager",
     "AsyncKeyStore",
     "AsyncMembershipProvider",
     "AuditEvent",

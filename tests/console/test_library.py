@@ -1,4 +1,5 @@
-"""What the console needs from the library: organizations_of, sync-only KeyManager, date bounds."""
+"""What the console needs from the library: organizations_of, KeyManager and its async twin,
+and public date bounds."""
 
 from __future__ import annotations
 
@@ -13,10 +14,26 @@ from typing import Any
 import pytest
 
 import keyturn
-from keyturn import ConsoleMembership, CustomDate, KeyManager, Lifetime
+from keyturn import (
+    AsyncKeyManager,
+    Authenticator,
+    AuthRequest,
+    ConsoleMembership,
+    CustomDate,
+    KeyManager,
+    KeyNotFound,
+    KeyNotRevocable,
+    Lifetime,
+    Principal,
+    Scope,
+    ScopeKind,
+    ScopeNotReachable,
+    Status,
+)
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 from keyturn.stores.sqlite import SQLiteDatabase
 
+NOW = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)
 EXPECTED = [
     ("acme-main", "acme", True),
     ("acme-research", "acme", False),
@@ -143,3 +160,104 @@ def test_date_bounds_and_expiry_are_public() -> None:
     choice = CustomDate(date(2026, 7, 2), "Pacific/Auckland")
     assert keyturn.expiry_for(choice, now) == datetime(2026, 7, 2, 12, 0, tzinfo=UTC)
     assert keyturn.expiry_for(Lifetime.DAYS_1, now) == datetime(2026, 7, 1, 12, 0, tzinfo=UTC)
+
+
+class Awaited:
+    """An async face over a sync store or provider: each method is awaited, as a real
+    async store's are (AsyncPostgresDatabase runs below when a server is configured)."""
+
+    def __init__(self, target: Any) -> None:
+        self._target = target
+        for name in (
+            "get_key",
+            "add_key",
+            "keys_of",
+            "revoke_key",
+            "mark_used",
+            "get_organization",
+            "get_default_organization",
+            "get_role",
+            "reaches_tenant",
+        ):
+            if hasattr(target, name):
+                setattr(self, name, self._async(getattr(target, name)))
+
+    @staticmethod
+    def _async(method: Any) -> Any:
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            await asyncio.sleep(0)
+            return method(*args, **kwargs)
+
+        return call
+
+
+async def _async_walk(manager: AsyncKeyManager) -> list[Any]:
+    """Create, list, filter and revoke through the async manager; what it answered."""
+    tenant = await manager.create("alice", name="tenant", scope=Scope.tenant("acme"))
+    research = Scope.organization("acme-research", tenant_id="acme")
+    org = await manager.create("alice", name="research", scope=research, expiry=Lifetime.DAYS_1)
+    with pytest.raises(ScopeNotReachable):
+        await manager.create("alice", name="x", scope=Scope.tenant("nowhere"))
+    with pytest.raises(ScopeNotReachable):
+        await manager.create(
+            "alice", name="x", scope=Scope.organization("acme-main", tenant_id="x")
+        )
+    revoked = await manager.revoke("alice", org.info.key_id)
+    with pytest.raises(KeyNotRevocable):
+        await manager.revoke("alice", org.info.key_id)
+    with pytest.raises(KeyNotFound):
+        await manager.revoke("bob", tenant.info.key_id)
+    listed = await manager.list("alice")
+    active = await manager.list("alice", status=Status.ACTIVE)
+    organizations = await manager.list("alice", scope=ScopeKind.ORGANIZATION)
+    return [tenant, revoked, listed, active, organizations]
+
+
+def test_async_key_manager_stores_what_it_creates_and_checks_membership() -> None:
+    """AsyncKeyManager awaits every call: the key is stored, works, lists, and revokes."""
+    store, membership = MemoryKeyStore(), MemoryMembership()
+    seed(membership)
+    manager = AsyncKeyManager(Awaited(store), Awaited(membership), clock=lambda: NOW)  # type: ignore[arg-type]
+    tenant, revoked, listed, active, organizations = asyncio.run(_async_walk(manager))
+    assert len(store) == 2
+    assert revoked.status is Status.REVOKED
+    assert sorted(info.name for info in listed) == ["research", "tenant"]  # same instant
+    assert [info.name for info in active] == ["tenant"]
+    assert [info.name for info in organizations] == ["research"]
+    authenticator = Authenticator(store, membership, clock=lambda: NOW)
+    try:
+        principal = authenticator.authenticate(
+            AuthRequest(authorization=(f"Bearer {tenant.secret}",), organization=("default",))
+        )
+    finally:
+        authenticator.close()
+    assert isinstance(principal, Principal)
+    assert principal.organization_id == "acme-main"
+
+
+def test_async_key_manager_refuses_sync_stores() -> None:
+    """A sync store given to AsyncKeyManager is refused at construction, and named."""
+    with pytest.raises(TypeError, match="AsyncKeyManager needs an async store"):
+        AsyncKeyManager(MemoryKeyStore(), Awaited(MemoryMembership()))  # type: ignore[arg-type]
+
+
+@pytest.mark.postgres
+def test_async_key_manager_over_async_postgres(postgres_url: str) -> None:
+    """Over AsyncPostgresDatabase the key is really stored, and the sync side sees it."""
+    from keyturn.stores.postgres import AsyncPostgresDatabase, PostgresDatabase
+
+    with PostgresDatabase(postgres_url) as db:
+        db.create_schema()
+        seed(db.membership)
+
+    async def run() -> list[Any]:
+        async with AsyncPostgresDatabase(postgres_url) as adb:
+            return await _async_walk(AsyncKeyManager(adb.keys, adb.membership, clock=lambda: NOW))
+
+    tenant, revoked, listed, _, _ = asyncio.run(run())
+    with PostgresDatabase(postgres_url) as db:
+        stored = db.keys.get_key(tenant.info.key_id)
+        assert stored is not None
+        assert stored.hint == tenant.info.hint
+    assert revoked.status is Status.REVOKED
+    assert len(listed) == 2
