@@ -439,3 +439,12 @@ def test_standalone_asgi_console_answers_lifespan_and_ignores_websockets(world: 
     sent.clear()
     asyncio.run(app({"type": "websocket", "path": "/"}, receive, send))
     assert sent == []
+
+
+def test_without_script_times_follow_a_tz_parameter(client: Client, world: World) -> None:
+    """?tz=Zone renders the list's times there, and the filter form keeps it."""
+    world.manager.create("alice", name="zoned", scope=Scope.tenant("acme"))
+    page = client.get("/console/?tz=Pacific/Auckland").text
+    assert "2026-07-16 00:00 NZST" in page  # 12:00 UTC on 15 June + 30 days
+    assert '<input type="hidden" name="tz" value="Pacific/Auckland">' in page
+    assert "2026-07-15 12:00 UTC" in client.get("/console/?tz=Not/AZone").text

@@ -416,13 +416,7 @@ class Console:
         return self.manager._now()
 
     def _keys(self, visit: Visit, account_id: str) -> Page:
-        notice = None
-        revoked = visit.query.get("revoked", "")
-        if revoked:
-            for info in self.manager.list(account_id):
-                if info.key_id == revoked and info.status is Status.REVOKED:
-                    notice = f"Key “{info.name}” ({info.hint}) is revoked: it no longer works."
-        return self._keys_page(visit, account_id, form=None, errors={}, notice=notice)
+        return self._keys_page(visit, account_id, form=None, errors={})
 
     def _keys_page(
         self,
@@ -431,9 +425,9 @@ class Console:
         *,
         form: Mapping[str, str] | None,
         errors: Mapping[str, str],
-        notice: str | None = None,
         status: int = 200,
     ) -> Page:
+        """The list and the create form: fresh (*form* ``None``) or as sent, with *errors*."""
         organizations = self.membership.organizations_of(account_id)
         choices = _scope_choices(organizations)
         values = dict(form or {})
@@ -455,6 +449,15 @@ class Console:
         )
         filter_choices = [(value, _scope_label(scope)) for value, scope in filter_scopes]
         wanted_scope = next((s for v, s in filter_scopes if v == scope_filter), None)
+        revoked = visit.query.get("revoked", "") if form is None else ""
+        notice = next(
+            (
+                f"Key “{info.name}” ({info.hint}) is revoked: it no longer works."
+                for info in every_key
+                if info.key_id == revoked and info.status is Status.REVOKED
+            ),
+            None,
+        )
         keys = [
             info
             for info in every_key
@@ -468,7 +471,6 @@ class Console:
             "lifetimes": [(code, label) for code, label, _ in LIFETIME_CHOICES],
             "scopes": [(value, label) for value, label, _ in choices],
             "zones": ZONES,
-            "zone_known": zone is not None,
             "preview": shown,
             "max_name": MAX_NAME_LENGTH,
             "token": self._tokens.issue(account_id, "create"),
@@ -480,8 +482,8 @@ class Console:
             },
             "statuses": [s.value for s in Status],
             "filter_scopes": filter_choices,
-            "now": now.isoformat(),
             "time_zone": zone.key if zone else "UTC",
+            "tz_param": zone.key if zone and visit.query.get("tz") else "",
         }
         return self._render(visit, "keys.html", context, status=status, account_id=account_id)
 
