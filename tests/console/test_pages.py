@@ -448,3 +448,17 @@ def test_without_script_times_follow_a_tz_parameter(client: Client, world: World
     assert "2026-07-16 00:00 NZST" in page  # 12:00 UTC on 15 June + 30 days
     assert '<input type="hidden" name="tz" value="Pacific/Auckland">' in page
     assert "2026-07-15 12:00 UTC" in client.get("/console/?tz=Not/AZone").text
+
+
+def test_an_inactive_key_shows_as_such_and_can_be_revoked(client: Client, world: World) -> None:
+    """A key whose creator left its organization is Inactive, offered for revoke, revocable."""
+    research = Scope.organization("acme-research", tenant_id="acme")
+    created = world.manager.create("alice", name="left behind", scope=research)
+    world.membership.remove_member("alice", "acme-research")
+    page = client.get("/console/?status=Inactive").text
+    assert "‖</span> Inactive" in page
+    assert f"revoke?key={created.info.key_id}" in page
+    confirm = client.get(f"/console/revoke?key={created.info.key_id}")
+    form = {"token": form_token(confirm.text), "key": created.info.key_id}
+    assert client.post("/console/revoke", form).status == 303
+    assert world.manager.list("alice")[0].status is Status.REVOKED
