@@ -312,7 +312,8 @@ def test_without_script_the_server_decides(browser: Any, site: Site) -> None:
     page.check("input[name=lifetime][value=custom]")
     page.fill("#date", "2026-06-17")
     page.click("#create-button")
-    expect()(page.locator("#date-error")).to_contain_text("Choose your time zone")
+    expect()(page.locator("#tz-error")).to_contain_text("Choose your time zone")
+    expect()(page.locator("#expires")).to_have_text("—")
     expect()(page.locator("#name")).to_have_value("no script")  # the values are kept
     page.select_option("#tz", "Pacific/Auckland")
     page.click("#create-button")

@@ -520,7 +520,10 @@ class Console:
         choice: Lifetime | CustomDate | None = _LIFETIMES.get(values["lifetime"])
         shown = preview(values["lifetime"], values["date"], values["tz"], now)
         if shown.problem is not None:
-            errors["date" if values["lifetime"] == CUSTOM else "lifetime"] = shown.problem
+            field = "lifetime"
+            if values["lifetime"] == CUSTOM:
+                field = "date" if _zone(values["tz"]) else "tz"
+            errors[field] = shown.problem
         elif choice is None:
             choice = CustomDate(date.fromisoformat(values["date"]), values["tz"])
         scopes = {

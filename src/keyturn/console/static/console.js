@@ -107,7 +107,7 @@
       if (!shown || mine !== asked) { return; }
       known = shown;
       if (shown.min) { date.min = shown.min; date.max = shown.max; }
-      expires.textContent = shown.expires || shown.problem || "";
+      expires.textContent = shown.expires || "—";
       refresh();
     }).catch(function () { /* the server still decides on submit */ });
   }
