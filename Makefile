@@ -4,12 +4,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench clean
+.PHONY: demo test lint typecheck bench screenshots clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[asgi,wsgi,postgres,demo]' --group dev
+	$(BIN)/python -m pip install --quiet -e '.[asgi,wsgi,postgres,demo,console]' --group dev
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -24,6 +24,9 @@ typecheck: $(STAMP)
 
 test: lint typecheck
 	$(BIN)/python -m pytest --cov --cov-report=term $(PYTEST_ARGS)
+
+screenshots: $(STAMP)
+	$(BIN)/python -m tests.console.screenshots
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

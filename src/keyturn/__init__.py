@@ -6,6 +6,7 @@ Importing this package pulls in no web framework: the middleware lives in
 
 from keyturn._decision import AuthRequest, Policy
 from keyturn._hashing import KEY_PROFILE, SecretVerifier, VerifiedTokenCache
+from keyturn._lifecycle import custom_date_bounds, expiry_for
 from keyturn._model import (
     ApiKey,
     CreatedKey,
@@ -36,12 +37,19 @@ from keyturn.errors import (
     ServiceUnavailable,
     Unauthorized,
 )
-from keyturn.manager import KeyManager
-from keyturn.protocols import AsyncKeyStore, AsyncMembershipProvider, KeyStore, MembershipProvider
+from keyturn.manager import AsyncKeyManager, KeyManager
+from keyturn.protocols import (
+    AsyncKeyStore,
+    AsyncMembershipProvider,
+    ConsoleMembership,
+    KeyStore,
+    MembershipProvider,
+)
 
 __all__ = [
     "KEY_PROFILE",
     "ApiKey",
+    "AsyncKeyManager",
     "AsyncKeyStore",
     "AsyncMembershipProvider",
     "AuditEvent",
@@ -50,6 +58,7 @@ __all__ = [
     "AuthRequest",
     "Authenticator",
     "Clock",
+    "ConsoleMembership",
     "CreatedKey",
     "CustomDate",
     "DuplicateKey",
@@ -79,4 +88,6 @@ __all__ = [
     "Status",
     "Unauthorized",
     "VerifiedTokenCache",
+    "custom_date_bounds",
+    "expiry_for",
 ]

@@ -3,7 +3,8 @@
 Seeds the embedded SQLite store with the tenant ``acme`` (organizations ``acme-main``, its
 ``default``, and ``acme-research``) and the user ``demo-user``, creates a fresh
 tenant-scoped and organization-scoped key, prints them with ready ``curl`` lines, and
-serves ``examples/starlette_app.py`` under uvicorn on 127.0.0.1.
+serves ``examples/starlette_app.py`` under uvicorn on 127.0.0.1, with the key console at
+``/console/`` behind a sign-in page that is for the demo only (it trusts anyone).
 
 Options: ``--store URL`` (else ``$KEYTURN_DEMO_STORE``, else
 ``sqlite:///keyturn-demo.sqlite3``) and ``--port N`` (else ``$KEYTURN_DEMO_PORT``, else
@@ -28,13 +29,15 @@ import attrs
 from keyturn import CreatedKey, KeyManager, KeyStore, Lifetime, MembershipProvider, Scope
 from keyturn.stores import open_database, redact_url
 
-__all__ = ["DemoKeys", "instructions", "main", "seed"]
+__all__ = ["DemoKeys", "console_routes", "instructions", "main", "seed"]
 
 TENANT = "acme"
 DEFAULT_ORGANIZATION = "acme-main"
 OTHER_ORGANIZATION = "acme-research"
 USER = "demo-user"
 DEMO_STORE = "sqlite:///keyturn-demo.sqlite3"
+DEMO_USERS = (USER,)
+DEMO_COOKIE = "keyturn_demo_account"
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "starlette_app.py"
 
 
@@ -72,6 +75,55 @@ def seed(store: KeyStore, membership: Membership) -> DemoKeys:
             expiry=Lifetime.DAYS_1,
         ),
     )
+
+
+_SIGN_IN_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Demo sign-in (demo only)</title>
+<link rel="stylesheet" href="/console/static/console.css"></head>
+<body><header class="bar"><span>keyturn demo</span></header>
+<main><section class="panel"><h1>Demo sign-in</h1>
+<p class="warning"><strong>For this demo only.</strong> This page signs anyone in as a demo
+user, with no password. A real service mounts the key console behind its own sign-in.</p>
+<form method="post" class="actions">{buttons}</form>
+</section></main></body></html>
+"""
+
+
+def console_routes(store: KeyStore, membership: Any) -> list[Any]:
+    """The key console at ``/console/`` and its demo-only sign-in at ``/demo/sign-in``."""
+    from starlette.requests import Request
+    from starlette.responses import HTMLResponse, RedirectResponse, Response
+    from starlette.routing import Mount, Route
+
+    from keyturn.console import Console
+
+    def signed_in(request: Request) -> str | None:
+        account = request.cookies.get(DEMO_COOKIE)
+        return account if account in DEMO_USERS else None
+
+    async def sign_in(request: Request) -> Response:
+        if request.method == "POST":
+            form = (await request.body()).decode(errors="replace")
+            account = form.partition("account=")[2].partition("&")[0]
+            if account in DEMO_USERS:
+                response = RedirectResponse("/console/", status_code=303)
+                response.set_cookie(DEMO_COOKIE, account, httponly=True, samesite="strict")
+                return response
+        buttons = "".join(
+            f'<button name="account" value="{user}">Sign in as {user}</button>'
+            for user in DEMO_USERS
+        )
+        return HTMLResponse(_SIGN_IN_PAGE.format(buttons=buttons))
+
+    console = Console(
+        KeyManager(store, membership), signed_in=signed_in, sign_in_url="/demo/sign-in"
+    )
+    return [
+        Mount("/console", app=console.asgi()),
+        Route("/demo/sign-in", sign_in, methods=["GET", "POST"]),
+    ]
 
 
 def _curl(url: str, *headers: str) -> str:
@@ -157,9 +209,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     with open_database(args.store) as db:
         db.create_schema()
         keys = seed(db.keys, db.membership)
-        app = example.create_app(db.keys, db.membership)
+        app = example.create_app(
+            db.keys, db.membership, routes=console_routes(db.keys, db.membership)
+        )
         print(f"Store: {redact_url(args.store)}")
         print(instructions(keys, f"http://127.0.0.1:{args.port}"))
+        print(
+            f"Key console: http://127.0.0.1:{args.port}/console/ -- its sign-in page is for "
+            f"this demo only: it signs anyone in as {USER}, no password."
+        )
         print(
             "The keys stay in the store after the demo stops; list them with",
             shlex.join(

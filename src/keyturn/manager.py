@@ -13,6 +13,7 @@ a thin page over these three methods::
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 
@@ -31,9 +32,14 @@ from keyturn._model import (
 )
 from keyturn.authenticator import Clock, utc_now
 from keyturn.errors import DuplicateKey, KeyNotFound, KeyNotRevocable, ScopeNotReachable
-from keyturn.protocols import KeyStore, MembershipProvider
+from keyturn.protocols import (
+    AsyncKeyStore,
+    AsyncMembershipProvider,
+    KeyStore,
+    MembershipProvider,
+)
 
-__all__ = ["KeyManager"]
+__all__ = ["AsyncKeyManager", "KeyManager"]
 
 
 def _account(account_id: object) -> str:
@@ -50,6 +56,7 @@ class KeyManager:
     def __init__(
         self, store: KeyStore, membership: MembershipProvider, *, clock: Clock = utc_now
     ) -> None:
+        _refuse_async(store, membership)
         self.store = store
         self.membership = membership
         self.clock = clock
@@ -197,6 +204,21 @@ class KeyManager:
         return self.membership.get_role(account_id, scope.organization_id) is not None
 
 
+def _refuse_async(store: object, membership: object) -> None:
+    """KeyManager calls its store and provider synchronously: an async one would be a coroutine
+    never awaited -- a secret returned for a key never stored, a truthy membership answer."""
+    for name, obj, methods in (
+        ("store", store, ("get_key", "add_key", "keys_of", "revoke_key")),
+        ("membership", membership, ("get_organization", "get_role", "reaches_tenant")),
+    ):
+        if any(inspect.iscoroutinefunction(getattr(obj, method, None)) for method in methods):
+            raise TypeError(
+                f"KeyManager needs a sync {name}, got the async {type(obj).__name__}: "
+                "use AsyncKeyManager, or the sync twin (PostgresDatabase rather than "
+                "AsyncPostgresDatabase)"
+            )
+
+
 def _info(key: ApiKey, status: Status) -> KeyInfo:
     return KeyInfo(
         key_id=key.key_id,
@@ -209,3 +231,147 @@ def _info(key: ApiKey, status: Status) -> KeyInfo:
         revoked_at=key.revoked_at,
         last_used_at=key.last_used_at,
     )
+
+
+def _utc(clock: Clock) -> datetime:
+    # As KeyManager._now: stored instants are UTC (D12), whatever zone the clock answers in.
+    now = clock()
+    return now if now.utcoffset() is None else now.astimezone(UTC)
+
+
+class AsyncKeyManager:
+    """The async twin of :class:`KeyManager`, over an :class:`AsyncKeyStore` and an
+    :class:`AsyncMembershipProvider` (such as ``AsyncPostgresDatabase``'s): every store and
+    membership call is awaited. The rules are the same functions :class:`KeyManager` uses."""
+
+    def __init__(
+        self,
+        store: AsyncKeyStore,
+        membership: AsyncMembershipProvider,
+        *,
+        clock: Clock = utc_now,
+    ) -> None:
+        for name, obj, method in (
+            ("store", store, "add_key"),
+            ("membership", membership, "get_role"),
+        ):
+            if not inspect.iscoroutinefunction(getattr(obj, method, None)):
+                raise TypeError(
+                    f"AsyncKeyManager needs an async {name}, got {type(obj).__name__}: "
+                    "use KeyManager for a sync one"
+                )
+        self.store = store
+        self.membership = membership
+        self.clock = clock
+
+    def __repr__(self) -> str:
+        return f"AsyncKeyManager(store={self.store!r}, membership={self.membership!r})"
+
+    async def create(
+        self,
+        account_id: str,
+        *,
+        name: str,
+        scope: Scope,
+        expiry: Lifetime | CustomDate = DEFAULT_LIFETIME,
+    ) -> CreatedKey:
+        """As :meth:`KeyManager.create`, awaited."""
+        account_id = _account(account_id)
+        name = validate_name(name)
+        if not isinstance(scope, Scope):
+            raise TypeError(f"scope must be a Scope, got {scope!r}")
+        now = _utc(self.clock)
+        expires_at = expiry_for(expiry, now)
+        scope = await self._reachable(account_id, scope)
+        for _ in range(3):
+            token = _token.generate()
+            key = ApiKey(
+                key_id=token.key_id,
+                secret_hash=hash_secret(token.secret),
+                hint=token.hint,
+                name=name,
+                account_id=account_id,
+                scope=scope,
+                created_at=now,
+                expires_at=expires_at,
+            )
+            try:
+                await self.store.add_key(key)
+            except DuplicateKey:
+                continue
+            return CreatedKey(secret=token.token, info=_info(key, Status.ACTIVE))
+        raise DuplicateKey("could not find a free key id; is the key store's random source broken?")
+
+    async def list(
+        self,
+        account_id: str,
+        *,
+        status: Status | None = None,
+        scope: ScopeKind | Scope | None = None,
+    ) -> list[KeyInfo]:
+        """As :meth:`KeyManager.list`, awaited."""
+        account_id = _account(account_id)
+        if status is not None and not isinstance(status, Status):
+            raise TypeError(f"status must be a Status (e.g. Status.ACTIVE), got {status!r}")
+        if scope is not None and not isinstance(scope, ScopeKind | Scope):
+            raise TypeError(f"scope must be a ScopeKind or a Scope, got {scope!r}")
+        now = _utc(self.clock)
+        reach: dict[Scope, bool] = {}
+        infos = []
+        for key in await self.store.keys_of(account_id):
+            if key.scope not in reach:
+                reach[key.scope] = await self._reaches(key.account_id, key.scope)
+            info = _info(key, derive_status(key, now, reaches_scope=reach[key.scope]))
+            if (status is None or info.status is status) and (
+                scope is None
+                or (
+                    info.scope.kind is scope
+                    if isinstance(scope, ScopeKind)
+                    else info.scope == scope
+                )
+            ):
+                infos.append(info)
+        return infos
+
+    async def revoke(self, account_id: str, key_id: str) -> KeyInfo:
+        """As :meth:`KeyManager.revoke`, awaited."""
+        account_id = _account(account_id)
+        if not isinstance(key_id, str):
+            raise TypeError(f"key_id must be a str, got {type(key_id).__name__}")
+        key = await self.store.get_key(key_id) if key_id else None
+        if key is None or key.account_id != account_id:
+            named = f"id {key_id!r}" if _token.is_key_id(key_id) else "that id"
+            raise KeyNotFound(f"you have no key with {named}")
+        now = _utc(self.clock)
+        status = derive_status(key, now, reaches_scope=True)
+        if not status.revocable or not await self.store.revoke_key(key_id, now):
+            status = derive_status(await self.store.get_key(key_id) or key, now, reaches_scope=True)
+            raise KeyNotRevocable(
+                f"key {key.hint} is already {status.value}; Expired and Revoked keys stay that way"
+            )
+        revoked = await self.store.get_key(key_id)
+        assert revoked is not None, "the store lost a key it just revoked"
+        return _info(revoked, Status.REVOKED)
+
+    async def _reachable(self, account_id: str, scope: Scope) -> Scope:
+        if scope.organization_id is None:
+            if not await self.membership.reaches_tenant(account_id, scope.tenant_id):
+                raise ScopeNotReachable(
+                    f"account {account_id!r} reaches no organization of tenant {scope.tenant_id!r}"
+                )
+            return scope
+        organization = await self.membership.get_organization(scope.organization_id)
+        if organization is None or organization.tenant_id != scope.tenant_id:
+            raise ScopeNotReachable(
+                f"there is no organization {scope.organization_id!r} in tenant {scope.tenant_id!r}"
+            )
+        if await self.membership.get_role(account_id, organization.id) is None:
+            raise ScopeNotReachable(
+                f"account {account_id!r} has no role in organization {scope.organization_id!r}"
+            )
+        return Scope.organization(organization.id, tenant_id=organization.tenant_id)
+
+    async def _reaches(self, account_id: str, scope: Scope) -> bool:
+        if scope.organization_id is None:
+            return await self.membership.reaches_tenant(account_id, scope.tenant_id)
+        return await self.membership.get_role(account_id, scope.organization_id) is not None

@@ -25,6 +25,7 @@ from keyturn._model import ApiKey, Organization
 __all__ = [
     "AsyncKeyStore",
     "AsyncMembershipProvider",
+    "ConsoleMembership",
     "KeyStore",
     "MembershipProvider",
 ]
@@ -93,3 +94,16 @@ class AsyncMembershipProvider(Protocol):
     async def get_role(self, account_id: str, organization_id: str) -> str | None: ...
 
     async def reaches_tenant(self, account_id: str, tenant_id: str) -> bool: ...
+
+
+@runtime_checkable
+class ConsoleMembership(MembershipProvider, Protocol):
+    """A membership provider that can also list an account's organizations.
+
+    Only the web console (:mod:`keyturn.console`) needs this: its scope choice offers the
+    tenants and organizations the signed-in account reaches. A provider that never serves a
+    console may leave it out; the console refuses such a provider when it is built.
+    """
+
+    def organizations_of(self, account_id: str) -> Sequence[Organization]:
+        """Every organization in which the account holds a role, by tenant, default first."""

@@ -342,6 +342,18 @@ def members_of(organization_id: str) -> Op[list[tuple[str, str]]]:
     return [(str(account), str(role)) for account, role in rows]
 
 
+_ORGANIZATIONS_OF: Final = (
+    "SELECT o.id, o.tenant_id, o.is_default FROM keyturn_memberships m "
+    "JOIN keyturn_organizations o ON o.id = m.organization_id "
+    "WHERE m.account_id = %s ORDER BY o.tenant_id, o.is_default DESC, o.id"
+)
+
+
+def organizations_of(account_id: str) -> Op[list[Organization]]:
+    rows = yield Query(_ORGANIZATIONS_OF, (account_id,), ALL)
+    return [Organization(id=row[0], tenant_id=row[1], is_default=bool(row[2])) for row in rows]
+
+
 # --- the stores, over a driver --------------------------------------------------------------
 
 
@@ -440,6 +452,10 @@ class SQLMembership:
         """The ``(account_id, role)`` pairs of the organization, by account."""
         return self._run(members_of(organization_id))
 
+    def organizations_of(self, account_id: str) -> Sequence[Organization]:
+        """Every organization in which the account holds a role, by tenant, default first."""
+        return self._run(organizations_of(account_id))
+
 
 class AsyncSQLKeyStore:
     """The async twin of :class:`SQLKeyStore`."""
@@ -515,3 +531,7 @@ class AsyncSQLMembership:
     async def members_of(self, organization_id: str) -> list[tuple[str, str]]:
         """The ``(account_id, role)`` pairs of the organization, by account."""
         return await self._run(members_of(organization_id))
+
+    async def organizations_of(self, account_id: str) -> Sequence[Organization]:
+        """Every organization in which the account holds a role, by tenant, default first."""
+        return await self._run(organizations_of(account_id))

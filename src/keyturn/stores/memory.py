@@ -166,3 +166,9 @@ class MemoryMembership:
             for (account, org), role in self._roles.items()
             if org == organization_id
         )
+
+    def organizations_of(self, account_id: str) -> Sequence[Organization]:
+        """Every organization in which the account holds a role, by tenant, default first."""
+        with self._lock:
+            reached = [self._organizations[o] for (a, o) in self._roles if a == account_id]
+        return sorted(reached, key=lambda org: (org.tenant_id, not org.is_default, org.id))

@@ -1,0 +1,48 @@
+"""
+The key console
+===============
+
+The spec's web console -- create, list and revoke keys while signed in -- as part of the
+library. Your service mounts it behind its own sign-in::
+
+    from keyturn import KeyManager
+    from keyturn.console import Console
+
+    console = Console(
+        KeyManager(db.keys, db.membership),
+        signed_in=lambda request: request.session.get("account"),  # your sign-in
+        sign_in_url="/login",
+    )
+    # Starlette
+    routes = [..., Mount("/console", app=console.asgi())]
+    # FastAPI
+    app.mount("/console", console.asgi())
+    # Flask (Werkzeug's DispatcherMiddleware)
+    app.wsgi_app = DispatcherMiddleware(app.wsgi_app, {"/console": console.wsgi()})
+
+One framework-free page layer (:mod:`keyturn.console._page`) answers every request; the
+ASGI and WSGI edges only translate. Needs the ``console`` extra (Jinja2, Starlette,
+Werkzeug). See ``docs/console.md``.
+"""
+
+from keyturn.console._page import (
+    LIFETIME_CHOICES,
+    Console,
+    ConsoleSetupError,
+    Page,
+    Preview,
+    Visit,
+    local_time,
+    preview,
+)
+
+__all__ = [
+    "LIFETIME_CHOICES",
+    "Console",
+    "ConsoleSetupError",
+    "Page",
+    "Preview",
+    "Visit",
+    "local_time",
+    "preview",
+]

@@ -1,0 +1,687 @@
+"""The console's pages, framework-free: a :class:`Visit` in, a :class:`Page` out. This decides.
+
+Rules of this file:
+
+1. The edges (:mod:`keyturn.console.asgi`, :mod:`keyturn.console.wsgi`) turn their server's
+   request into a :class:`Visit` and write the :class:`Page` back. They decide nothing, so
+   both serve the same pages byte for byte.
+2. Every page carries the same headers: ``Cache-Control: no-store``, a Content-Security-Policy
+   that allows no inline script and no framing, ``Referrer-Policy: no-referrer``.
+3. A request carrying an API key (``Authorization: Bearer rma_...``) is refused before
+   anything else: a key can never create, list or revoke keys (spec section 1).
+4. Every POST passes two checks before it acts: it comes from this origin (``Origin``,
+   ``Sec-Fetch-Site``) and it carries a form token issued to the same account. The create
+   form's token works once, so a reload, a back-and-resubmit or a double click never makes
+   a second key.
+5. The secret of a new key appears in exactly one place: the body of the POST that created
+   it. Never in a URL, a redirect, a cookie, a header or a log line.
+6. Every rule about names, lifetimes and dates is the library's (:mod:`keyturn._lifecycle`):
+   this file turns its errors into messages, it does not restate them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, date, datetime
+from importlib import resources
+from typing import Any, Final, Literal
+from urllib.parse import parse_qsl, urlencode
+from zoneinfo import ZoneInfo, available_timezones
+
+import attrs
+import jinja2
+
+from keyturn._lifecycle import MAX_NAME_LENGTH, custom_date_bounds, expiry_for, validate_name
+from keyturn._model import CustomDate, KeyInfo, Lifetime, Organization, Scope, Status
+from keyturn.errors import (
+    InvalidExpiry,
+    InvalidKeyName,
+    KeyNotFound,
+    KeyNotRevocable,
+    KeyturnError,
+    ScopeNotReachable,
+)
+from keyturn.manager import KeyManager
+from keyturn.protocols import ConsoleMembership
+
+__all__ = [
+    "LIFETIME_CHOICES",
+    "Console",
+    "ConsoleSetupError",
+    "Page",
+    "Preview",
+    "Visit",
+    "preview",
+]
+
+_log = logging.getLogger("keyturn.console")
+StartOn = Literal["tenant", "organization"]
+SignedIn = Callable[[Any], Any]
+
+MAX_FORM_BYTES: Final = 16 * 1024
+FORM_TOKEN_TTL: Final = 12 * 3600  # seconds a form stays usable
+CUSTOM: Final = "custom"
+LIFETIME_CHOICES: Final[Sequence[tuple[str, str, Lifetime | None]]] = (
+    ("3h", "3 hours", Lifetime.HOURS_3),
+    ("1d", "1 day", Lifetime.DAYS_1),
+    ("7d", "7 days", Lifetime.DAYS_7),
+    ("30d", "30 days", Lifetime.DAYS_30),
+    ("90d", "90 days", Lifetime.DAYS_90),
+    (CUSTOM, "Custom date", None),
+)
+DEFAULT_LIFETIME: Final = "30d"
+_LIFETIMES: Final = {code: lifetime for code, _, lifetime in LIFETIME_CHOICES}
+ZONES: Final = tuple(sorted(z for z in available_timezones() if "/" in z or z == "UTC"))
+_STATUS_MARKS: Final = {
+    Status.ACTIVE: "✓",
+    Status.INACTIVE: "‖",
+    Status.EXPIRED: "○",
+    Status.REVOKED: "✕",
+}
+CSP: Final = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+)
+HEADERS: Final = (
+    ("Cache-Control", "no-store"),
+    ("Content-Security-Policy", CSP),
+    ("Referrer-Policy", "no-referrer"),
+    ("X-Content-Type-Options", "nosniff"),
+    ("X-Frame-Options", "DENY"),
+    ("Cross-Origin-Opener-Policy", "same-origin"),
+)
+_STATIC: Final = {
+    "/static/console.js": "text/javascript; charset=utf-8",
+    "/static/console.css": "text/css; charset=utf-8",
+}
+
+
+class ConsoleSetupError(KeyturnError, TypeError):
+    """The console was built with something it cannot work with; the message says what."""
+
+
+@attrs.frozen(kw_only=True)
+class Visit:
+    """One request, as an edge hands it over."""
+
+    method: str  # upper case; HEAD is answered as GET, the edge drops the body
+    path: str  # below the mount point: "/" is the key list
+    base: str  # the mount point with a trailing slash, e.g. "/console/"
+    origin: str  # this server as the browser names it: "http://127.0.0.1:8000"
+    query: Mapping[str, str] = attrs.field(factory=dict)  # fields(raw query string)
+    body: bytes = b""  # read up to MAX_FORM_BYTES + 1 bytes
+    content_type: str = ""
+    headers: Mapping[str, str] = attrs.field(factory=dict)  # lower-case names
+    account_id: str | None = None
+
+
+@attrs.frozen
+class Page:
+    """A response: status, headers, body."""
+
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+
+
+@attrs.frozen(kw_only=True)
+class Preview:
+    """What the create form shows for a lifetime choice: date bounds, expiry, or a problem."""
+
+    first_day: date | None  # the custom date bounds in the zone, when the zone is known
+    last_day: date | None
+    expires: str | None  # the resulting expiry, in the zone (else in UTC)
+    problem: str | None
+
+    def as_json(self) -> dict[str, str | None]:
+        return {
+            "min": self.first_day.isoformat() if self.first_day else None,
+            "max": self.last_day.isoformat() if self.last_day else None,
+            "expires": self.expires,
+            "problem": self.problem,
+        }
+
+
+def _zone(name: str) -> ZoneInfo | None:
+    return ZoneInfo(name) if name in ZONES else None
+
+
+def local_time(at: datetime, zone: ZoneInfo | None) -> str:
+    """*at* as the console shows it: ``2026-03-09 00:00 PDT``, in *zone* or else in UTC."""
+    return at.astimezone(zone or UTC).strftime("%Y-%m-%d %H:%M %Z")
+
+
+def preview(lifetime: str, day: str, time_zone: str, now: datetime) -> Preview:
+    """The view data of the create form's lifetime part, from the form's raw values."""
+    zone = _zone(time_zone)
+    first = last = None
+    if zone is not None:
+        first, last = custom_date_bounds(now, zone)
+    choice: Lifetime | CustomDate
+    if lifetime not in _LIFETIMES:
+        return Preview(first_day=first, last_day=last, expires=None, problem="Choose a lifetime.")
+    fixed = _LIFETIMES[lifetime]
+    if fixed is not None:
+        choice = fixed
+    elif zone is None:
+        problem = "Choose your time zone: a custom date ends at midnight there."
+        return Preview(first_day=first, last_day=last, expires=None, problem=problem)
+    elif not day:
+        problem = "Choose the custom expiry date."
+        return Preview(first_day=first, last_day=last, expires=None, problem=problem)
+    else:
+        try:
+            choice = CustomDate(date.fromisoformat(day), zone)
+        except ValueError:
+            problem = "Enter the custom date as YYYY-MM-DD."
+            return Preview(first_day=first, last_day=last, expires=None, problem=problem)
+    try:
+        expires = expiry_for(choice, now)
+    except InvalidExpiry:
+        assert first is not None
+        assert last is not None
+        problem = f"Choose a date from {first.isoformat()} to {last.isoformat()}."
+        return Preview(first_day=first, last_day=last, expires=None, problem=problem)
+    return Preview(first_day=first, last_day=last, expires=local_time(expires, zone), problem=None)
+
+
+def _scope_value(scope: Scope) -> str:
+    if scope.organization_id is None:
+        return f"tenant:{scope.tenant_id}"
+    return f"organization:{scope.organization_id}"
+
+
+def _scope_label(scope: Scope) -> str:
+    if scope.organization_id is None:
+        return f"Tenant {scope.tenant_id}"
+    return f"Organization {scope.organization_id}"
+
+
+def _scope_choices(organizations: Sequence[Organization]) -> list[tuple[str, str, Scope]]:
+    """Tenants first, each followed by its organizations: ``(value, label, scope)``."""
+    choices: list[tuple[str, str, Scope]] = []
+    for tenant in dict.fromkeys(org.tenant_id for org in organizations):
+        scope = Scope.tenant(tenant)
+        choices.append((_scope_value(scope), f"Tenant {tenant} (every organization)", scope))
+        for org in organizations:
+            if org.tenant_id == tenant:
+                scope = Scope.organization(org.id, tenant_id=tenant)
+                label = f"Organization {org.id}" + (" (default)" if org.is_default else "")
+                choices.append((_scope_value(scope), label, scope))
+    return choices
+
+
+class _FormTokens:
+    """Form tokens: HMAC-signed for one account and one form; create tokens work once."""
+
+    def __init__(self, secret: bytes) -> None:
+        self._secret = secret
+        self._used: dict[str, float] = {}  # nonce -> when it may be forgotten
+        self._lock = threading.Lock()
+
+    def _mac(self, account_id: str, form: str, body: str) -> str:
+        message = f"{form}\0{account_id}\0{body}".encode()
+        return hmac.new(self._secret, message, hashlib.sha256).hexdigest()
+
+    def issue(self, account_id: str, form: str) -> str:
+        body = f"{secrets.token_urlsafe(16)}.{int(time.time())}"
+        return f"{body}.{self._mac(account_id, form, body)}"
+
+    def check(self, token: str, account_id: str, form: str) -> str | None:
+        """The token's nonce if it is genuine and fresh, else ``None``."""
+        nonce, _, rest = token.partition(".")
+        issued, _, mac = rest.partition(".")
+        if not (nonce and issued.isdigit() and mac):
+            return None
+        if not hmac.compare_digest(mac, self._mac(account_id, form, f"{nonce}.{issued}")):
+            return None
+        return nonce if 0 <= time.time() - int(issued) <= FORM_TOKEN_TTL else None
+
+    def consume(self, nonce: str) -> bool:
+        """Mark *nonce* used; ``False`` if it already was."""
+        now = time.time()
+        with self._lock:
+            for old in [n for n, until in self._used.items() if until < now]:
+                del self._used[old]
+            if nonce in self._used:
+                return False
+            self._used[nonce] = now + FORM_TOKEN_TTL + 60
+            return True
+
+    def release(self, nonce: str) -> None:
+        with self._lock:
+            self._used.pop(nonce, None)
+
+
+_TEMPLATES: Final = jinja2.Environment(
+    loader=jinja2.PackageLoader("keyturn.console", "templates"),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+
+class Console:
+    """The key console for one service: mount :meth:`asgi` or :meth:`wsgi` behind sign-in.
+
+    :param manager: the :class:`~keyturn.KeyManager` over your store and membership; its
+        membership must also list an account's organizations
+        (:class:`~keyturn.ConsoleMembership`), for the scope choice.
+    :param signed_in: your sign-in, as a function of the framework's request (Starlette's
+        or Werkzeug's) to the signed-in account id, or ``None``.
+    :param sign_in_url: where to send a visitor who is not signed in.
+    :param start_on: the scope the create form starts on: ``"tenant"``, or
+        ``"organization"`` (the account's organization: its tenant's default one if it is
+        a member there).
+    :param secret: signs the form tokens; give every process of one service the same
+        secret (32 random bytes). By default a random one per process.
+    """
+
+    def __init__(
+        self,
+        manager: KeyManager,
+        *,
+        signed_in: SignedIn,
+        sign_in_url: str,
+        start_on: StartOn = "tenant",
+        secret: bytes | None = None,
+    ) -> None:
+        if not isinstance(manager, KeyManager):
+            raise ConsoleSetupError(
+                f"manager must be a keyturn.KeyManager, got {type(manager).__name__}"
+            )
+        if not isinstance(manager.membership, ConsoleMembership):
+            raise ConsoleSetupError(
+                f"the console needs a membership provider with organizations_of(account_id) "
+                f"(keyturn.ConsoleMembership) for its scope choice; "
+                f"{type(manager.membership).__name__} has none"
+            )
+        if not callable(signed_in):
+            raise ConsoleSetupError("signed_in must be a function of the request")
+        if not isinstance(sign_in_url, str) or not sign_in_url:
+            raise ConsoleSetupError("sign_in_url must be the URL of your sign-in page")
+        if start_on not in ("tenant", "organization"):
+            raise ConsoleSetupError(
+                f"start_on must be 'tenant' or 'organization', got {start_on!r}"
+            )
+        if secret is not None and (not isinstance(secret, bytes) or len(secret) < 16):
+            raise ConsoleSetupError("secret must be at least 16 random bytes")
+        self.manager = manager
+        self.membership: ConsoleMembership = manager.membership
+        self.signed_in = signed_in
+        self.sign_in_url = sign_in_url
+        self.start_on: StartOn = start_on
+        self._tokens = _FormTokens(secret or secrets.token_bytes(32))
+
+    def __repr__(self) -> str:
+        return f"Console(manager={self.manager!r}, start_on={self.start_on!r})"
+
+    def asgi(self) -> Any:
+        """The console as an ASGI app: ``Mount("/console", app=console.asgi())``."""
+        from keyturn.console.asgi import ConsoleASGI
+
+        return ConsoleASGI(self)
+
+    def wsgi(self) -> Any:
+        """The console as a WSGI app: mount it with Werkzeug's ``DispatcherMiddleware``."""
+        from keyturn.console.wsgi import ConsoleWSGI
+
+        return ConsoleWSGI(self)
+
+    # --- dispatch ---------------------------------------------------------------------------
+
+    def handle(self, visit: Visit) -> Page:
+        """Answer one visit. Never raises for bad input: it answers with a page."""
+        if _carries_api_key(visit.headers.get("authorization", "")):
+            return self._message(
+                visit,
+                403,
+                "API keys cannot manage keys",
+                "An API key can only call the agents API. Sign in to this console to "
+                "create, list or revoke keys.",
+            )
+        method = "GET" if visit.method == "HEAD" else visit.method
+        if visit.path in _STATIC and method == "GET":
+            return _static(visit.path)
+        routes: dict[str, dict[str, Callable[[Visit, str], Page]]] = {
+            "/": {"GET": self._keys, "POST": self._create},
+            "/preview": {"GET": self._preview},
+            "/revoke": {"GET": self._confirm, "POST": self._revoke},
+        }
+        if visit.path not in routes:
+            return self._message(visit, 404, "Not found", "There is no such console page.")
+        if visit.account_id is None:
+            return _redirect(self.sign_in_url)
+        handlers = routes[visit.path]
+        if method not in handlers:
+            page = self._message(visit, 405, "Method not allowed", "Use the console's forms.")
+            allow = ", ".join(sorted({*handlers, "HEAD"} if "GET" in handlers else handlers))
+            return attrs.evolve(page, headers=(*page.headers, ("Allow", allow)))
+        if method == "POST":
+            refusal = self._refuse_post(visit)
+            if refusal is not None:
+                return refusal
+        try:
+            return handlers[method](visit, visit.account_id)
+        except Exception:
+            # The store or the membership provider failed: say so, log it, never a bare 500.
+            _log.exception("the key console could not answer %s %s", method, visit.path)
+            page = self._message(
+                visit,
+                503,
+                "Try again in a moment",
+                "Your keys cannot be reached right now. If you were creating a key, look for "
+                "it in your list before creating it again.",
+                account_id=visit.account_id,
+            )
+            return attrs.evolve(page, headers=(*page.headers, ("Retry-After", "5")))
+
+    def _refuse_post(self, visit: Visit) -> Page | None:
+        # Under Referrer-Policy: no-referrer a browser sends "Origin: null" with its own
+        # forms, so "null" is accepted only where Sec-Fetch-Site vouches for the origin.
+        origin = visit.headers.get("origin")
+        site = visit.headers.get("sec-fetch-site")
+        if (
+            (origin is not None and origin not in (visit.origin, "null"))
+            or (origin == "null" and site is None)
+            or (site is not None and site not in ("same-origin", "none"))
+        ):
+            return self._message(
+                visit,
+                403,
+                "Refused: another site sent this form",
+                "The console only accepts forms sent from its own pages.",
+                account_id=visit.account_id,
+            )
+        if len(visit.body) > MAX_FORM_BYTES:
+            return self._message(visit, 413, "Form too large", "That form is too large.")
+        if visit.content_type.split(";")[0].strip().lower() != (
+            "application/x-www-form-urlencoded"
+        ):
+            return self._message(visit, 415, "Unsupported form", "Send the console's form.")
+        return None
+
+    # --- the key list and the create form ----------------------------------------------------
+
+    def _now(self) -> datetime:
+        return self.manager._now()
+
+    def _keys(self, visit: Visit, account_id: str) -> Page:
+        return self._keys_page(visit, account_id, form=None, errors={})
+
+    def _keys_page(
+        self,
+        visit: Visit,
+        account_id: str,
+        *,
+        form: Mapping[str, str] | None,
+        errors: Mapping[str, str],
+        status: int = 200,
+    ) -> Page:
+        """The list and the create form: fresh (*form* ``None``) or as sent, with *errors*."""
+        organizations = self.membership.organizations_of(account_id)
+        choices = _scope_choices(organizations)
+        values = dict(form or {})
+        zone_name = values.get("tz") or visit.query.get("tz", "")
+        zone = _zone(zone_name)
+        if form is None:
+            values = {"name": "", "lifetime": DEFAULT_LIFETIME, "date": "", "tz": zone_name}
+            values["scope"] = self._start_scope(choices)
+        now = self._now()
+        shown = preview(values["lifetime"], values["date"], zone_name, now)
+
+        status_filter = visit.query.get("status", "")
+        scope_filter = visit.query.get("scope", "")
+        wanted_status = next((s for s in Status if s.value == status_filter), None)
+        every_key = self.manager.list(account_id)
+        filter_scopes = dict.fromkeys(
+            [(value, scope) for value, _, scope in choices]
+            + [(_scope_value(info.scope), info.scope) for info in every_key]
+        )
+        filter_choices = [(value, _scope_label(scope)) for value, scope in filter_scopes]
+        wanted_scope = next((s for v, s in filter_scopes if v == scope_filter), None)
+        revoked = visit.query.get("revoked", "") if form is None else ""
+        notice = next(
+            (
+                f"Key “{info.name}” ({info.hint}) is revoked: it no longer works."
+                for info in every_key
+                if info.key_id == revoked and info.status is Status.REVOKED
+            ),
+            None,
+        )
+        keys = [
+            info
+            for info in every_key
+            if (wanted_status is None or info.status is wanted_status)
+            and (wanted_scope is None or info.scope == wanted_scope)
+        ]
+        context = {
+            "values": values,
+            "errors": defaultdict(str, errors),
+            "notice": notice,
+            "lifetimes": [(code, label) for code, label, _ in LIFETIME_CHOICES],
+            "scopes": [(value, label) for value, label, _ in choices],
+            "zones": ZONES,
+            "preview": shown,
+            "max_name": MAX_NAME_LENGTH,
+            "token": self._tokens.issue(account_id, "create"),
+            "rows": [_row(info, zone) for info in keys],
+            "total": len(every_key),
+            "filters": {
+                "status": wanted_status.value if wanted_status else "",
+                "scope": scope_filter if wanted_scope else "",
+            },
+            "statuses": [s.value for s in Status],
+            "filter_scopes": filter_choices,
+            "time_zone": zone.key if zone else "UTC",
+            "tz_param": zone.key if zone and visit.query.get("tz") else "",
+        }
+        return self._render(visit, "keys.html", context, status=status, account_id=account_id)
+
+    def _start_scope(self, choices: Sequence[tuple[str, str, Scope]]) -> str:
+        for value, _, scope in choices:
+            if self.start_on == "tenant" or scope.organization_id is not None:
+                return value
+        return ""
+
+    def _preview(self, visit: Visit, account_id: str) -> Page:
+        shown = preview(
+            visit.query.get("lifetime", ""),
+            visit.query.get("date", ""),
+            visit.query.get("tz", ""),
+            self._now(),
+        )
+        body = json.dumps(shown.as_json()).encode()
+        return Page(200, (*HEADERS, ("Content-Type", "application/json")), body)
+
+    def _create(self, visit: Visit, account_id: str) -> Page:
+        form = fields(visit.body)
+        nonce = self._tokens.check(form.get("token", ""), account_id, "create")
+        if nonce is None:
+            return self._expired_form(visit)
+        values = {
+            field: form.get(field, "") for field in ("name", "lifetime", "date", "tz", "scope")
+        }
+        errors: dict[str, str] = {}
+        try:
+            name = validate_name(values["name"])
+        except InvalidKeyName as exc:
+            errors["name"] = _sentence(str(exc))
+        now = self._now()
+        choice: Lifetime | CustomDate | None = _LIFETIMES.get(values["lifetime"])
+        shown = preview(values["lifetime"], values["date"], values["tz"], now)
+        if shown.problem is not None:
+            field = "lifetime"
+            if values["lifetime"] == CUSTOM:
+                field = "date" if _zone(values["tz"]) else "tz"
+            errors[field] = shown.problem
+        elif choice is None:
+            choice = CustomDate(date.fromisoformat(values["date"]), values["tz"])
+        scopes = {
+            value: scope
+            for value, _, scope in _scope_choices(self.membership.organizations_of(account_id))
+        }
+        scope = scopes.get(values["scope"])
+        if scope is None:
+            errors["scope"] = "Choose a scope: your tenant or one of your organizations."
+        if errors:
+            return self._keys_page(visit, account_id, form=values, errors=errors, status=400)
+        assert choice is not None
+        assert scope is not None
+        if not self._tokens.consume(nonce):
+            return self._message(
+                visit,
+                409,
+                "This form was already sent",
+                "The key it created is in your list; its secret is shown only once. "
+                "If you lost it, revoke that key and create a new one.",
+                account_id=account_id,
+            )
+        try:
+            created = self.manager.create(account_id, name=name, scope=scope, expiry=choice)
+        except (InvalidExpiry, ScopeNotReachable) as exc:
+            self._tokens.release(nonce)
+            field = "scope" if isinstance(exc, ScopeNotReachable) else "date"
+            errors[field] = _sentence(str(exc))
+            return self._keys_page(visit, account_id, form=values, errors=errors, status=400)
+        except BaseException:
+            self._tokens.release(nonce)  # nothing was created: the same form may be sent again
+            raise
+        context = {
+            "secret": created.secret,
+            "row": _row(created.info, _zone(values["tz"])),
+        }
+        return self._render(visit, "created.html", context, status=201, account_id=account_id)
+
+    def _expired_form(self, visit: Visit) -> Page:
+        return self._message(
+            visit,
+            403,
+            "This form has expired",
+            "Nothing was changed. Go back to your keys and send the form again.",
+            account_id=visit.account_id,
+        )
+
+    # --- revoke ---------------------------------------------------------------------------
+
+    def _find(self, account_id: str, key_id: str) -> KeyInfo | None:
+        return next((i for i in self.manager.list(account_id) if i.key_id == key_id), None)
+
+    def _confirm(self, visit: Visit, account_id: str) -> Page:
+        info = self._find(account_id, visit.query.get("key", ""))
+        if info is None:
+            return self._message(
+                visit, 404, "No such key", "You have no key with that id.", account_id=account_id
+            )
+        zone = _zone(visit.query.get("tz", ""))
+        context = {
+            "row": _row(info, zone),
+            "token": self._tokens.issue(account_id, "revoke"),
+        }
+        return self._render(visit, "revoke.html", context, status=200, account_id=account_id)
+
+    def _revoke(self, visit: Visit, account_id: str) -> Page:
+        form = fields(visit.body)
+        if self._tokens.check(form.get("token", ""), account_id, "revoke") is None:
+            return self._expired_form(visit)
+        key_id = form.get("key", "")
+        try:
+            self.manager.revoke(account_id, key_id)
+        except KeyNotFound:
+            return self._message(
+                visit, 404, "No such key", "You have no key with that id.", account_id=account_id
+            )
+        except KeyNotRevocable as exc:
+            return self._message(
+                visit, 409, "Already final", _sentence(str(exc)), account_id=account_id
+            )
+        return _redirect(visit.base + "?" + urlencode({"revoked": key_id}))
+
+    # --- rendering ------------------------------------------------------------------------
+
+    def _render(
+        self,
+        visit: Visit,
+        template: str,
+        context: Mapping[str, Any],
+        *,
+        status: int,
+        account_id: str | None,
+    ) -> Page:
+        body = _TEMPLATES.get_template(template).render(
+            base=visit.base, account=account_id, **context
+        )
+        headers = (*HEADERS, ("Content-Type", "text/html; charset=utf-8"))
+        return Page(status, headers, body.encode())
+
+    def _message(
+        self,
+        visit: Visit,
+        status: int,
+        title: str,
+        text: str,
+        *,
+        account_id: str | None = None,
+    ) -> Page:
+        context = {"title": title, "text": text}
+        return self._render(visit, "message.html", context, status=status, account_id=account_id)
+
+
+def _carries_api_key(authorization: str) -> bool:
+    scheme, _, credentials = authorization.strip().partition(" ")
+    return scheme.lower() == "bearer" and credentials.strip().lower().startswith("rma_")
+
+
+def fields(body: bytes) -> dict[str, str]:
+    """The fields of a form body or a query string; the first of a repeated name wins."""
+    try:
+        pairs = parse_qsl(body.decode(), keep_blank_values=True, max_num_fields=20)
+    except ValueError:  # not UTF-8, or too many fields: no token either, so it is refused
+        return {}
+    return dict(reversed(pairs))  # the first of a repeat wins
+
+
+def _sentence(message: str) -> str:
+    return message[:1].upper() + message[1:] + ("" if message.endswith(".") else ".")
+
+
+def _row(info: KeyInfo, zone: ZoneInfo | None) -> dict[str, Any]:
+    return {
+        "key_id": info.key_id,
+        "name": info.name,
+        "hint": info.hint,
+        "scope": _scope_label(info.scope),
+        "status": info.status.value,
+        "mark": _STATUS_MARKS[info.status],
+        "revocable": info.status.revocable,
+        "expires": (local_time(info.expires_at, zone), info.expires_at.isoformat()),
+        "created": (local_time(info.created_at, zone), info.created_at.isoformat()),
+        "last_used": (
+            (local_time(info.last_used_at, zone), info.last_used_at.isoformat())
+            if info.last_used_at
+            else None
+        ),
+    }
+
+
+def _redirect(location: str) -> Page:
+    return Page(303, (*HEADERS, ("Location", location)), b"")
+
+
+def _static(path: str) -> Page:
+    body = resources.files("keyturn.console").joinpath("static", path.rsplit("/", 1)[1])
+    headers = tuple(h for h in HEADERS if h[0] != "Cache-Control")
+    return Page(
+        200,
+        (*headers, ("Cache-Control", "no-cache"), ("Content-Type", _STATIC[path])),
+        body.read_bytes(),
+    )

@@ -1,0 +1,92 @@
+"""The console's ASGI edge: an ASGI app over :class:`~keyturn.console.Console`. Decides nothing.
+
+It reads the request (at most :data:`~keyturn.console._page.MAX_FORM_BYTES` of body), asks the
+host's ``signed_in`` with a Starlette :class:`~starlette.requests.Request` (a coroutine
+function is awaited, a plain one runs in a worker thread), and runs the page layer -- which
+calls the key store -- in a worker thread, so a blocking store never stalls the event loop.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.types import Receive, Scope, Send
+
+from keyturn.console._page import MAX_FORM_BYTES, Console, Page, Visit, fields
+
+__all__ = ["ConsoleASGI"]
+
+
+class ConsoleASGI:
+    """``Mount("/console", app=console.asgi())`` in Starlette, ``app.mount(...)`` in FastAPI."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def __repr__(self) -> str:
+        return f"ConsoleASGI({self.console!r})"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        if scope["type"] != "http":
+            return  # a WebSocket handshake gets no accept: the server closes it
+        request = Request(scope, receive)
+        root = scope.get("root_path", "")
+        path = scope["path"]
+        if root and path.startswith(root):
+            path = path[len(root) :]
+        if path == "":
+            page = Page(308, (("Location", root + "/"),), b"")
+        else:
+            page = await run_in_threadpool(self.console.handle, await _visit(self, request, path))
+        await send(
+            {
+                "type": "http.response.start",
+                "status": page.status,
+                "headers": [
+                    (name.lower().encode("latin-1"), value.encode("latin-1"))
+                    for name, value in (*page.headers, ("Content-Length", str(len(page.body))))
+                ],
+            }
+        )
+        body = b"" if scope["method"] == "HEAD" else page.body
+        await send({"type": "http.response.body", "body": body})
+
+
+async def _visit(edge: ConsoleASGI, request: Request, path: str) -> Visit:
+    body = b""
+    if request.method == "POST":
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_FORM_BYTES:
+                break
+    signed_in = edge.console.signed_in
+    if inspect.iscoroutinefunction(signed_in):
+        account: Any = await signed_in(request)
+    else:  # it may read a database: off the event loop
+        account = await run_in_threadpool(signed_in, request)
+        if inspect.isawaitable(account):
+            account = await account
+    headers = request.headers
+    return Visit(
+        method=request.method,
+        path=path,
+        base=request.scope.get("root_path", "") + "/",
+        origin=f"{request.url.scheme}://{headers.get('host', '')}",
+        query=fields(request.scope.get("query_string", b"")),
+        body=body,
+        content_type=headers.get("content-type", ""),
+        headers={
+            name: headers[name]
+            for name in ("authorization", "origin", "sec-fetch-site")
+            if name in headers
+        },
+        account_id=account if isinstance(account, str) and account else None,
+    )

@@ -1,0 +1,65 @@
+"""The console's WSGI edge: a WSGI app over :class:`~keyturn.console.Console`. Decides nothing.
+
+It reads the request (at most :data:`~keyturn.console._page.MAX_FORM_BYTES` of body), asks the
+host's ``signed_in`` with a Werkzeug :class:`~werkzeug.wrappers.Request`, and writes the
+page layer's answer back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from http import HTTPStatus
+from typing import TYPE_CHECKING
+
+from werkzeug.wrappers import Request
+
+from keyturn.console._page import MAX_FORM_BYTES, Console, Page, Visit, fields
+
+if TYPE_CHECKING:
+    from wsgiref.types import StartResponse, WSGIEnvironment
+
+__all__ = ["ConsoleWSGI"]
+
+
+class ConsoleWSGI:
+    """``DispatcherMiddleware(app.wsgi_app, {"/console": console.wsgi()})`` in Flask."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def __repr__(self) -> str:
+        return f"ConsoleWSGI({self.console!r})"
+
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        request = Request(environ)
+        root = request.script_root
+        if request.path == "/" and not environ.get("PATH_INFO"):
+            page = Page(308, (("Location", root + "/"),), b"")
+        else:
+            page = self.console.handle(_visit(self, request))
+        headers = [*page.headers, ("Content-Length", str(len(page.body)))]
+        start_response(f"{page.status} {HTTPStatus(page.status).phrase}", headers)
+        return [b"" if request.method == "HEAD" else page.body]
+
+
+def _visit(edge: ConsoleWSGI, request: Request) -> Visit:
+    body = b""
+    if request.method == "POST":
+        body = request.stream.read(MAX_FORM_BYTES + 1)
+    account = edge.console.signed_in(request)
+    headers = request.headers
+    return Visit(
+        method=request.method,
+        path=request.path,
+        base=request.script_root + "/",
+        origin=f"{request.scheme}://{request.host}",
+        query=fields(request.query_string),
+        body=body,
+        content_type=request.content_type or "",
+        headers={
+            name: value
+            for name in ("authorization", "origin", "sec-fetch-site")
+            if (value := headers.get(name)) is not None
+        },
+        account_id=account if isinstance(account, str) and account else None,
+    )

@@ -1,0 +1,76 @@
+"""Regenerate the console screenshots of docs/console.md: ``make screenshots``.
+
+Serves the console in this process (ASGI edge, in-memory store, a fixed clock), drives
+Debian's Chromium through Playwright, and writes ``docs/img/console-*.png``. The secret on
+the "created" screenshot is replaced by a plainly fake one before the picture is taken.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from keyturn import Lifetime, Scope
+from tests.console.conftest import CHROMIUM, CHROMIUM_ARGS
+from tests.console.support import ACCOUNT_COOKIE, make_world, serving
+
+OUT = Path(__file__).resolve().parents[2] / "docs" / "img"
+FAKE_SECRET = "rma_DOCS-EXAMPLE-NOT-A-REAL-KEY"
+
+
+def main() -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    world = make_world()
+    world.clock.now = datetime(2026, 6, 1, 9, 0, tzinfo=UTC)
+    manager = world.manager
+    research = Scope.organization("acme-research", tenant_id="acme")
+    manager.create("alice", name="old laptop", scope=Scope.tenant("acme"), expiry=Lifetime.HOURS_3)
+    manager.create("alice", name="research notebooks", scope=research)
+    world.clock.now += timedelta(days=2)
+    manager.create("alice", name="CI deploys", scope=Scope.tenant("acme"))
+    gone = manager.create(
+        "alice", name="staging", scope=Scope.organization("acme-main", tenant_id="acme")
+    )
+    manager.revoke("alice", gone.info.key_id)
+    main = Scope.organization("acme-main", tenant_id="acme")
+    manager.create("alice", name="agent on build box", scope=main, expiry=Lifetime.DAYS_7)
+    world.membership.remove_member("alice", "acme-research")  # its key turns Inactive
+    world.store.mark_used(gone.info.key_id, world.clock.now - timedelta(hours=1))
+    OUT.mkdir(parents=True, exist_ok=True)
+    with serving("asgi", world.console) as origin, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        url = f"{origin}/console/"
+
+        def page_at(width: int) -> object:
+            context = browser.new_context(
+                timezone_id="Europe/Berlin", viewport={"width": width, "height": 800}
+            )
+            context.add_cookies([{"name": ACCOUNT_COOKIE, "value": "alice", "url": url}])
+            page = context.new_page()
+            page.goto(url)
+            expect(page.locator("#tz")).to_have_value("Europe/Berlin")
+            return page
+
+        page = page_at(1100)
+        page.screenshot(path=OUT / "console-keys.png", full_page=True)
+        page.fill("#name", "nightly export")
+        page.check("input[name=lifetime][value=custom]")
+        page.fill("#date", "2026-12-31")
+        expect(page.locator("#expires")).to_have_text("2027-01-01 00:00 CET")
+        page.locator("section.panel").first.screenshot(path=OUT / "console-create-custom-date.png")
+        page.click("#create-button")
+        page.locator("#secret").evaluate("(el, fake) => { el.value = fake; }", FAKE_SECRET)
+        page.screenshot(path=OUT / "console-created.png")
+        page.goto(url)
+        page.locator("tr", has_text="CI deploys").locator("a.revoke").click()
+        page.screenshot(path=OUT / "console-revoke.png")
+        narrow = page_at(375)
+        narrow.set_viewport_size({"width": 375, "height": 1400})
+        narrow.screenshot(path=OUT / "console-375px.png")
+        browser.close()
+    print(f"wrote {len(list(OUT.glob('console-*.png')))} screenshots to {OUT}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,192 @@
+"""The console tests' world: a seeded membership, a clock the test sets, both edges.
+
+``make_world`` seeds tenant ``acme`` (``acme-main``, its default, and ``acme-research``)
+and tenant ``globex`` (``globex-hq``); ``alice`` is in both acme organizations, ``bob`` only
+in ``acme-main``. The signed-in account is read from the ``test_account`` cookie, the way a
+host's own sign-in would read its session.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import attrs
+import uvicorn
+from starlette.applications import Starlette
+from starlette.routing import Mount
+from werkzeug.exceptions import NotFound
+from werkzeug.middleware.dispatcher import DispatcherMiddleware
+from werkzeug.serving import make_server
+
+from keyturn import KeyManager
+from keyturn.console import Console
+from keyturn.console._page import StartOn
+from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
+
+ACCOUNT_COOKIE = "test_account"
+SIGN_IN = "/sign-in"
+EDGES = ("asgi", "wsgi")
+
+
+@attrs.define
+class Clock:
+    """The server's clock, set by the test."""
+
+    now: datetime = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@attrs.frozen
+class World:
+    store: MemoryKeyStore
+    membership: MemoryMembership
+    clock: Clock
+    console: Console
+    manager: KeyManager
+
+
+def signed_in(request: Any) -> str | None:
+    account = request.cookies.get(ACCOUNT_COOKIE)
+    return account if isinstance(account, str) else None
+
+
+def make_world(*, start_on: StartOn = "tenant") -> World:
+    store, membership, clock = MemoryKeyStore(), MemoryMembership(), Clock()
+    membership.add_organization("acme-main", tenant_id="acme", default=True)
+    membership.add_organization("acme-research", tenant_id="acme")
+    membership.add_organization("globex-hq", tenant_id="globex", default=True)
+    membership.add_member("alice", "acme-main", role="admin")
+    membership.add_member("alice", "acme-research", role="member")
+    membership.add_member("bob", "acme-main", role="member")
+    manager = KeyManager(store, membership, clock=clock)
+    console = Console(manager, signed_in=signed_in, sign_in_url=SIGN_IN, start_on=start_on)
+    return World(store=store, membership=membership, clock=clock, console=console, manager=manager)
+
+
+def asgi_app(console: Console) -> Any:
+    return Starlette(routes=[Mount("/console", app=console.asgi())])
+
+
+def wsgi_app(console: Console) -> Any:
+    return DispatcherMiddleware(NotFound(), {"/console": console.wsgi()})
+
+
+def form_token(html: str) -> str:
+    match = re.search(r'name="token" value="([^"]+)"', html)
+    assert match is not None, "the page holds no form token"
+    return match.group(1)
+
+
+@attrs.frozen
+class Reply:
+    status: int
+    headers: Mapping[str, str]  # lower-case names
+    text: str
+
+
+class Client:
+    """One interface over Starlette's TestClient and Werkzeug's test Client."""
+
+    origin: str
+
+    def __init__(self, edge: str, console: Console) -> None:
+        self.edge = edge
+        if edge == "asgi":
+            from starlette.testclient import TestClient
+
+            self._asgi = TestClient(asgi_app(console), follow_redirects=False)
+            self.origin = "http://testserver"
+        else:
+            from werkzeug.test import Client as WerkzeugClient
+
+            self._wsgi = WerkzeugClient(wsgi_app(console))
+            self.origin = "http://localhost"
+        self.account: str | None = None
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        data: Mapping[str, str] | bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Reply:
+        headers = dict(headers or {})
+        if self.account is not None and self.edge == "asgi":
+            headers["Cookie"] = f"{ACCOUNT_COOKIE}={self.account}"
+        elif self.account is not None:
+            self._wsgi.set_cookie(ACCOUNT_COOKIE, self.account)
+        if isinstance(data, bytes):
+            headers.setdefault("Content-Type", "application/x-www-form-urlencoded")
+        if self.edge == "asgi":
+            if isinstance(data, bytes):
+                response = self._asgi.request(method, path, content=data, headers=headers)
+            else:
+                response = self._asgi.request(method, path, data=data, headers=headers)
+            return Reply(
+                response.status_code,
+                {k.lower(): v for k, v in response.headers.items()},
+                response.text,
+            )
+        reply = self._wsgi.open(path, method=method, data=data, headers=headers)
+        return Reply(
+            reply.status_code,
+            {k.lower(): v for k, v in reply.headers.items()},
+            reply.get_data(as_text=True),
+        )
+
+    def get(self, path: str, **kwargs: Any) -> Reply:
+        return self.request("GET", path, **kwargs)
+
+    def post(self, path: str, data: Mapping[str, str] | bytes, **kwargs: Any) -> Reply:
+        headers = {"Origin": self.origin, **kwargs.pop("headers", {})}
+        return self.request("POST", path, data=data, headers=headers, **kwargs)
+
+
+@contextmanager
+def serving(edge: str, console: Console) -> Iterator[str]:
+    """Serve the console on a free 127.0.0.1 port in this process; yield its base URL."""
+    if edge == "asgi":
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        config = uvicorn.Config(asgi_app(console), log_level="warning", lifespan="off")
+        server = uvicorn.Server(config)
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+        thread.start()
+        for _ in range(500):  # bounded: about 5 s
+            if server.started:
+                break
+            threading.Event().wait(0.01)
+        assert server.started, "uvicorn did not start"
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            server.should_exit = True
+            thread.join(10)
+            sock.close()
+    else:
+        wsgi = make_server("127.0.0.1", 0, wsgi_app(console), threaded=True)
+        thread = threading.Thread(target=wsgi.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield f"http://127.0.0.1:{wsgi.server_port}"
+        finally:
+            wsgi.shutdown()
+            thread.join(10)
+            wsgi.server_close()
+
+
+def expect() -> Any:
+    """Playwright's auto-waiting assertions (imported late: Playwright may be missing)."""
+    from playwright.sync_api import expect
+
+    return expect

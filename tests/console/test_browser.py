@@ -1,0 +1,323 @@
+"""The console in a real browser: Debian's Chromium driven by Playwright, on both edges.
+
+Each edge (ASGI under uvicorn, WSGI under Werkzeug's server) is served once per module on a
+free 127.0.0.1 port, in a thread of this process, and stopped at the end. The server's
+clock is the test's; the browser's time zone is emulated per test. Without Chromium or
+Playwright these tests skip, saying why -- except under ``CI=true``, where they fail.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import attrs
+import pytest
+
+from keyturn import Scope, Status
+from keyturn.console import local_time
+from tests.console.support import ACCOUNT_COOKIE, EDGES, World, expect, make_world, serving
+
+NOW = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)
+
+
+@attrs.frozen
+class Site:
+    world: World
+    url: str  # the console's base URL, with its trailing slash
+
+
+@pytest.fixture(scope="module", params=EDGES)
+def served(request: pytest.FixtureRequest, browser: Any) -> Iterator[Site]:
+    """The console of one edge, served for the module."""
+    world = make_world()
+    with serving(request.param, world.console) as origin:
+        yield Site(world, f"{origin}/console/")
+
+
+@pytest.fixture
+def site(served: Site) -> Site:
+    """The served console with no keys and the clock at NOW."""
+    served.world.store._keys.clear()
+    served.world.clock.now = NOW
+    return served
+
+
+def open_console(browser: Any, site: Site, *, zone: str = "Europe/Paris", width: int = 1000) -> Any:
+    """A page signed in as alice, in a browser that lives in *zone*."""
+    context = browser.new_context(timezone_id=zone, viewport={"width": width, "height": 900})
+    context.add_cookies([{"name": ACCOUNT_COOKIE, "value": "alice", "url": site.url}])
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+    page.goto(site.url)
+    return page
+
+
+def test_defaults(browser: Any, site: Site) -> None:
+    """30 days, the tenant scope and the browser's zone are chosen; Create waits for a name."""
+    page = open_console(browser, site, zone="America/Los_Angeles")
+    expect()(page.locator("input[name=lifetime][value='30d']")).to_be_checked()
+    expect()(page.locator("#scope")).to_have_value("tenant:acme")
+    expect()(page.locator("#tz")).to_have_value("America/Los_Angeles")
+    expect()(page.locator("#date")).to_be_disabled()
+    expect()(page.locator("#create-button")).to_be_disabled()
+    expires = local_time(NOW + timedelta(days=30), _zone("America/Los_Angeles"))
+    expect()(page.locator("#expires")).to_have_text(expires)
+    labels = [page.locator(f"label[for={id_}]").count() for id_ in ("name", "date", "tz", "scope")]
+    assert labels == [1, 1, 1, 1]
+    page.context.close()
+
+
+def test_every_disabled_state(browser: Any, site: Site) -> None:
+    """Create is disabled for an empty name, and for a custom date empty, past or too far."""
+    page = open_console(browser, site, zone="Europe/Paris")
+    button, why = page.locator("#create-button"), page.locator("#create-why")
+    expect()(button).to_be_disabled()
+    expect()(why).to_have_text("Name the key to create it.")
+    page.fill("#name", "   ")
+    expect()(button).to_be_disabled()
+    page.fill("#name", "CI deploys")
+    expect()(button).to_be_enabled()
+    page.check("input[name=lifetime][value=custom]")
+    expect()(page.locator("#date")).to_be_enabled()
+    expect()(button).to_be_disabled()
+    expect()(why).to_have_text("Choose the custom expiry date.")
+    expect()(page.locator("#date")).to_have_attribute("min", "2026-06-16")
+    page.fill("#date", "2026-06-15")  # today: in the past for a key's end
+    expect()(button).to_be_disabled()
+    expect()(why).to_have_text("The date must be tomorrow or later.")
+    page.fill("#date", "2027-06-16")
+    expect()(button).to_be_disabled()
+    page.fill("#date", "2026-06-16")
+    expect()(button).to_be_enabled()
+    expect()(page.locator("#expires")).to_have_text("2026-06-17 00:00 CEST")
+    page.fill("#name", "")
+    expect()(button).to_be_disabled()
+    page.context.close()
+
+
+def _zone(name: str) -> Any:
+    from zoneinfo import ZoneInfo
+
+    return ZoneInfo(name)
+
+
+def test_custom_date_bounds_follow_the_browsers_zone(browser: Any, site: Site) -> None:
+    """At 12:00 UTC on 30 June it is already 1 July in Auckland: the bounds say so."""
+    site.world.clock.now = datetime(2026, 6, 30, 12, 0, tzinfo=UTC)
+    expected = {
+        "Pacific/Auckland": ("2026-07-02", "2027-07-01", "2026-07-03 00:00 NZST"),
+        "America/Los_Angeles": ("2026-07-01", "2027-06-30", "2026-07-03 00:00 PDT"),
+    }
+    for zone, (first, last, expires) in expected.items():
+        page = open_console(browser, site, zone=zone)
+        page.check("input[name=lifetime][value=custom]")
+        date = page.locator("#date")
+        expect()(date).to_have_attribute("min", first)
+        expect()(date).to_have_attribute("max", last)
+        page.fill("#date", "2026-07-02")
+        expect()(page.locator("#expires")).to_have_text(expires)
+        page.context.close()
+
+
+def test_a_custom_date_on_a_dst_change_day(browser: Any, site: Site) -> None:
+    """In Los Angeles on 7 March 2026, 8 March (23 hours) ends at 00:00 PDT, 07:00 UTC."""
+    site.world.clock.now = datetime(2026, 3, 7, 20, 0, tzinfo=UTC)  # 12:00 PST
+    page = open_console(browser, site, zone="America/Los_Angeles")
+    page.fill("#name", "spring forward")
+    page.check("input[name=lifetime][value=custom]")
+    expect()(page.locator("#date")).to_have_attribute("min", "2026-03-08")
+    page.fill("#date", "2026-03-08")
+    expect()(page.locator("#expires")).to_have_text("2026-03-09 00:00 PDT")
+    page.fill("#date", "2027-03-07")  # the last day: one year from now comes first
+    expect()(page.locator("#expires")).to_have_text("2027-03-07 12:00 PST")
+    page.fill("#date", "2026-03-08")
+    expect()(page.locator("#expires")).to_have_text("2026-03-09 00:00 PDT")
+    page.click("#create-button")
+    expect()(page.locator("h1")).to_have_text("Key “spring forward” created")
+    [key] = site.world.store.keys_of("alice")
+    assert key.expires_at == datetime(2026, 3, 9, 7, 0, tzinfo=UTC)
+    page.context.close()
+
+
+def test_the_secret_is_shown_once(browser: Any, site: Site) -> None:
+    """After create: reload, back and re-submit never show the secret again nor add a key."""
+    page = open_console(browser, site)
+    page.fill("#name", "shown once")
+    page.click("#create-button")
+    secret = page.locator("#secret").input_value()
+    assert re.fullmatch(r"rma_\w+", secret)
+    expect()(page.locator("#copy")).to_be_visible()
+    page.click("#copy")
+    expect()(page.locator("#copy-status")).not_to_be_empty()
+    page.reload()  # re-sends the POST: the form's token was used
+    expect()(page.locator("h1")).to_have_text("This form was already sent")
+    assert secret not in page.content()
+    page.click("text=Back to your keys")
+    expect()(page.locator("tbody tr")).to_have_count(1)
+    assert secret not in page.content()
+    page.go_back()
+    assert secret not in page.content()
+    page.go_back()
+    assert secret not in page.content()
+    page.goto(site.url)
+    expect()(page.locator("tbody tr code")).to_have_text(f"rma_…{secret[-4:]}")
+    assert len(site.world.store.keys_of("alice")) == 1
+    page.context.close()
+
+
+def test_double_submit_makes_one_key(browser: Any, site: Site) -> None:
+    """Sending the same form twice (a double click, a replay) creates one key."""
+    page = open_console(browser, site)
+    page.fill("#name", "double")
+    form = page.locator("#create")
+    token = form.locator("input[name=token]").input_value()
+    fields = {
+        "token": token,
+        "name": "double",
+        "lifetime": "1d",
+        "tz": "UTC",
+        "scope": "tenant:acme",
+    }
+    headers = {"Origin": site.url.split("/console/")[0]}
+    first = page.request.post(site.url, form=fields, headers=headers)
+    second = page.request.post(site.url, form=fields, headers=headers)
+    assert (first.status, second.status) == (201, 409)
+    assert len(site.world.store.keys_of("alice")) == 1
+    page.context.close()
+
+
+def test_filters_live_in_the_url(browser: Any, site: Site) -> None:
+    """Filtering by status and scope puts both in the URL; the URL alone restores the view."""
+    manager = site.world.manager
+    manager.create("alice", name="tenant key", scope=Scope.tenant("acme"))
+    research = Scope.organization("acme-research", tenant_id="acme")
+    manager.revoke("alice", manager.create("alice", name="old", scope=research).info.key_id)
+    manager.create("alice", name="research key", scope=research)
+    page = open_console(browser, site)
+    expect()(page.locator("tbody tr")).to_have_count(3)
+    page.select_option("#filter-status", "Active")
+    page.select_option("#filter-scope", "organization:acme-research")
+    page.click("button:text('Filter')")
+    expect()(page.locator("tbody tr")).to_have_count(1)
+    expect()(page.locator("tbody th")).to_have_text("research key")
+    assert "status=Active" in page.url
+    assert "scope=organization%3Aacme-research" in page.url
+    bookmarked = page.url
+    other = open_console(browser, site)
+    other.goto(bookmarked)
+    expect()(other.locator("tbody th")).to_have_text("research key")
+    expect()(other.locator("#filter-status")).to_have_value("Active")
+    other.goto(site.url + "?status=Revoked")
+    expect()(other.locator("tbody th")).to_have_text("old")
+    page.context.close()
+    other.context.close()
+
+
+def test_revoke_with_confirmation(browser: Any, site: Site) -> None:
+    """Revoke asks first, naming the key; then the key is Revoked and cannot be revoked again."""
+    site.world.manager.create("alice", name="old deploy", scope=Scope.tenant("acme"))
+    page = open_console(browser, site)
+    page.click("a.revoke")
+    expect()(page.locator("h1")).to_have_text("Revoke the key “old deploy”?")
+    assert site.world.manager.list("alice")[0].status is Status.ACTIVE
+    page.click("text=Cancel")
+    expect()(page.locator("tbody .status")).to_have_text("✓ Active")
+    page.click("a.revoke")
+    page.click("button:text('Revoke “old deploy”')")
+    expect()(page.locator(".notice")).to_contain_text("“old deploy”")
+    expect()(page.locator("tbody .status")).to_have_text("✕ Revoked")
+    expect()(page.locator("a.revoke")).to_have_count(0)
+    assert site.world.manager.list("alice")[0].status is Status.REVOKED
+    page.context.close()
+
+
+def test_a_whole_create_with_the_keyboard(browser: Any, site: Site) -> None:
+    """Tab, type, arrow keys and Enter alone create a 90-day organization key."""
+    page = open_console(browser, site)
+    for _ in range(5):  # bounded: the name field is the second stop
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.id") == "name":
+            break
+    page.keyboard.type("typed by keyboard")
+    page.keyboard.press("Tab")  # to the lifetime radios, on 30 days
+    page.keyboard.press("ArrowRight")  # 90 days
+    expect()(page.locator("input[name=lifetime][value='90d']")).to_be_checked()
+    stops = []
+    for _ in range(10):
+        page.keyboard.press("Tab")
+        focused = page.evaluate("document.activeElement.id")
+        stops.append(focused)
+        if focused == "scope":
+            page.keyboard.press("ArrowDown")  # tenant acme -> organization acme-main
+        if focused == "create-button":
+            break
+    assert stops[-1] == "create-button", stops
+    page.keyboard.press("Enter")
+    expect()(page.locator("h1")).to_have_text("Key “typed by keyboard” created")
+    [key] = site.world.store.keys_of("alice")
+    assert key.scope == Scope.organization("acme-main", tenant_id="acme")
+    assert key.expires_at == NOW + timedelta(days=90)
+    page.context.close()
+
+
+def test_a_cross_origin_post_is_refused(browser: Any, site: Site) -> None:
+    """A page of another origin auto-posting to the console gets 403; nothing is created."""
+    page = open_console(browser, site)
+    token = page.locator("#create input[name=token]").input_value()  # even a stolen token
+    attack = (
+        f'<form id="f" method="post" action="{site.url}">'
+        f'<input name="token" value="{token}"><input name="name" value="evil">'
+        '<input name="lifetime" value="1d"><input name="tz" value="UTC">'
+        '<input name="scope" value="tenant:acme"></form>'
+    )
+    page.route(
+        "http://attacker.invalid/",
+        lambda route: route.fulfill(status=200, content_type="text/html", body=attack),
+    )
+    page.goto("http://attacker.invalid/")
+    with page.expect_navigation():
+        page.evaluate("document.getElementById('f').submit()")
+    expect()(page.locator("h1")).to_have_text("Refused: another site sent this form")
+    assert site.world.store.keys_of("alice") == []
+    page.context.close()
+
+
+def test_readable_at_375_pixels(browser: Any, site: Site) -> None:
+    """At 375 px nothing scrolls sideways; each key is a card with labelled fields."""
+    site.world.manager.create("alice", name="narrow", scope=Scope.tenant("acme"))
+    page = open_console(browser, site, width=375)
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 375
+    expect()(page.locator("thead")).to_be_hidden()
+    expect()(page.locator("tbody .status")).to_have_text("✓ Active")
+    page.context.close()
+
+
+def test_without_script_the_server_decides(browser: Any, site: Site) -> None:
+    """With JavaScript off, nothing is disabled, the server refuses bad input with a message,
+    and the user picks the time zone."""
+    context = browser.new_context(java_script_enabled=False, timezone_id="Pacific/Auckland")
+    context.add_cookies([{"name": ACCOUNT_COOKIE, "value": "alice", "url": site.url}])
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+    page.goto(site.url)
+    expect()(page.locator("#tz")).to_have_value("")  # never guessed by the server
+    expect()(page.locator("#create-button")).to_be_enabled()
+    page.click("#create-button")
+    expect()(page.locator("#name-error")).to_contain_text("The key name is required")
+    page.fill("#name", "no script")
+    page.check("input[name=lifetime][value=custom]")
+    page.fill("#date", "2026-06-17")
+    page.click("#create-button")
+    expect()(page.locator("#tz-error")).to_contain_text("Choose your time zone")
+    expect()(page.locator("#expires")).to_have_text("—")
+    expect()(page.locator("#name")).to_have_value("no script")  # the values are kept
+    page.select_option("#tz", "Pacific/Auckland")
+    page.click("#create-button")
+    expect()(page.locator("h1")).to_have_text("Key “no script” created")
+    [key] = site.world.store.keys_of("alice")
+    assert key.expires_at == datetime(2026, 6, 17, 12, 0, tzinfo=UTC)  # 18 June 00:00 NZST
+    context.close()
