@@ -144,6 +144,9 @@ class SQLiteDatabase:
             # isolation_level=None: each statement commits on its own; migrations BEGIN
             # explicitly. timeout= is SQLite's busy_timeout. The connection moves between
             # threads, but only one uses it at a time.
+            # The file holds key hashes and who may do what: create it readable by its owner
+            # only (SQLite gives its -wal and -shm files the same mode).
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
             connection = sqlite3.connect(
                 self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
             )
