@@ -147,13 +147,11 @@ def test_a_flood_sheds_only_its_own_excess(
             seen[kind][result] += 1
         flood_runs = authenticator.verifier.runs - warmed_runs - USERS
 
-    verifier = authenticator.verifier
-    share = verifier.max_pending_per_key if aim == "one key" else verifier.max_pending_per_account
-    assert 1 <= peak[0] <= share
+    print(f"{name}, aimed at {aim}: {seen}, peak in flight {peak[0]}")
     assert seen["first"] == Counter({"pass": USERS})
     assert seen["warm"] == Counter({"pass": USERS})
+    assert 1 <= peak[0] <= (2 if aim == "one key" else 8)  # the documented default shares
     wrong, shed = f"401 {Reason.WRONG_SECRET.value}", f"503 {Reason.OVERLOADED.value}"
     assert set(seen["flood"]) <= {wrong, shed}
     assert seen["flood"][wrong] == flood_runs  # every admitted guess ran argon2 once, and failed
-    assert seen["flood"][shed] == verifier.shed
-    print(f"{name}, aimed at {aim}: flood {dict(seen['flood'])}, peak in flight {peak[0]}")
+    assert seen["flood"][shed] == authenticator.verifier.shed
