@@ -41,9 +41,11 @@ What it does, precisely:
 -   What it reads: ``HTTP_AUTHORIZATION`` and ``HTTP_X_ORGANIZATION_ID``. WSGI servers
     join a repeated header into one comma-separated value; a joined ``Authorization`` is
     refused with 401 (it is not one key), a joined ``x-organization-id`` with 400 (a comma
-    is not part of an organization id). Some servers hide ``Authorization`` from the app
-    unless told otherwise (mod_wsgi: ``WSGIPassAuthorization On``); every request is then
-    refused with 401.
+    is not part of an organization id). ``x_organization_id`` and ``x-organization-id`` share
+    one environ key: most servers drop names with underscores, wsgiref joins both, granian
+    keeps the last (``docs/security.md`` has the table). Some servers hide ``Authorization``
+    from the app unless told otherwise (mod_wsgi: ``WSGIPassAuthorization On``); every
+    request is then refused with 401.
 -   The role policy sees the canonical path and the upper-cased method: what the router
     dispatches. A refusal to ``HEAD`` has the headers of the ``GET`` refusal and no body.
 -   A refused request gets the error's status, ``content-type: application/json``, the
