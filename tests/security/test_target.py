@@ -5,7 +5,7 @@ from __future__ import annotations
 from urllib.parse import quote
 
 import pytest
-from hypothesis import assume, example, given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from keyturn._target import UNREADABLE, Paths, canonical, decoded
@@ -88,7 +88,8 @@ def test_every_reading_under_the_prefix_is_guarded(target: str, front: str) -> N
     exposed = any(map(under, literals)) or any(
         under(r) and r != "/managed-agents/v1/public" for r in readings
     )
-    assume(exposed)
+    if not exposed:
+        return
 
     assert paths.read("", target) is not None
 
@@ -102,13 +103,14 @@ def test_a_guarded_path_is_canonical_and_under_the_prefix(target: str) -> None:
         assert under(verdict)
 
 
-@given(targets, targets)
-def test_a_mount_prefix_never_switches_the_guard_off(root: str, rest: str) -> None:
+@given(near)
+def test_a_mount_prefix_never_switches_the_guard_off(target: str) -> None:
     """A request whose full path (mount prefix + path) is guarded stays guarded, however the
     server split it into a mount prefix and a path.
     """
-    full = "/" + root + "/" + rest
-    assume(paths.read("", full) is not None)
+    full = "/" + target
+    if paths.read("", full) is None:  # not ours at all: nothing to keep
+        return
     for cut in range(len(full) + 1):
         assert paths.read(full[:cut], full[cut:]) is not None
         assert paths.read(full[:cut], full) is not None  # ASGI: path repeats root_path
