@@ -155,3 +155,16 @@ def test_a_flood_sheds_only_its_own_excess(
     assert set(seen["flood"]) <= {wrong, shed}
     assert seen["flood"][wrong] == flood_runs  # every admitted guess ran argon2 once, and failed
     assert seen["flood"][shed] == authenticator.verifier.shed
+
+
+def test_shares_must_fit_the_pool() -> None:
+    """A per-key share above the per-account one, or either above the pool, is refused at
+    construction; the defaults shrink to fit a small pool.
+    """
+    with pytest.raises(ValueError, match="max_pending_per_key <= max_pending_per_account"):
+        _hashing.SecretVerifier(max_pending_per_key=9, max_pending_per_account=8)
+    with pytest.raises(ValueError, match="<= max_pending"):
+        _hashing.SecretVerifier(max_workers=1, max_pending=4, max_pending_per_account=5)
+    small = _hashing.SecretVerifier(max_workers=1, max_pending=1)
+    assert (small.max_pending_per_key, small.max_pending_per_account) == (1, 1)
+    small.close()

@@ -166,7 +166,7 @@ UNREADABLE_TARGETS = {
     "climbing out of the prefix": "/managed-agents/v1/../healthz",
     "invalid UTF-8 escape": "/managed-agents/v1/%FF",
     "climbing out once decoded": "%2Fmanaged-agents%2Fv1%2F..%2Fx",
-    "endless escapes": "/managed-agents/v1/" + "%25" * 9 + "41",
+    "escapes nested deeper than routers go": "/managed-agents/v1/%" + "25" * 9 + "41",
 }
 
 

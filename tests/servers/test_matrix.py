@@ -379,6 +379,7 @@ CASES: dict[str, tuple[tuple[Request, ...], Check]] = {
     "no leading slash": ((Request("GET", "managed-agents/v1/models"),), walled),
     "absolute form": ((Request("GET", "http://127.0.0.1{port}/managed-agents/v1/models"),), walled),
     "double slash": ((Request("GET", "//managed-agents/v1/models"),), walled),
+    "lower-case method": ((Request("get", MODELS),), walled),
     "dot segments": ((Request("GET", "/x/../managed-agents/v1/models"),), walled),
     "encoded slash": ((Request("GET", "/managed-agents%2Fv1/models"),), walled),
     "encoded dot segments": ((Request("GET", "/x/%2E%2E/managed-agents/v1/models"),), walled),
