@@ -129,6 +129,8 @@ class Paths:
             return self._verdict(path)
         # ASGI servers differ on whether ``path`` repeats ``root_path``: read it both ways.
         spellings = [path, root + path]
+        if path[:1] != "/":  # and a router may join the two with a slash
+            spellings.append(root + "/" + path)
         if _starts(path, root):
             spellings.insert(0, path[len(root) :])
         guarded = None

@@ -8,6 +8,7 @@ both adapters.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from typing import Final, Generic, TypeVar
 
@@ -30,6 +31,8 @@ __all__ = [
     "service_headers",
     "unreadable",
 ]
+
+log: Final = logging.getLogger("keyturn")
 
 PRINCIPAL_KEY: Final = "keyturn.principal"
 DEFAULT_PREFIX: Final = "/managed-agents/v1/"
@@ -96,8 +99,16 @@ def service_headers(principal: Principal) -> list[tuple[str, str]]:
     return [(ORGANIZATION_HEADER, principal.organization_id), (TENANT_HEADER, principal.tenant_id)]
 
 
-def unreadable() -> InvalidRequest:
-    """The 400 for a target routers may read as different paths under the prefix (_target)."""
+def unreadable(root: str, path: str) -> InvalidRequest:
+    """The 400 for a target routers may read as different paths under the prefix (_target);
+    logged like the decision's refusals, the target quoted and cut short.
+    """
+    log.info(
+        "refused path %r (mount prefix %r) with 400: %s",
+        path[:200],
+        root[:200],
+        Reason.UNREADABLE_TARGET.value,
+    )
     return InvalidRequest(
         Reason.UNREADABLE_TARGET,
         "The request path has no single reading: send it with single slashes, "

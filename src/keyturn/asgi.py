@@ -135,7 +135,8 @@ class ApiKeyMiddleware(Guard[ASGIApp]):
             log.warning("refused an ASGI %r scope under the protected prefix", kind)
             return
         if path is UNREADABLE:
-            await self._refuse(unreadable(), scope, send)
+            error = unreadable(scope.get("root_path", ""), scope.get("path", ""))
+            await self._refuse(error, scope, send)
             return
         request, credentials = _read(scope, path)
         outcome = await self.authenticator.authenticate_async(request)

@@ -116,7 +116,8 @@ class ApiKeyMiddleware(Guard[WSGIApplication]):
             return self.app(environ, start_response)
         method = environ.get("REQUEST_METHOD", "GET")
         if path is UNREADABLE:
-            return _refuse(unreadable(), self.realm, method, start_response)
+            error = unreadable(environ.get("SCRIPT_NAME", ""), environ.get("PATH_INFO", ""))
+            return _refuse(error, self.realm, method, start_response)
 
         request = AuthRequest(
             authorization=_values(environ, "HTTP_AUTHORIZATION"),

@@ -27,13 +27,20 @@ WALKS = {
 
 
 @pytest.mark.parametrize("path", WALKS.values(), ids=WALKS.keys())
-def test_walk_arounds_do_not_reach_the_app(client: Client, world: World, path: str) -> None:
-    """Targets that a router may read as one under the prefix never reach the app keyless."""
+def test_walk_arounds_do_not_reach_the_app(
+    client: Client, world: World, path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Targets that a router may read as one under the prefix never reach the app keyless;
+    each refusal is logged with its reason.
+    """
+    caplog.set_level("INFO", logger="keyturn")
     reply = client.raw(path, [])
 
     assert reply.status in (400, 401)
     assert reply.json()["error"]["code"] in ("invalid_request", "unauthorized")
     assert world.calls == []
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "keyturn"]
+    assert "unreadable_target" in line if reply.status == 400 else "missing" in line
 
 
 def test_flask_view_behind_a_missing_slash_needs_a_key(world: World) -> None:

@@ -147,6 +147,7 @@ SEEN = {
     "daphne-root-path header": ("/managed-agents", "/v1/models", "/managed-agents/v1/models"),
     "SCRIPT_NAME from a header": ("/managed-agents/v1", "/models", "/managed-agents/v1/models"),
     "mounted at the prefix": ("/managed-agents/v1", "/managed-agents/v1/models", "/models"),
+    "mount prefix and a path without its slash": ("/managed-agents", "v1/models", "/models"),
     "double slash": ("", "//managed-agents/v1/admin", "/managed-agents/v1/admin"),
 }
 
