@@ -33,6 +33,7 @@ from keyturn.stores.sqlite import SQLiteDatabase
 ROOT = Path(__file__).resolve().parents[2]
 IN_CI = os.environ.get("CI") == "true"
 READY_TRIES = 300  # polls of the port, 0.1 s apart
+START_ATTEMPTS = 3
 SOCKET_TIMEOUT = 10.0
 MAX_READS = 10_000  # recv calls per response, at most
 
@@ -489,7 +490,6 @@ def running(
     path, keys = database
     scratch = tmp_path_factory.mktemp(name)
     reached_log = scratch / "reached.log"
-    port = free_port()
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
@@ -497,8 +497,23 @@ def running(
         "KEYTURN_MATRIX_REACHED": str(reached_log),
     }
     env.pop("CI", None)  # no server may change its behaviour under the test's CI flag
-    with open(scratch / "server.log", "wb") as output:
-        process = subprocess.Popen(  # noqa: S603 -- our own interpreter and arguments
+    why = ""
+    for _ in range(START_ATTEMPTS):  # another process may take the free port first
+        port = free_port()
+        process = start(server, port, env, scratch / "server.log")
+        try:
+            why = wait_until_ready(process, port, scratch / "server.log")
+            if not why:
+                yield Running(name, server, port, reached_log, keys)
+                return
+        finally:
+            stop(process)
+    unavailable(name, why)
+
+
+def start(server: Server, port: int, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "wb") as output:
+        return subprocess.Popen(  # noqa: S603 -- our own interpreter and arguments
             server.argv(port),
             cwd=ROOT,
             env=env,
@@ -506,24 +521,21 @@ def running(
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its workers share its process group
         )
-    try:
-        for _ in range(READY_TRIES):
-            if process.poll() is not None:
-                break
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            except OSError:
-                time.sleep(0.1)
-            else:
-                break
-        else:
-            unavailable(name, f"no answer on port {port} after {READY_TRIES} tries")
+
+
+def wait_until_ready(process: subprocess.Popen[bytes], port: int, log: Path) -> str:
+    """Poll the port a bounded number of times: "" once it answers, else why not."""
+    for _ in range(READY_TRIES):
         if process.poll() is not None:
-            log = (scratch / "server.log").read_text(errors="replace")[-2000:]
-            unavailable(name, f"exited with {process.returncode}: {log}")
-        yield Running(name, server, port, reached_log, keys)
-    finally:
-        stop(process)
+            tail = log.read_text(errors="replace")[-2000:]
+            return f"exited with {process.returncode}: {tail}"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        except OSError:
+            time.sleep(0.1)
+        else:
+            return ""
+    return f"no answer on port {port} after {READY_TRIES} tries"
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
