@@ -135,8 +135,8 @@ def run(settings: Settings) -> Report:
 
         steps: dict[str, Callable[[], object]] = {
             "(empty call, subtracted from the others)": lambda: None,
-            "asgi: _route_path + Paths.guarded": lambda: paths.guarded(
-                keyturn_asgi._route_path(scope)
+            "asgi: Paths.read (which requests are guarded)": lambda: paths.read(
+                scope.get("root_path", ""), scope["path"]
             ),
             "asgi: _read (header scan, AuthRequest)": lambda: keyturn_asgi._read(scope, MODELS),
             "AuthRequest(...) alone": lambda: AuthRequest(

@@ -119,12 +119,15 @@ class GetKey(Step):
 class VerifySecret(Step):
     """Run argon2; answered with ``None`` (it matches) or the :class:`Reason` it does not."""
 
-    __slots__ = ("digest", "secret", "secret_hash")
+    __slots__ = ("account_id", "digest", "secret", "secret_hash")
 
-    def __init__(self, digest: bytes, secret_hash: str, secret: str) -> None:
+    def __init__(
+        self, digest: bytes, secret_hash: str, secret: str, account_id: str | None = None
+    ) -> None:
         self.digest = digest
         self.secret_hash = secret_hash
         self.secret = secret
+        self.account_id = account_id  # whose key: the verifier bounds each account's share
 
     def __repr__(self) -> str:
         return "VerifySecret(...)"
@@ -250,7 +253,9 @@ def decide(
     if key is None:
         return Unauthorized(Reason.UNKNOWN_KEY, key_id=key_id)
     if verified != fingerprint(key.secret_hash):
-        failure = yield VerifySecret(digest, key.secret_hash, token[_SECRET_START:_SECRET_END])
+        failure = yield VerifySecret(
+            digest, key.secret_hash, token[_SECRET_START:_SECRET_END], key.account_id
+        )
         if failure is not None:
             return Unauthorized(failure, key_id=key_id)
 

@@ -132,15 +132,27 @@ class VerifiedTokenCache:
 
 
 class Overloaded(Exception):
-    """More secret verifications are pending than the verifier accepts."""
+    """More secret verifications are pending than the verifier accepts (overall, for the
+    key, or for its account).
+    """
 
 
 class SecretVerifier:
-    """Runs argon2 on a small thread pool: bounded, shed past the bound, single-flight.
+    """Runs argon2 on a small thread pool: bounded, fair, shed past the bounds, single-flight.
 
-    Concurrent checks of the same token against the same hash share one argon2 run; more
-    than *max_pending* distinct checks in flight raise :class:`Overloaded` at once instead of
-    queueing without bound.
+    Anyone can mint well-formed keys with wrong secrets for a key id they know, and each
+    costs an argon2 run. So the checks in flight are bounded three ways, and a check past a
+    bound raises :class:`Overloaded` at once (503) instead of queueing:
+
+    - at most *max_pending_per_key* (default 2) distinct checks against one stored hash (one
+      key);
+    - at most *max_pending_per_account* (default 8) for the keys of one account;
+    - at most *max_pending* in all.
+
+    A flood aimed at one key or one account thus sheds only its own excess: it holds at most
+    its share of the pool, and every other key's first request still finds room. Concurrent
+    checks of the same token against the same hash share one argon2 run and one slot. Every
+    queue is bounded: the pool's queue by *max_pending*, the counters by the checks in flight.
     """
 
     def __init__(
@@ -148,6 +160,8 @@ class SecretVerifier:
         *,
         max_workers: int | None = None,
         max_pending: int = 64,
+        max_pending_per_key: int | None = None,
+        max_pending_per_account: int | None = None,
         limits: HashLimits = HASH_LIMITS,
     ) -> None:
         self.max_workers = max_workers or min(4, os.cpu_count() or 1)
@@ -155,11 +169,26 @@ class SecretVerifier:
             raise ValueError(
                 f"max_pending ({max_pending}) must be at least max_workers ({self.max_workers})"
             )
+        # Defaults: 2 per key, 8 per account, never more than max_pending.
+        if max_pending_per_key is None:
+            max_pending_per_key = min(2, max_pending)
+        if max_pending_per_account is None:
+            max_pending_per_account = min(max(8, max_pending_per_key), max_pending)
+        if not 1 <= max_pending_per_key <= max_pending_per_account <= max_pending:
+            raise ValueError(
+                "need 1 <= max_pending_per_key <= max_pending_per_account <= max_pending, got "
+                f"{max_pending_per_key}, {max_pending_per_account}, {max_pending}"
+            )
         self.max_pending = max_pending
+        self.max_pending_per_key = max_pending_per_key
+        self.max_pending_per_account = max_pending_per_account
         self.limits = limits
         self.runs = 0  # argon2 runs started: the benchmarks and tests count them
+        self.shed = 0  # checks refused past a bound
         self._executor = ThreadPoolExecutor(self.max_workers, thread_name_prefix="keyturn-argon2")
         self._in_flight: dict[tuple[bytes, str], Future[Reason | None]] = {}
+        self._per_key: dict[str, int] = {}
+        self._per_account: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -169,12 +198,19 @@ class SecretVerifier:
         )
 
     def submit(
-        self, cache: VerifiedTokenCache, digest: bytes, secret_hash: str, secret: str
+        self,
+        cache: VerifiedTokenCache,
+        digest: bytes,
+        secret_hash: str,
+        secret: str,
+        account: str | None = None,
     ) -> Future[Reason | None]:
-        """Start (or join) the check of *secret* against *secret_hash*.
+        """Start (or join) the check of *secret* against *secret_hash* (a key of *account*).
 
         A success is added to *cache* before the future resolves, so no later request with
         the same token starts another run.
+
+        :raises Overloaded: a bound is reached (see the class); nothing was queued.
         """
         flight = (digest, secret_hash)
         with self._lock:
@@ -186,12 +222,23 @@ class SecretVerifier:
                 future = Future()
                 future.set_result(None)
                 return future
-            if len(self._in_flight) >= self.max_pending:
+            if (
+                len(self._in_flight) >= self.max_pending
+                or self._per_key.get(secret_hash, 0) >= self.max_pending_per_key
+                or (
+                    account is not None
+                    and self._per_account.get(account, 0) >= self.max_pending_per_account
+                )
+            ):
+                self.shed += 1
                 raise Overloaded
             future = self._executor.submit(self._check, cache, digest, secret_hash, secret)
             self._in_flight[flight] = future
+            _count(self._per_key, secret_hash, 1)
+            if account is not None:
+                _count(self._per_account, account, 1)
             self.runs += 1
-        future.add_done_callback(lambda _: self._land(flight))
+        future.add_done_callback(lambda _: self._land(flight, account))
         return future
 
     def _check(
@@ -202,9 +249,21 @@ class SecretVerifier:
             cache.add(digest, secret_hash)
         return failure
 
-    def _land(self, flight: tuple[bytes, str]) -> None:
+    def _land(self, flight: tuple[bytes, str], account: str | None) -> None:
         with self._lock:
-            self._in_flight.pop(flight, None)
+            if self._in_flight.pop(flight, None) is not None:
+                _count(self._per_key, flight[1], -1)
+                if account is not None:
+                    _count(self._per_account, account, -1)
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
+
+
+def _count(counts: dict[str, int], name: str, step: int) -> None:
+    """Add *step* to the count of *name*; a count back to zero leaves (the dict stays small)."""
+    count = counts.get(name, 0) + step
+    if count:
+        counts[name] = count
+    else:
+        del counts[name]

@@ -31,8 +31,42 @@ __all__ = [
 MAX_NAME_LENGTH: Final = 100
 MAX_LIFETIME: Final = timedelta(days=365)
 DEFAULT_LIFETIME: Final = Lifetime.DAYS_30
-# Control characters, surrogates and line/paragraph separators cannot sit in a one-line label.
-_FORBIDDEN_CATEGORIES: Final = frozenset({"Cc", "Cs", "Zl", "Zp"})
+# Control characters, surrogates and line/paragraph separators cannot sit in a one-line
+# label; format characters (zero-width, bidi overrides and isolates) make a label display as
+# another text than the one stored (D26).
+_FORBIDDEN_CATEGORIES: Final = {
+    "Cc": "a control character",
+    "Cf": "an invisible format character",
+    "Cs": "a surrogate",
+    "Zl": "a line separator",
+    "Zp": "a paragraph separator",
+}
+# Unicode's Default_Ignorable_Code_Point ranges (DerivedCoreProperties.txt): characters a
+# display may show as nothing. A name made only of them names nothing.
+_IGNORABLE: Final = (
+    (0x00AD, 0x00AD),
+    (0x034F, 0x034F),
+    (0x061C, 0x061C),
+    (0x115F, 0x1160),
+    (0x17B4, 0x17B5),
+    (0x180B, 0x180F),
+    (0x200B, 0x200F),
+    (0x202A, 0x202E),
+    (0x2060, 0x206F),
+    (0x3164, 0x3164),
+    (0xFE00, 0xFE0F),
+    (0xFEFF, 0xFEFF),
+    (0xFFA0, 0xFFA0),
+    (0xFFF0, 0xFFF8),
+    (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A),
+    (0xE0000, 0xE0FFF),
+)
+
+
+def _ignorable(char: str) -> bool:
+    code = ord(char)
+    return any(low <= code <= high for low, high in _IGNORABLE)
 
 
 def validate_name(name: object) -> str:
@@ -47,11 +81,14 @@ def validate_name(name: object) -> str:
             f"the key name is {len(trimmed)} characters long; the maximum is {MAX_NAME_LENGTH}"
         )
     for position, char in enumerate(trimmed, 1):
-        if unicodedata.category(char) in _FORBIDDEN_CATEGORIES:
+        kind = _FORBIDDEN_CATEGORIES.get(unicodedata.category(char))
+        if kind is not None:
             raise InvalidKeyName(
-                f"the key name holds a control character (U+{ord(char):04X}) at position "
+                f"the key name holds {kind} (U+{ord(char):04X}) at position "
                 f"{position}; use printable characters only"
             )
+    if all(_ignorable(char) or char.isspace() for char in trimmed):
+        raise InvalidKeyName("the key name shows as nothing: use visible characters")
     return trimmed
 
 

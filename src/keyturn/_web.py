@@ -1,19 +1,21 @@
-"""What the ASGI and WSGI middleware share: which paths they guard, and how a refusal looks.
+"""What the ASGI and WSGI middleware share: their configuration, and how a refusal looks.
 
-Nothing here decides whether a request passes (that is ``_decision.py``): this module only
-says where the decision applies and renders its outcome, identically for both adapters.
+Nothing here decides whether a request passes (that is ``_decision.py``) or which requests
+are guarded (that is ``_target.py``): this module only renders the outcome, identically for
+both adapters.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
-from collections.abc import Callable, Collection
 from typing import Final, Generic, TypeVar
 
 from keyturn._model import Principal
+from keyturn._target import Paths, PublicPaths
 from keyturn.authenticator import Authenticator
-from keyturn.errors import AuthError, PermissionDenied
+from keyturn.errors import AuthError, InvalidRequest, PermissionDenied, Reason
 
 __all__ = [
     "DEFAULT_PREFIX",
@@ -27,7 +29,10 @@ __all__ = [
     "PublicPaths",
     "refusal",
     "service_headers",
+    "unreadable",
 ]
+
+log: Final = logging.getLogger("keyturn")
 
 PRINCIPAL_KEY: Final = "keyturn.principal"
 DEFAULT_PREFIX: Final = "/managed-agents/v1/"
@@ -38,54 +43,7 @@ SERVICE_HEADER_NAMES: Final = frozenset({ORGANIZATION_HEADER, TENANT_HEADER})
 # The realm sits inside a quoted string of WWW-Authenticate: printable ASCII but '"' and '\'.
 _REALM: Final = re.compile(r"[ !#-\[\]-~]+")
 
-PublicPaths = Collection[str] | Callable[[str], bool]
 App = TypeVar("App")
-
-
-class Paths:
-    """Which request paths the middleware authenticates.
-
-    Every path under *prefix* is guarded, and so is the prefix without its trailing slash
-    (``/managed-agents/v1``): a path that could reach the API is never left open by a
-    missing slash. *public_paths* (exact paths, or a predicate on the path) are exempt. A
-    path is also guarded when it is ours once its repeated slashes are collapsed and its dot
-    segments resolved (``//managed-agents/v1/models``), as some routers read it so.
-    """
-
-    def __init__(self, prefix: str, public_paths: PublicPaths) -> None:
-        if not prefix.startswith("/"):
-            raise ValueError(f"prefix must start with '/', got {prefix!r}")
-        if isinstance(public_paths, str):  # "in" on one string would test substrings
-            raise TypeError("public_paths must be a collection of paths or a predicate")
-        self.prefix = prefix
-        self._root = prefix.rstrip("/")
-        self._under = self._root + "/"
-        self._public = (
-            public_paths if callable(public_paths) else frozenset(public_paths).__contains__
-        )
-
-    def guarded(self, path: str) -> bool:
-        if self._guards(path):
-            return True
-        # Routers differ on odd paths (Werkzeug drops leading slashes, others collapse runs
-        # or resolve dot segments): a path that any of them may read as ours is guarded too.
-        return ("//" in path or "/." in path) and self._guards(_normalized(path))
-
-    def _guards(self, path: str) -> bool:
-        return (path.startswith(self._under) or path == self._root) and not self._public(path)
-
-
-def _normalized(path: str) -> str:
-    """*path* with runs of slashes collapsed and ``.`` and ``..`` segments resolved."""
-    segments: list[str] = []
-    for segment in path.split("/"):
-        if segment == "..":
-            if segments:
-                segments.pop()
-        elif segment not in ("", "."):
-            segments.append(segment)
-    trailing = "/" if segments and path.endswith(("/", "/.", "/..")) else ""
-    return "/" + "/".join(segments) + trailing
 
 
 class Guard(Generic[App]):
@@ -118,10 +76,18 @@ class Guard(Generic[App]):
         self.strip_authorization = strip_authorization
 
 
-def refusal(error: AuthError, realm: str) -> tuple[list[tuple[str, str]], bytes]:
-    """The headers and JSON body of the middleware's own refusal (D6, D7, D16)."""
+def refusal(
+    error: AuthError, realm: str, method: str = "GET"
+) -> tuple[list[tuple[str, str]], bytes]:
+    """The headers and JSON body of the middleware's own refusal (D6, D7, D16).
+
+    A refusal to HEAD has the headers of the GET refusal and no body (D24): a body there
+    would be read as the start of the next response on the connection.
+    """
     body = json.dumps(error.body(), separators=(",", ":")).encode("ascii")
     headers = [("content-type", "application/json"), ("content-length", str(len(body)))]
+    if method.upper() == "HEAD":
+        body = b""
     headers += error.headers(realm)
     if isinstance(error, PermissionDenied) and error.principal is not None:
         headers += service_headers(error.principal)  # the request did reach an organization
@@ -131,3 +97,20 @@ def refusal(error: AuthError, realm: str) -> tuple[list[tuple[str, str]], bytes]
 def service_headers(principal: Principal) -> list[tuple[str, str]]:
     """The response headers naming where the request ran: canonical ids, never request text."""
     return [(ORGANIZATION_HEADER, principal.organization_id), (TENANT_HEADER, principal.tenant_id)]
+
+
+def unreadable(root: str, path: str) -> InvalidRequest:
+    """The 400 for a target routers may read as different paths under the prefix (_target);
+    logged like the decision's refusals, the target quoted and cut short.
+    """
+    log.info(
+        "refused path %r (mount prefix %r) with 400: %s",
+        path[:200],
+        root[:200],
+        Reason.UNREADABLE_TARGET.value,
+    )
+    return InvalidRequest(
+        Reason.UNREADABLE_TARGET,
+        "The request path has no single reading: send it with single slashes, "
+        "no '.' or '..' segments and no percent-escapes of its own.",
+    )

@@ -37,10 +37,13 @@ What it does, precisely:
 -   Which paths: every path under *prefix* (default ``/managed-agents/v1/``), and the
     prefix without its trailing slash, so a missing slash never opens the API. Paths
     listed in *public_paths* (or for which it returns true, if it is a function) are not
-    authenticated. Paths are matched as the app routes them: without the ``root_path`` a
-    server or proxy set puts in front. A path some router may read as one under the
-    prefix is guarded too (``//managed-agents/v1/models``, dot segments). Anything else
-    passes through untouched.
+    authenticated. The target is read the way any router might (``_target.py``): a
+    request is guarded when its full path (``root_path`` included) or the path the app
+    routes on is under the prefix once read canonically (absolute form dropped, slashes
+    collapsed, dot segments resolved, escapes decoded). A path that routers may read as
+    different paths, one of them under the prefix, is refused with 400. Anything else
+    passes through untouched; so do lifespan events. A scope of any other type under the
+    prefix is dropped: it cannot be authenticated.
 -   What it reads: every ``Authorization`` and ``x-organization-id`` header line, whatever
     the spelling of the name, so that a repeated header is refused, not guessed.
 -   A refused HTTP request gets the error's status, ``content-type: application/json``,
@@ -59,11 +62,14 @@ What it does, precisely:
     HTTP response when the server supports the ``websocket.http.response`` extension, and
     as a close with code 1008 (policy violation) before accept otherwise. The service
     headers go on the ``websocket.accept``.
--   Lifespan events pass through untouched.
+-   A refusal to ``HEAD`` has the headers of the ``GET`` refusal and no body.
+-   The role policy sees the canonical path and the upper-cased method: what the router
+    dispatches.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any, Final
 
@@ -71,6 +77,7 @@ from starlette.requests import HTTPConnection
 
 from keyturn._decision import AuthRequest
 from keyturn._model import Principal
+from keyturn._target import UNREADABLE
 from keyturn._web import (
     ORGANIZATION_HEADER,
     PRINCIPAL_KEY,
@@ -78,10 +85,13 @@ from keyturn._web import (
     TENANT_HEADER,
     Guard,
     refusal,
+    unreadable,
 )
 from keyturn.errors import AuthError, MissingPrincipal
 
 __all__ = ["ApiKeyMiddleware", "current_principal", "principal"]
+
+log: Final = logging.getLogger("keyturn")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -112,9 +122,21 @@ class ApiKeyMiddleware(Guard[ASGIApp]):
     """
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = _route_path(scope) if scope["type"] in _AUTHENTICATED else None
-        if path is None or not self.paths.guarded(path):  # lifespan, or not ours to guard
+        kind = scope["type"]
+        path = (
+            None
+            if kind == "lifespan"
+            else self.paths.read(scope.get("root_path", ""), scope.get("path", ""))
+        )
+        if path is None:  # lifespan, or not ours to guard
             await self.app(scope, receive, send)
+            return
+        if kind not in _AUTHENTICATED:  # no way to authenticate it, nor to answer it
+            log.warning("refused an ASGI %r scope under the protected prefix", kind)
+            return
+        if path is UNREADABLE:
+            error = unreadable(scope.get("root_path", ""), scope.get("path", ""))
+            await self._refuse(error, scope, send)
             return
         request, credentials = _read(scope, path)
         outcome = await self.authenticator.authenticate_async(request)
@@ -169,7 +191,7 @@ class ApiKeyMiddleware(Guard[ASGIApp]):
             raise
 
     async def _refuse(self, error: AuthError, scope: Scope, send: Send) -> None:
-        headers, body = refusal(error, self.realm)
+        headers, body = refusal(error, self.realm, scope.get("method", "GET"))
         if scope["type"] == "http":
             kind = "http.response"
         elif "websocket.http.response" in (scope.get("extensions") or {}):
@@ -197,17 +219,9 @@ def _read(scope: Scope, path: str) -> tuple[AuthRequest, list[Any]]:
                 credentials.append(line)
         elif len(name) == 17 and name.lower() == b"x-organization-id":
             organization += (line[1].decode("latin-1"),)
-    method = scope.get("method", "GET")  # a WebSocket handshake is a GET
+    # What the router dispatches on: the upper-cased method (a WebSocket handshake is a GET).
+    method = scope.get("method", "GET").upper()
     return AuthRequest(authorization, organization, method, path), credentials
-
-
-def _route_path(scope: Scope) -> str:
-    """The path the app routes on: the ASGI path without the ``root_path`` in front of it."""
-    path: str = scope["path"]
-    root: str = scope.get("root_path", "")
-    if root and path.startswith(root) and path[len(root) : len(root) + 1] in ("/", ""):
-        return path[len(root) :]
-    return path
 
 
 def principal(request_or_scope: Mapping[str, Any]) -> Principal:

@@ -292,7 +292,9 @@ class Authenticator:
     # --- shared by both drivers ------------------------------------------------------------
 
     def _verify(self, step: VerifySecret) -> Any:
-        return self.verifier.submit(self.cache, step.digest, step.secret_hash, step.secret)
+        return self.verifier.submit(
+            self.cache, step.digest, step.secret_hash, step.secret, step.account_id
+        )
 
     def _shutting_down(self) -> ServiceUnavailable:
         # Requests still arriving during a graceful shutdown: retry, on another instance.

@@ -59,6 +59,7 @@ class Reason(enum.Enum):
     ORG_NOT_REACHABLE = "org_not_reachable"  # the creator has no role there
     ORG_NOT_KEYS_OWN = "org_not_keys_own"  # an organization-scoped key aimed elsewhere
     POLICY = "policy"  # the application's role policy said no
+    UNREADABLE_TARGET = "unreadable_target"  # routers may read the path differently (_target)
     BACKEND_ERROR = "backend_error"  # the key store or membership provider failed
     BACKEND_TIMEOUT = "backend_timeout"  # ... or did not answer in time
     OVERLOADED = "overloaded"  # too many secret verifications at once

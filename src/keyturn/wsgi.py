@@ -28,19 +28,26 @@ per process and share it: it holds the verified-token cache. ::
 
 What it does, precisely:
 
--   Which paths: every ``PATH_INFO`` under *prefix* (default ``/managed-agents/v1/``), and
-    the prefix without its trailing slash, so a missing slash never opens the API. Paths
+-   Which paths: every path under *prefix* (default ``/managed-agents/v1/``), and the
+    prefix without its trailing slash, so a missing slash never opens the API. Paths
     listed in *public_paths* (or for which it returns true, if it is a function) are not
-    authenticated. A path some router may read as one under the prefix is guarded too
-    (Werkzeug routes ``//managed-agents/v1/models`` to ``/managed-agents/v1/models``).
-    Anything else passes through untouched. ``PATH_INFO`` is relative to ``SCRIPT_NAME``:
-    if the app is mounted below a path, so is the prefix.
+    authenticated. The target is read the way any router might (``_target.py``): a
+    request is guarded when ``SCRIPT_NAME + PATH_INFO`` or ``PATH_INFO`` alone is under the
+    prefix once read canonically (absolute form dropped, a missing leading slash added,
+    slashes collapsed, dot segments resolved, escapes decoded), so neither Werkzeug's
+    reading of ``managed-agents/v1/models`` nor a ``SCRIPT_NAME`` a client set opens it. A
+    path that routers may read as different paths, one of them under the prefix, is
+    refused with 400. Anything else passes through untouched.
 -   What it reads: ``HTTP_AUTHORIZATION`` and ``HTTP_X_ORGANIZATION_ID``. WSGI servers
     join a repeated header into one comma-separated value; a joined ``Authorization`` is
     refused with 401 (it is not one key), a joined ``x-organization-id`` with 400 (a comma
-    is not part of an organization id). Some servers hide ``Authorization`` from the app
-    unless told otherwise (mod_wsgi: ``WSGIPassAuthorization On``); every request is then
-    refused with 401.
+    is not part of an organization id). ``x_organization_id`` and ``x-organization-id`` share
+    one environ key: most servers drop names with underscores, wsgiref joins both, granian
+    keeps the last (``docs/security.md`` has the table). Some servers hide ``Authorization``
+    from the app unless told otherwise (mod_wsgi: ``WSGIPassAuthorization On``); every
+    request is then refused with 401.
+-   The role policy sees the canonical path and the upper-cased method: what the router
+    dispatches. A refusal to ``HEAD`` has the headers of the ``GET`` refusal and no body.
 -   A refused request gets the error's status, ``content-type: application/json``, the
     body ``{"error": {"code": ..., "message": ...}}`` and ``WWW-Authenticate`` (401) or
     ``Retry-After`` (503). See ``docs/errors.md``.
@@ -70,12 +77,14 @@ from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 from keyturn._decision import AuthRequest
 from keyturn._model import Principal
+from keyturn._target import UNREADABLE
 from keyturn._web import (
     PRINCIPAL_KEY,
     SERVICE_HEADER_NAMES,
     Guard,
     refusal,
     service_headers,
+    unreadable,
 )
 from keyturn.errors import AuthError, MissingPrincipal
 
@@ -100,22 +109,25 @@ class ApiKeyMiddleware(Guard[WSGIApplication]):
     """
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        # PATH_INFO holds the raw bytes as latin-1 (PEP 3333); the app routes on UTF-8 text.
-        path = environ.get("PATH_INFO", "").encode("latin-1").decode("utf-8", "replace")
-        if not self.paths.guarded(path):
+        # PATH_INFO and SCRIPT_NAME hold the raw bytes as latin-1 (PEP 3333); apps route on
+        # UTF-8 text.
+        path = self.paths.read(_text(environ, "SCRIPT_NAME"), _text(environ, "PATH_INFO"))
+        if path is None:
             return self.app(environ, start_response)
+        method = environ.get("REQUEST_METHOD", "GET")
+        if path is UNREADABLE:
+            error = unreadable(environ.get("SCRIPT_NAME", ""), environ.get("PATH_INFO", ""))
+            return _refuse(error, self.realm, method, start_response)
 
         request = AuthRequest(
             authorization=_values(environ, "HTTP_AUTHORIZATION"),
             organization=_values(environ, "HTTP_X_ORGANIZATION_ID"),
-            method=environ.get("REQUEST_METHOD", "GET"),
+            method=method.upper(),  # what the router dispatches on
             path=path,
         )
         outcome = self.authenticator.authenticate(request)
         if isinstance(outcome, AuthError):
-            headers, body = refusal(outcome, self.realm)
-            start_response(f"{outcome.status} {HTTPStatus(outcome.status).phrase}", headers)
-            return [body]
+            return _refuse(outcome, self.realm, method, start_response)
 
         environ[PRINCIPAL_KEY] = outcome
         if self.strip_authorization:
@@ -145,6 +157,19 @@ class ApiKeyMiddleware(Guard[WSGIApplication]):
                 "500 Internal Server Error", [("content-type", "text/plain; charset=utf-8")]
             )
             return [b"Internal Server Error"]
+
+
+def _refuse(
+    error: AuthError, realm: str, method: str, start_response: StartResponse
+) -> list[bytes]:
+    headers, body = refusal(error, realm, method)
+    start_response(f"{error.status} {HTTPStatus(error.status).phrase}", headers)
+    return [body] if body else []
+
+
+def _text(environ: WSGIEnvironment, key: str) -> str:
+    text: str = environ.get(key, "")
+    return text.encode("latin-1").decode("utf-8", "replace")
 
 
 def _values(environ: WSGIEnvironment, key: str) -> tuple[str, ...]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import secrets
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -144,8 +143,8 @@ def test_huge_tokens_are_refused_cheaply(
     size: int,
     shape: str,
 ) -> None:
-    """A token of 8 KiB to 1 MiB is refused fast, without a store read or argon2, and
-    nothing of it reaches the log.
+    """A token of 8 KiB to 1 MiB is refused without a store read or argon2 (counted, not
+    timed), and nothing of it reaches the log.
     """
     spy = SpyStore(world.store)
     authenticator = world.authenticator(store=spy)
@@ -153,28 +152,33 @@ def test_huge_tokens_are_refused_cheaply(
     value = shape.format("A" * size)
     caplog.set_level(logging.DEBUG)
 
-    started = time.perf_counter()
     reply = target.send([("authorization", value)])
-    elapsed = time.perf_counter() - started
 
     assert_refused(reply, 401, world)
-    assert elapsed < 1.0
     assert (spy.reads, authenticator.verifier.runs) == (0, 0)
     assert caplog.records  # the refusal is logged ...
     assert max(len(record.getMessage()) for record in caplog.records) < 500  # ... briefly
 
 
 @pytest.mark.parametrize("name", ["authorization", "x-organization-id"])
-def test_flood_of_header_lines_is_refused_cheaply(target: Target, world: World, name: str) -> None:
-    """Ten thousand repeated header lines are one quick refusal, not a slow crawl or a 500."""
+def test_flood_of_header_lines_is_refused_cheaply(
+    attack: Callable[..., Target], world: World, name: str
+) -> None:
+    """Ten thousand repeated header lines are one refusal, not a 500: repeated Authorization
+    lines cost no store read and no argon2, a repeated organization header no more than one
+    key's check (counted, not timed).
+    """
+    spy = SpyStore(world.store)
+    authenticator = world.authenticator(store=spy)
+    target = attack(authenticator=authenticator)
     flood = [(name, f"Bearer {world.keys['research']}")] * 10_000
     lines = flood if name == "authorization" else bearer(world.keys["tenant"], *flood)
 
-    started = time.perf_counter()
     reply = target.send(lines)
 
     assert_refused(reply, 401 if name == "authorization" else 400, world)
-    assert time.perf_counter() - started < 1.0
+    assert spy.reads <= (0 if name == "authorization" else 1)
+    assert authenticator.verifier.runs <= (0 if name == "authorization" else 1)
 
 
 # --- key strings ----------------------------------------------------------------------------

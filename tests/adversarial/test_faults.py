@@ -92,10 +92,8 @@ def test_hanging_backend_is_503_and_others_go_on(
     )
     slow = bearer(world.keys["tenant"], (ORG, "org_research"))
 
-    started = time.perf_counter()
     with store.released_at_end(), membership.released_at_end():
         order, slow_reply, fast_reply = target.race(slow, bearer(world.keys["research"]))
-    elapsed = time.perf_counter() - started
 
     assert order == ["fast", "slow"]
     assert fast_reply.status == 200
@@ -103,7 +101,6 @@ def test_hanging_backend_is_503_and_others_go_on(
     assert_unavailable(slow_reply, world)
     (refusal,) = [event for event in world.audit if not event.allowed]
     assert refusal.error.reason is Reason.BACKEND_TIMEOUT
-    assert elapsed < TIMEOUT + 2  # bounded by the timeout, not by the hang
 
 
 def test_hanging_async_store_is_503_and_the_loop_goes_on(
@@ -336,11 +333,9 @@ def test_unusable_stored_hash_is_401_at_once(
     store.hashes[key_id] = stored
     target = attack(authenticator=world.authenticator(store=store))
 
-    started = time.perf_counter()
     reply = target.send(bearer(world.keys["research"]))
 
     assert_refused(reply, 401, world)
-    assert time.perf_counter() - started < 2
     assert world.audit[-1].error.reason in (Reason.UNVERIFIABLE, Reason.WRONG_SECRET)
 
 

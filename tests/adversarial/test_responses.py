@@ -9,7 +9,6 @@ import io
 import json
 import socket
 import sys
-import time
 import wsgiref.handlers
 import wsgiref.util
 from collections.abc import Callable, Iterator, MutableMapping
@@ -323,16 +322,13 @@ def test_refused_upload_over_a_real_socket(world: World) -> None:
         f"content-type: application/octet-stream\r\ncontent-length: {HUNDRED_MB}\r\n\r\n"
     ).encode()
     for port in serve_uvicorn(app):
-        started = time.perf_counter()
         with socket.create_connection(("127.0.0.1", port), timeout=5) as client:
             client.sendall(head + bytes(16 * 1024))
-            response = read_response(client)
-        elapsed = time.perf_counter() - started
+            response = read_response(client)  # arrives though 99.98% of the body is unsent
 
     head, _, body = response.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 401 Unauthorized\r\n")
     assert json.loads(body)["error"]["code"] == "unauthorized"
-    assert elapsed < 3
     assert world.calls == []
 
 

@@ -122,20 +122,29 @@ class SQLiteDatabase:
         """Close every connection; the database cannot be used afterwards."""
         with self._lock:
             self._closed = True
-            opened, self._opened, self._idle = self._opened, [], []
-        for connection in opened:
+            idle, self._idle = self._idle, []
+            for connection in idle:
+                self._opened.remove(connection)
+        # A connection lent out is closed when it comes back: closing it under a running
+        # statement crashes the interpreter (sqlite3 is not safe against that).
+        for connection in idle:
             connection.close()
 
     def run(self, op: _sql.Op[T]) -> T:
         """Run one operation of :mod:`keyturn.stores._sql` on a lent connection."""
-        try:
-            connection = self._idle.pop()
-        except IndexError:
+        with self._lock:  # close() must never take a connection that is being lent
+            connection = self._idle.pop() if self._idle else None
+        if connection is None:
             connection = self._connect()
         try:
             return _drive(connection, op)
         finally:
-            self._idle.append(connection)
+            with self._lock:
+                if self._closed:
+                    self._opened.remove(connection)
+                    connection.close()
+                else:
+                    self._idle.append(connection)
 
     def _connect(self) -> sqlite3.Connection:
         with self._lock:
@@ -144,6 +153,9 @@ class SQLiteDatabase:
             # isolation_level=None: each statement commits on its own; migrations BEGIN
             # explicitly. timeout= is SQLite's busy_timeout. The connection moves between
             # threads, but only one uses it at a time.
+            # The file holds key hashes and who may do what: create it readable by its owner
+            # only (SQLite gives its -wal and -shm files the same mode).
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
             connection = sqlite3.connect(
                 self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
             )
