@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import io
 import json
 import logging
 from datetime import UTC, datetime
@@ -416,3 +417,103 @@ def test_no_leak_reported_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main(["--store", store, "db", "init"]) == 0
     assert main(["--store", store, "keys", "leaked"]) == 0
     assert capsys.readouterr().out.endswith("No key has been reported leaked.\n")
+
+
+class AsyncStore:
+    """An async key store over a memory one; its lookups can be made to hang."""
+
+    def __init__(self, store: MemoryKeyStore, *, hang: bool = False) -> None:
+        self.store, self.hang = store, hang
+
+    async def get_key(self, key_id: str) -> ApiKey | None:
+        if self.hang:
+            await asyncio.sleep(30)
+        return self.store.get_key(key_id)
+
+    async def report_leak(self, key_id: str, url: str, at: datetime) -> bool:
+        return self.store.report_leak(key_id, url, at)
+
+    async def revoke_key(self, key_id: str, at: datetime) -> bool:
+        return self.store.revoke_key(key_id, at)
+
+
+def asgi_post(app: Any, body: bytes, headers: dict[str, str], **scope: Any) -> httpx.Response:
+    async def scenario() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app, **scope)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            return await client.post(PATH, content=body, headers=headers)
+
+    return asyncio.run(scenario())
+
+
+def test_an_async_store_is_awaited_and_a_hanging_one_is_503() -> None:
+    """Over ASGI an async store's calls are awaited, and bounded by the timeout."""
+    world = World()
+    body = batch(world.created.secret)
+    responder = LeakResponder(
+        AsyncStore(world.store), public_keys={IDENTIFIER: PEM}, on_leak=world.reports.append
+    )
+    answer = asgi_post(ASGILeakEndpoint(responder=responder), body, signed(body))
+    assert answer.json()[0]["label"] == "true_positive"
+    assert world.leaked() is not None and len(world.reports) == 1
+    hanging = LeakResponder(
+        AsyncStore(world.store, hang=True), public_keys={IDENTIFIER: PEM}, timeout=0.05
+    )
+    assert asgi_post(ASGILeakEndpoint(responder=hanging), body, signed(body)).status_code == 503
+
+
+def test_the_asgi_endpoint_passes_other_traffic_to_its_app_and_honours_root_path() -> None:
+    """Other paths reach the app; under a root_path the endpoint's path is the routed one."""
+    world = World()
+    calls: list[str] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        calls.append(scope["path"])
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    endpoint = ASGILeakEndpoint(app, responder=world.responder, path=PATH)
+    body = batch(world.created.secret)
+    mounted = asgi_post(endpoint, body, signed(body), root_path="/svc")
+    assert mounted.json()[0]["label"] == "true_positive"
+
+    async def other() -> int:
+        transport = httpx.ASGITransport(app=endpoint)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            return (await client.get("/health")).status_code
+
+    assert asyncio.run(other()) == 204 and calls == ["/health"]
+
+
+def test_a_bare_asgi_endpoint_completes_the_lifespan() -> None:
+    """Served alone, the endpoint answers lifespan startup and shutdown."""
+    app = ASGILeakEndpoint(responder=World().responder)
+    sent: list[dict[str, Any]] = []
+    inbox = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
+
+    async def receive() -> dict[str, Any]:
+        return inbox.pop(0)
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    asyncio.run(app({"type": "lifespan"}, receive, send))
+    assert [m["type"] for m in sent] == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+
+
+def test_a_chunked_wsgi_body_is_bounded_too() -> None:
+    """Without Content-Length, a server-terminated stream is read up to the limit, no further."""
+    world = World(max_body=200)
+    small, big = batch(world.created.secret), b"[" + b" " * 500 + b"]"
+    for body, status in ((small, 200), (big, 413)):
+        environ = {
+            "REQUEST_METHOD": "POST",
+            "PATH_INFO": PATH,
+            "wsgi.input": io.BytesIO(body),
+            "wsgi.input_terminated": True,
+            **{f"HTTP_{k.upper().replace('-', '_')}": v for k, v in signed(body).items()},
+        }
+        started: list[str] = []
+        endpoint = WSGILeakEndpoint(responder=world.responder, path=PATH)
+        endpoint(environ, lambda line, headers, seen=started: seen.append(line))
+        assert started[0].startswith(str(status))

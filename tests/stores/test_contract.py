@@ -415,3 +415,40 @@ def test_a_leaked_key_round_trips_through_add_key(backend: Backend) -> None:
     key = make_key(leaked=Leaked(url="https://gist.example/\u00e9", at=at))
     backend.keys.add_key(key)
     assert backend.keys.get_key(key.key_id) == key
+
+
+def test_a_signed_leak_report_is_answered_and_recorded_on_every_store(backend: Backend) -> None:
+    """The secret-scanning responder over each real store: true positive recorded, not revoked."""
+    import base64
+    import json
+
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from keyturn.leaks import LeakResponder
+
+    world(backend)
+    manager = KeyManager(backend.keys, backend.membership)
+    created = manager.create("alice", name="deploys", scope=TENANT)
+    host = ec.generate_private_key(ec.SECP256R1())
+    pem = host.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    url = "https://github.com/acme/app/blob/0123abc/.env"
+    body = json.dumps([{"token": created.secret, "type": "keyturn", "url": url}]).encode()
+    headers = {
+        "github-public-key-identifier": ["k1"],
+        "github-public-key-signature": [
+            base64.b64encode(host.sign(body, ec.ECDSA(hashes.SHA256()))).decode()
+        ],
+    }
+    responder = LeakResponder(backend.native_keys, public_keys={"k1": pem}, clock=lambda: NOW)
+    if backend.runner is None:
+        response = responder.respond("POST", headers, body)
+    else:
+        response = backend.runner.run(responder.respond_async("POST", headers, body))
+    assert response.status == 200
+    assert json.loads(response.body)[0]["label"] == "true_positive"
+    (info,) = manager.list("alice")
+    assert (info.leaked, info.status) == (Leaked(url=url, at=NOW), Status.ACTIVE)
+    assert [key.key_id for key in backend.keys.leaked_keys()] == [created.info.key_id]
