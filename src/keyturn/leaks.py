@@ -66,7 +66,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, MutableMapping
 from datetime import UTC, datetime
-from typing import Any, Final, NamedTuple, Protocol
+from typing import Any, Final, NamedTuple, Protocol, TypeGuard
 
 import attrs
 
@@ -223,12 +223,7 @@ def _candidates(body: bytes) -> list[_Candidate]:
     for index, item in enumerate(batch):
         fields = item if isinstance(item, dict) else {}
         token, kind, url, source = (fields.get(n) for n in ("token", "type", "url", "source"))
-        if not (
-            isinstance(token, str)
-            and isinstance(kind, str)
-            and isinstance(url, str)
-            and (source is None or isinstance(source, str))
-        ):
+        if not (_text(token) and _text(kind) and _text(url) and (source is None or _text(source))):
             raise _Refusal(
                 400,
                 "invalid_request",
@@ -236,6 +231,17 @@ def _candidates(body: bytes) -> list[_Candidate]:
             )
         candidates.append(_Candidate(token, kind, url, source))
     return candidates
+
+
+def _text(value: object) -> TypeGuard[str]:
+    """A JSON string that is also valid Unicode (JSON escapes can spell lone surrogates)."""
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _clean_url(url: str) -> str:
@@ -277,6 +283,8 @@ class LeakResponder:
         ]
         if missing:
             raise TypeError(f"store must be a key store with {', '.join(missing)} (db.keys)")
+        if inspect.iscoroutinefunction(on_leak):
+            raise TypeError("on_leak must be a plain function; it runs in a worker thread")
         if isinstance(public_keys, Mapping):
             # Loaded now: a bad key is a startup error, not a 503 on the first report.
             loaded = {identifier: _load(pem) for identifier, pem in public_keys.items()}

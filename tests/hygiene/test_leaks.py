@@ -227,6 +227,8 @@ def test_a_signature_by_another_key_or_over_another_body_is_refused() -> None:
         b'[{"token": 1, "type": "t", "url": "u"}]',
         b'[{"token": "x", "type": "t", "url": "u", "source": 3}]',
         b"[1]",
+        b'[{"token": "\\ud800", "type": "t", "url": "u"}]',
+        b'[{"token": "x", "type": "t", "url": "\\udfff"}]',
     ],
 )
 def test_malformed_reports_get_400(body: bytes) -> None:
@@ -339,6 +341,11 @@ def test_a_bad_configured_key_is_a_startup_error() -> None:
     )
     with pytest.raises(ValueError, match="P-256"):
         LeakResponder(MemoryKeyStore(), public_keys={"k": pem})
+
+    async def hook(report: LeakReport) -> None: ...
+
+    with pytest.raises(TypeError, match="plain function"):
+        LeakResponder(MemoryKeyStore(), public_keys={}, on_leak=hook)
     with pytest.raises(TypeError, match="report_leak"):
         LeakResponder(object(), public_keys={})  # type: ignore[arg-type]
 
