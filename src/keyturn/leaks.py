@@ -89,6 +89,7 @@ __all__ = [
     "KEY_ID_HEADER",
     "SIGNATURE_HEADER",
     "ASGILeakEndpoint",
+    "AsyncLeakStore",
     "LeakReport",
     "LeakResponder",
     "LeakStore",
@@ -114,6 +115,14 @@ class LeakStore(Protocol):
     def get_key(self, key_id: str) -> ApiKey | None: ...
     def report_leak(self, key_id: str, url: str, at: datetime) -> bool: ...
     def revoke_key(self, key_id: str, at: datetime) -> bool: ...
+
+
+class AsyncLeakStore(Protocol):
+    """The async twin of :class:`LeakStore` (``AsyncPostgresDatabase.keys``)."""
+
+    async def get_key(self, key_id: str) -> ApiKey | None: ...
+    async def report_leak(self, key_id: str, url: str, at: datetime) -> bool: ...
+    async def revoke_key(self, key_id: str, at: datetime) -> bool: ...
 
 
 @attrs.frozen(kw_only=True)
@@ -267,7 +276,7 @@ class LeakResponder:
 
     def __init__(
         self,
-        store: LeakStore,
+        store: LeakStore | AsyncLeakStore,
         *,
         public_keys: PublicKeys,
         on_leak: Callable[[LeakReport], object] | None = None,
@@ -300,6 +309,7 @@ class LeakResponder:
         self.max_body = max_body
         self.timeout = timeout
         self.clock = clock
+        self.is_async = inspect.iscoroutinefunction(store.get_key)
 
     def __repr__(self) -> str:
         return f"LeakResponder(store={self.store!r}, revoke={self.revoke})"
@@ -428,6 +438,8 @@ class LeakResponder:
         *headers* maps lower-case names to every value sent; *body* is ``None`` when it
         was longer than *max_body*.
         """
+        if self.is_async:
+            raise TypeError("this responder has an async store: use respond_async()")
         flow = self._start(method, headers, body)
         if isinstance(flow, Response):
             return flow
@@ -602,6 +614,8 @@ class WSGILeakEndpoint:
         path: str = DEFAULT_PATH,
         api_prefix: str = DEFAULT_PREFIX,
     ) -> None:
+        if responder.is_async:
+            raise TypeError("an async store needs the ASGI endpoint (ASGILeakEndpoint)")
         self.app = app
         self.responder = responder
         self.path = _check_path(path, api_prefix)

@@ -460,6 +460,10 @@ def test_an_async_store_is_awaited_and_a_hanging_one_is_503() -> None:
     responder = LeakResponder(
         AsyncStore(world.store), public_keys={IDENTIFIER: PEM}, on_leak=world.reports.append
     )
+    with pytest.raises(TypeError, match="ASGI"):
+        WSGILeakEndpoint(responder=responder)
+    with pytest.raises(TypeError, match="respond_async"):
+        responder.respond("POST", {}, body)
     answer = asgi_post(ASGILeakEndpoint(responder=responder), body, signed(body))
     assert answer.json()[0]["label"] == "true_positive"
     assert world.leaked() is not None and len(world.reports) == 1
