@@ -44,10 +44,12 @@ What it decides, precisely:
     the console and ``keyturn keys leaked``), then handed to *on_leak* as a
     :class:`LeakReport` so the service can tell the key's creator.
 -   The key is revoked only if the operator set ``revoke=True``. It is off by default
-    because the spec lets only a key's creator revoke it; an operator who turns it on
-    decides, for every user, that a public key is worse than a broken deployment.
--   A store that fails or times out, or a public-key callable that fails, gets 503: the code
-    host sends the batch again later. A failing *on_leak* is logged; the answer stands.
+    because the spec lets only a key's creator revoke it, in the console, through no API
+    endpoint; an operator who turns it on decides, for every user, that a public key is
+    worse than a broken deployment.
+-   A store that fails, times out or answers with the wrong type, or a public-key callable
+    that fails, gets 503: the code host sends the batch again later. A failing *on_leak* is
+    logged; the answer stands.
 
 The public keys are yours to supply, never fetched here: a mapping of key identifier to PEM
 (parse GitHub's published document with :func:`github_public_keys`), or a callable that
@@ -192,6 +194,26 @@ class _Call(NamedTuple):
 
 
 _Flow = Generator[_Call, Any, Response]
+
+# What each question must be answered with; anything else is a 503 naming the method.
+_ANSWERS: Final[Mapping[tuple[str, str], tuple[type, ...]]] = {
+    ("store", "get_key"): (ApiKey, type(None)),
+    ("store", "report_leak"): (bool,),
+    ("store", "revoke_key"): (bool,),
+    ("public_keys", ""): (str, bytes, type(None)),
+}
+
+
+class _WrongAnswer(TypeError):
+    pass
+
+
+def _checked(call: _Call, answer: Any) -> Any:
+    expected = _ANSWERS.get((call.target, call.method))
+    if expected is not None and not isinstance(answer, expected):
+        name = ".".join(filter(None, (call.target, call.method)))
+        raise _WrongAnswer(f"{name} answered a {type(answer).__name__}")
+    return answer
 
 
 class _Refusal(Exception):
@@ -448,7 +470,7 @@ class LeakResponder:
             while True:
                 call = flow.send(answer)
                 try:
-                    answer = self._function(call)(*call.args)
+                    answer = _checked(call, self._function(call)(*call.args))
                 except Exception as exc:
                     flow.close()
                     return self._failure(exc)
@@ -476,6 +498,7 @@ class LeakResponder:
                             answer = function(*call.args)
                         else:
                             answer = await asyncio.to_thread(function, *call.args)
+                    answer = _checked(call, answer)
                 except Exception as exc:
                     flow.close()
                     return self._failure(exc)
@@ -486,6 +509,8 @@ class LeakResponder:
     def _failure(self, exc: Exception) -> Response:
         if isinstance(exc, TimeoutError):
             log.warning("the key store timed out answering a secret-scanning report")
+        elif isinstance(exc, _WrongAnswer):
+            log.error("answering a secret-scanning report failed: %s", exc)
         else:
             log.error("answering a secret-scanning report failed: %s", type(exc).__name__)
         return _error(503, "service_unavailable", "Try again later.", [("retry-after", "60")])

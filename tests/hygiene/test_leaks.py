@@ -312,6 +312,26 @@ def test_a_failing_store_is_503_and_a_failing_hook_is_only_logged(
     assert world.created.secret[4:] not in caplog.text
 
 
+class WrongStore(MemoryKeyStore):
+    def get_key(self, key_id: str) -> ApiKey | None:
+        return "a row"  # type: ignore[return-value]
+
+
+def test_a_store_answer_of_the_wrong_type_is_503_naming_the_method(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A store that answers nonsense fails closed, and the log says which method did."""
+    world = World()
+    body = batch(world.created.secret)
+    responder = LeakResponder(WrongStore(), public_keys={IDENTIFIER: PEM})
+    with caplog.at_level(logging.ERROR, logger="keyturn"):
+        response = Client(WSGILeakEndpoint(responder=responder)).post(
+            PATH, data=body, headers=signed(body)
+        )
+    assert response.status_code == 503
+    assert "store.get_key answered a str" in caplog.text
+
+
 def test_public_keys_from_a_callable_and_from_github_s_document() -> None:
     """A callable answers per identifier (None: unknown, raising: 503); the document parses."""
     world = World()
@@ -327,6 +347,7 @@ def test_public_keys_from_a_callable_and_from_github_s_document() -> None:
         (lambda identifier: None, 403),
         (lambda identifier: "not a pem", 503),
         (lambda identifier: 1 / 0, 503),
+        (lambda identifier: 42, 503),
     ):
         responder = LeakResponder(world.store, public_keys=keys)
         client = Client(WSGILeakEndpoint(responder=responder))
