@@ -41,6 +41,7 @@ when it began, so no hook can derive its duration; see ``docs/metrics.md``.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
@@ -85,6 +86,8 @@ class MetricsAudit:
         verifier: SecretVerifier | None = None,
         attributes: Callable[[AuditEvent], Attributes] | None = None,
     ) -> None:
+        if inspect.iscoroutinefunction(then):
+            raise TypeError("then must be a plain function: audit hooks are called synchronously")
         self.meter = meter if meter is not None else metrics.get_meter("keyturn")
         self.then = then
         self.verifier = verifier

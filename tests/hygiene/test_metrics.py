@@ -190,6 +190,15 @@ def test_another_hook_still_runs_and_extra_attributes_are_opt_in(meters: Meters)
     assert tenants == ["-", "acme"]
 
 
+def test_an_async_hook_to_chain_is_refused_at_construction(meters: Meters) -> None:
+    """An audit hook is called synchronously: a coroutine function would never run."""
+
+    async def hook(event: AuditEvent) -> None: ...
+
+    with pytest.raises(TypeError, match="plain function"):
+        MetricsAudit(meters.meter, then=hook)
+
+
 def test_without_a_configured_provider_nothing_fails() -> None:
     """With OpenTelemetry's default no-op provider, the hook counts nothing and raises nothing."""
     world = World()
