@@ -18,6 +18,7 @@ __all__ = [
     "CreatedKey",
     "CustomDate",
     "KeyInfo",
+    "Leaked",
     "Lifetime",
     "Organization",
     "Principal",
@@ -92,6 +93,14 @@ class Organization:
 
 
 @attrs.frozen(kw_only=True)
+class Leaked:
+    """A key found in public: where a code host's secret scanning saw it first, and when."""
+
+    url: str
+    at: datetime = attrs.field(validator=_aware)
+
+
+@attrs.frozen(kw_only=True)
 class ApiKey:
     """A stored key: everything but the secret, of which only the argon2id hash is kept."""
 
@@ -105,6 +114,7 @@ class ApiKey:
     expires_at: datetime = attrs.field(validator=_aware)
     revoked_at: datetime | None = attrs.field(default=None, validator=_aware)
     last_used_at: datetime | None = attrs.field(default=None, validator=_aware)
+    leaked: Leaked | None = None  # see keyturn.leaks
 
 
 @attrs.frozen(kw_only=True)
@@ -120,6 +130,7 @@ class KeyInfo:
     expires_at: datetime
     revoked_at: datetime | None
     last_used_at: datetime | None
+    leaked: Leaked | None = None  # reported leaked: show it, and tell the creator to revoke
 
 
 @attrs.frozen(kw_only=True, repr=False)

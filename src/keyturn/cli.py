@@ -8,6 +8,7 @@
     keyturn keys create --as alice --name "CI deploys" --tenant acme --lifetime 7d
     keyturn keys list --as alice --status active
     keyturn keys revoke --as alice 3fZk8QmPx2Lw
+  keyturn keys leaked                 # keys a code host found in public
     keyturn scan --staged   # exit 1 if the next commit adds a key
 
 The store is ``--store URL``, else ``$KEYTURN_STORE_URL``, else
@@ -227,6 +228,47 @@ def keys_revoke(db: Database, args: argparse.Namespace, out: TextIO) -> None:
         "refused from its next request on.",
         file=out,
     )
+
+
+def keys_leaked(db: Database, args: argparse.Namespace, out: TextIO) -> None:
+    # Every account's keys: reported by a code host's secret scanning (keyturn.leaks).
+    keys = db.keys.leaked_keys()
+    if args.json:
+        _json(
+            [
+                {
+                    "key_id": key.key_id,
+                    "hint": key.hint,
+                    "name": key.name,
+                    "account_id": key.account_id,
+                    "reported_at": key.leaked.at.astimezone(UTC).isoformat(),
+                    "url": key.leaked.url,
+                    "revoked_at": None
+                    if key.revoked_at is None
+                    else key.revoked_at.astimezone(UTC).isoformat(),
+                }
+                for key in keys
+                if key.leaked is not None
+            ],
+            out,
+        )
+    elif not keys:
+        print("No key has been reported leaked.", file=out)
+    else:
+        header = ("KEY ID", "HINT", "ACCOUNT", "REPORTED", "REVOKED", "URL")
+        rows = [
+            (
+                key.key_id,
+                key.hint,
+                key.account_id,
+                _when(key.leaked.at),
+                _when(key.revoked_at),
+                key.leaked.url,
+            )
+            for key in keys
+            if key.leaked is not None
+        ]
+        _table(header, rows, out)
 
 
 def _manager(db: Database) -> KeyManager:
@@ -647,6 +689,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = keys("revoke", keys_revoke, "revoke one of the account's keys: immediate, final")
     account(sub)
     sub.add_argument("key_id", metavar="KEY_ID", help="as shown by 'keyturn keys list'")
+    sub = keys("leaked", keys_leaked, "list every account's keys reported leaked, latest first")
+    as_json(sub)
 
     sub = commands.add_parser(
         "demo",

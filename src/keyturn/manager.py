@@ -230,6 +230,7 @@ def _info(key: ApiKey, status: Status) -> KeyInfo:
         expires_at=key.expires_at,
         revoked_at=key.revoked_at,
         last_used_at=key.last_used_at,
+        leaked=key.leaked,
     )
 
 

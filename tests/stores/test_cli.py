@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from keyturn.cli import main
 from keyturn.stores import redact_url
+from keyturn.stores._sql import SCHEMA_VERSION
 from keyturn.stores.memory import MemoryMembership
 from keyturn.stores.sqlite import SQLiteDatabase
 
@@ -227,7 +228,7 @@ def test_an_uninitialized_store_is_not_created_by_accident(keyturn: Run, tmp_pat
     assert f"there is no store at {tmp_path / 'keyturn.sqlite3'}" in err  # the absolute path
     assert list(tmp_path.iterdir()) == []
     status, out, _ = keyturn("db", "init")
-    assert status == 0 and "schema version 1" in out
+    assert status == 0 and f"schema version {SCHEMA_VERSION}" in out
 
 
 def test_the_store_comes_from_the_flag_then_the_environment_then_the_default(

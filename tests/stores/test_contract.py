@@ -23,6 +23,7 @@ from keyturn import (
     AuthRequest,
     DuplicateKey,
     KeyManager,
+    Leaked,
     Organization,
     Principal,
     Reason,
@@ -375,3 +376,79 @@ def test_authenticator_records_last_use_at_most_once_per_interval(backend: Backe
         auth.close()  # waits for queued writes
     settle(backend, 0.05)  # an async write, had there been one, would land meanwhile
     assert last_used() == first_use
+
+
+# --- leaks ----------------------------------------------------------------------------------
+
+
+def test_a_leak_report_is_recorded_once_and_shown_on_the_key(backend: Backend) -> None:
+    """The first report of a leak stands; a later one changes nothing and says so."""
+    world(backend)
+    clock = Clock()
+    manager = KeyManager(backend.keys, backend.membership, clock=clock)
+    created = manager.create("alice", name="deploys", scope=TENANT)
+    key_id = created.info.key_id
+    first = "https://github.com/acme/app/blob/0123abc/.env"
+    assert backend.keys.report_leak(key_id, first, NOW) is True
+    later = NOW + timedelta(days=1)
+    assert backend.keys.report_leak(key_id, "https://example.com/paste", later) is False
+    assert backend.keys.report_leak("NoSuchKey123", first, NOW) is False
+    (info,) = manager.list("alice")
+    assert info.leaked == Leaked(url=first, at=NOW)
+    assert info.status is Status.ACTIVE  # reported, not revoked: only the creator revokes
+    assert backend.keys.get_key(key_id).leaked == Leaked(url=first, at=NOW)
+
+
+def test_leaked_keys_lists_reported_keys_most_recent_first(backend: Backend) -> None:
+    """leaked_keys gives every account's reported keys and no other, latest report first."""
+    older, newer, clean = make_key(), make_key(account_id="bob"), make_key()
+    for key in (older, newer, clean):
+        backend.keys.add_key(key)
+    backend.keys.report_leak(older.key_id, "https://a.example/1", NOW)
+    backend.keys.report_leak(newer.key_id, "https://b.example/2", NOW + timedelta(seconds=1))
+    assert [key.key_id for key in backend.keys.leaked_keys()] == [newer.key_id, older.key_id]
+
+
+def test_a_leaked_key_round_trips_through_add_key(backend: Backend) -> None:
+    """A key added with a leak report (an import, a restore) reads back with it, exactly."""
+    at = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=timezone(timedelta(hours=-5)))
+    key = make_key(leaked=Leaked(url="https://gist.example/\u00e9", at=at))
+    backend.keys.add_key(key)
+    assert backend.keys.get_key(key.key_id) == key
+
+
+def test_a_signed_leak_report_is_answered_and_recorded_on_every_store(backend: Backend) -> None:
+    """The secret-scanning responder over each real store: true positive recorded, not revoked."""
+    import base64
+    import json
+
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from keyturn.leaks import LeakResponder
+
+    world(backend)
+    manager = KeyManager(backend.keys, backend.membership)
+    created = manager.create("alice", name="deploys", scope=TENANT)
+    host = ec.generate_private_key(ec.SECP256R1())
+    pem = host.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    url = "https://github.com/acme/app/blob/0123abc/.env"
+    body = json.dumps([{"token": created.secret, "type": "keyturn", "url": url}]).encode()
+    headers = {
+        "github-public-key-identifier": ["k1"],
+        "github-public-key-signature": [
+            base64.b64encode(host.sign(body, ec.ECDSA(hashes.SHA256()))).decode()
+        ],
+    }
+    responder = LeakResponder(backend.native_keys, public_keys={"k1": pem}, clock=lambda: NOW)
+    if backend.runner is None:
+        response = responder.respond("POST", headers, body)
+    else:
+        response = backend.runner.run(responder.respond_async("POST", headers, body))
+    assert response.status == 200
+    assert json.loads(response.body)[0]["label"] == "true_positive"
+    (info,) = manager.list("alice")
+    assert (info.leaked, info.status) == (Leaked(url=url, at=NOW), Status.ACTIVE)
+    assert [key.key_id for key in backend.keys.leaked_keys()] == [created.info.key_id]

@@ -13,6 +13,7 @@ from psycopg_pool import ConnectionPool
 
 from keyturn import Authenticator, AuthRequest, Reason, ServiceUnavailable, _token
 from keyturn.stores import open_database
+from keyturn.stores._sql import SCHEMA_VERSION
 from keyturn.stores.memory import MemoryMembership
 from keyturn.stores.postgres import AsyncPostgresDatabase, PostgresDatabase
 
@@ -26,9 +27,9 @@ def test_nothing_is_created_until_create_schema(make_postgres_schema: Callable[[
         assert db.schema_version() == 0
         with pytest.raises(psycopg.errors.UndefinedTable):
             db.keys.get_key("NoSuchKey123")
-        assert db.create_schema() == 1
-        assert db.create_schema() == 1
-        assert db.schema_version() == 1
+        assert db.create_schema() == SCHEMA_VERSION
+        assert db.create_schema() == SCHEMA_VERSION
+        assert db.schema_version() == SCHEMA_VERSION
         assert db.keys.get_key("NoSuchKey123") is None
 
 
@@ -55,10 +56,10 @@ def test_instances_deploying_at_once_create_the_schema_once(
         thread.join(30)
     for db in databases:
         db.close()
-    assert results == [1, 1, 1, 1]
+    assert results == [SCHEMA_VERSION] * 4
     with psycopg.connect(url) as connection:
         rows = connection.execute("SELECT version FROM keyturn_schema_version").fetchall()
-    assert rows == [(1,)]
+    assert rows == [(v,) for v in range(1, SCHEMA_VERSION + 1)]
 
 
 def test_async_database_creates_the_schema(make_postgres_schema: Callable[[], str]) -> None:
@@ -71,11 +72,11 @@ def test_async_database_creates_the_schema(make_postgres_schema: Callable[[], st
             after = await adb.create_schema()
             return before, after, await adb.keys.get_key("NoSuchKey123")
 
-    assert asyncio.run(scenario()) == (0, 1, None)
+    assert asyncio.run(scenario()) == (0, SCHEMA_VERSION, None)
 
 
 def test_instants_are_timestamptz(postgres_url: str) -> None:
-    """The four instant columns are timestamptz: the database itself knows they are instants."""
+    """The five instant columns are timestamptz: the database itself knows they are instants."""
     with psycopg.connect(postgres_url) as connection:
         rows = connection.execute(
             "SELECT column_name, data_type FROM information_schema.columns "
@@ -84,7 +85,7 @@ def test_instants_are_timestamptz(postgres_url: str) -> None:
         ).fetchall()
     assert rows == [
         (name, "timestamp with time zone")
-        for name in ("created_at", "expires_at", "last_used_at", "revoked_at")
+        for name in ("created_at", "expires_at", "last_used_at", "leaked_at", "revoked_at")
     ]
 
 
@@ -136,7 +137,7 @@ def test_open_store_reads_postgresql_urls(postgres_url: str) -> None:
     db = open_database(postgres_url)
     try:
         assert isinstance(db, PostgresDatabase)
-        assert db.schema_version() == 1
+        assert db.schema_version() == SCHEMA_VERSION
     finally:
         db.close()
 

@@ -29,11 +29,11 @@ def test_the_file_and_schema_appear_on_first_use(sqlite_path: Path) -> None:
         assert not sqlite_path.exists()
         assert db.keys.get_key("NoSuchKey123") is None
         assert sqlite_path.exists()
-        assert db.schema_version() == _sql.SCHEMA_VERSION == 1
-        assert db.create_schema() == 1  # idempotent
+        assert db.schema_version() == _sql.SCHEMA_VERSION == 2
+        assert db.create_schema() == 2  # idempotent
     raw = sqlite3.connect(sqlite_path)
     try:
-        assert raw.execute("SELECT version FROM keyturn_schema_version").fetchall() == [(1,)]
+        assert raw.execute("SELECT version FROM keyturn_schema_version").fetchall() == [(1,), (2,)]
     finally:
         raw.close()
 
@@ -125,10 +125,10 @@ def test_two_processes_worth_of_first_use_migrate_once(sqlite_path: Path) -> Non
         thread.join(30)
     for db in databases:
         db.close()
-    assert versions == [1, 1, 1, 1]
+    assert versions == [2, 2, 2, 2]
     raw = sqlite3.connect(sqlite_path)
     try:
-        assert raw.execute("SELECT version FROM keyturn_schema_version").fetchall() == [(1,)]
+        assert raw.execute("SELECT version FROM keyturn_schema_version").fetchall() == [(1,), (2,)]
     finally:
         raw.close()
 
@@ -154,3 +154,24 @@ def test_a_sqlite_url_with_too_few_slashes_says_how_many(url: str) -> None:
     """A SQLite URL missing a slash is named as such, not as an unsupported scheme."""
     with pytest.raises(ValueError, match="three slashes before a relative path"):
         open_database(url)
+
+
+def test_a_version_1_file_is_upgraded_with_its_keys(sqlite_path: Path) -> None:
+    """A file made by the first schema gains the leak columns and keeps every key it held."""
+    raw = sqlite3.connect(sqlite_path)
+    raw.execute(_sql._CREATE_VERSION_TABLE)
+    for statement in _sql.MIGRATIONS[0]:
+        raw.execute(statement.format(timestamp="TEXT"))
+    raw.execute("INSERT INTO keyturn_schema_version (version) VALUES (1)")
+    raw.execute(
+        "INSERT INTO keyturn_keys VALUES "
+        "('OldKeyId1234', 'h', 'rma_\u2026abcd', 'old', 'alice', 'acme', NULL, "
+        "'2026-01-01T00:00:00.000000+00:00', '2026-02-01T00:00:00.000000+00:00', NULL, NULL)"
+    )
+    raw.commit()
+    raw.close()
+    with SQLiteDatabase(sqlite_path) as db:
+        assert db.create_schema() == _sql.SCHEMA_VERSION
+        key = db.keys.get_key("OldKeyId1234")
+        assert key is not None and key.name == "old" and key.leaked is None
+        assert db.keys.leaked_keys() == []

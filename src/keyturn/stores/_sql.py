@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Generator, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final, NamedTuple, Protocol, TypeVar
 
-from keyturn._model import ApiKey, Organization, Scope
+from keyturn._model import ApiKey, Leaked, Organization, Scope
 from keyturn.errors import DuplicateKey
 
 __all__ = [
@@ -95,6 +95,13 @@ MIGRATIONS: Final[Sequence[Sequence[str]]] = (
         """CREATE INDEX keyturn_memberships_by_organization
             ON keyturn_memberships (organization_id)""",
     ),
+    (
+        # Version 2: where and when a code host's secret scanning first saw a key in public.
+        "ALTER TABLE keyturn_keys ADD COLUMN leaked_at {timestamp}",
+        "ALTER TABLE keyturn_keys ADD COLUMN leaked_url TEXT",
+        """CREATE INDEX keyturn_keys_leaked
+            ON keyturn_keys (leaked_at) WHERE leaked_at IS NOT NULL""",
+    ),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
@@ -139,19 +146,20 @@ def _check_version(version: int) -> None:
 
 _SELECT_KEY: Final = (
     "SELECT key_id, secret_hash, hint, name, account_id, tenant_id, organization_id, "
-    "created_at, expires_at, revoked_at, last_used_at FROM keyturn_keys WHERE key_id = %s"
+    "created_at, expires_at, revoked_at, last_used_at, leaked_at, leaked_url "
+    "FROM keyturn_keys WHERE key_id = %s"
 )
 # key_id breaks ties so that keys created in the same microsecond list in a stable order.
 _SELECT_KEYS_OF: Final = (
     "SELECT key_id, secret_hash, hint, name, account_id, tenant_id, organization_id, "
-    "created_at, expires_at, revoked_at, last_used_at FROM keyturn_keys "
-    "WHERE account_id = %s ORDER BY created_at DESC, key_id DESC"
+    "created_at, expires_at, revoked_at, last_used_at, leaked_at, leaked_url "
+    "FROM keyturn_keys WHERE account_id = %s ORDER BY created_at DESC, key_id DESC"
 )
 # ON CONFLICT DO NOTHING + rowcount: a duplicate id is an answer, not a driver exception.
 _INSERT_KEY: Final = (
     "INSERT INTO keyturn_keys (key_id, secret_hash, hint, name, account_id, tenant_id, "
-    "organization_id, created_at, expires_at, revoked_at, last_used_at) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
+    "organization_id, created_at, expires_at, revoked_at, last_used_at, leaked_at, leaked_url) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
 )
 # Conditional updates: only one concurrent revoke wins, and last_used_at never moves back.
 _REVOKE_KEY: Final = (
@@ -175,7 +183,7 @@ def _instant(value: datetime | str) -> datetime:
 
 def _key(row: Sequence[Any]) -> ApiKey:
     (key_id, secret_hash, hint, name, account_id, tenant_id, organization_id) = row[:7]
-    created_at, expires_at, revoked_at, last_used_at = row[7:]
+    created_at, expires_at, revoked_at, last_used_at, leaked_at, leaked_url = row[7:]
     return ApiKey(
         key_id=key_id,
         secret_hash=secret_hash,
@@ -187,6 +195,7 @@ def _key(row: Sequence[Any]) -> ApiKey:
         expires_at=_instant(expires_at),
         revoked_at=None if revoked_at is None else _instant(revoked_at),
         last_used_at=None if last_used_at is None else _instant(last_used_at),
+        leaked=None if leaked_at is None else Leaked(url=leaked_url, at=_instant(leaked_at)),
     )
 
 
@@ -210,6 +219,8 @@ def add_key(key: ApiKey) -> Op[None]:
             _utc(key.expires_at),
             None if key.revoked_at is None else _utc(key.revoked_at),
             None if key.last_used_at is None else _utc(key.last_used_at),
+            None if key.leaked is None else _utc(key.leaked.at),
+            None if key.leaked is None else key.leaked.url,
         ),
         COUNT,
     )
@@ -354,6 +365,29 @@ def organizations_of(account_id: str) -> Op[list[Organization]]:
     return [Organization(id=row[0], tenant_id=row[1], is_default=bool(row[2])) for row in rows]
 
 
+# --- leaks (see keyturn.leaks) ---------------------------------------------------------------
+
+# The first report stands: it says when the key became public; later ones change nothing.
+_REPORT_LEAK: Final = (
+    "UPDATE keyturn_keys SET leaked_at = %s, leaked_url = %s "
+    "WHERE key_id = %s AND leaked_at IS NULL"
+)
+_SELECT_LEAKED: Final = (
+    "SELECT key_id, secret_hash, hint, name, account_id, tenant_id, organization_id, "
+    "created_at, expires_at, revoked_at, last_used_at, leaked_at, leaked_url "
+    "FROM keyturn_keys WHERE leaked_at IS NOT NULL ORDER BY leaked_at DESC, key_id DESC"
+)
+
+
+def report_leak(key_id: str, url: str, at: datetime) -> Op[bool]:
+    return bool((yield Query(_REPORT_LEAK, (_utc(at), url, key_id), COUNT)) == 1)
+
+
+def leaked_keys() -> Op[list[ApiKey]]:
+    rows = yield Query(_SELECT_LEAKED, (), ALL)
+    return [_key(row) for row in rows]
+
+
 # --- the stores, over a driver --------------------------------------------------------------
 
 
@@ -391,6 +425,14 @@ class SQLKeyStore:
 
     def mark_used(self, key_id: str, at: datetime) -> None:
         self._run(mark_used(key_id, at))
+
+    def report_leak(self, key_id: str, url: str, at: datetime) -> bool:
+        """Record that the key was found in public at *url*; ``False`` if already recorded."""
+        return self._run(report_leak(key_id, url, at))
+
+    def leaked_keys(self) -> list[ApiKey]:
+        """Every key reported leaked, most recently reported first."""
+        return self._run(leaked_keys())
 
 
 class SQLMembership:
@@ -481,6 +523,14 @@ class AsyncSQLKeyStore:
 
     async def mark_used(self, key_id: str, at: datetime) -> None:
         await self._run(mark_used(key_id, at))
+
+    async def report_leak(self, key_id: str, url: str, at: datetime) -> bool:
+        """Record that the key was found in public at *url*; ``False`` if already recorded."""
+        return await self._run(report_leak(key_id, url, at))
+
+    async def leaked_keys(self) -> list[ApiKey]:
+        """Every key reported leaked, most recently reported first."""
+        return await self._run(leaked_keys())
 
 
 class AsyncSQLMembership:

@@ -19,7 +19,7 @@ from datetime import datetime
 
 import attrs
 
-from keyturn._model import ApiKey, Organization
+from keyturn._model import ApiKey, Leaked, Organization
 from keyturn.errors import DuplicateKey
 
 __all__ = ["MemoryKeyStore", "MemoryMembership"]
@@ -67,6 +67,26 @@ class MemoryKeyStore:
             key = self._keys.get(key_id)
             if key is not None and (key.last_used_at is None or key.last_used_at < at):
                 self._keys[key_id] = attrs.evolve(key, last_used_at=at)
+
+    def report_leak(self, key_id: str, url: str, at: datetime) -> bool:
+        """Record that the key was found in public at *url*; ``False`` if already recorded."""
+        with self._lock:
+            key = self._keys.get(key_id)
+            if key is None or key.leaked is not None:
+                return False
+            self._keys[key_id] = attrs.evolve(key, leaked=Leaked(url=url, at=at))
+            return True
+
+    def leaked_keys(self) -> list[ApiKey]:
+        """Every key reported leaked, most recently reported first."""
+        with self._lock:
+            keys = [key for key in self._keys.values() if key.leaked is not None]
+        return sorted(keys, key=_reported, reverse=True)
+
+
+def _reported(key: ApiKey) -> tuple[datetime, str]:
+    assert key.leaked is not None
+    return key.leaked.at, key.key_id
 
 
 class MemoryMembership:

@@ -1,0 +1,678 @@
+"""
+Leaked keys answered
+====================
+
+A secret-scanning endpoint for a code host's partner program. GitHub's is the reference:
+when it finds a string shaped like one of your keys in a public repository, gist, issue or
+package, it POSTs the candidates to your endpoint, signed; you answer which ones are real
+keys, and act on those. This module decides that answer and records the leak; nothing here
+is authenticated by an API key, so the endpoint lives outside ``/managed-agents/v1/``.
+
+Install the ``leaks`` extra (``pip install 'keyturn[leaks]'``): the signature is checked
+with the ``cryptography`` library. ::
+
+    from keyturn.leaks import LeakResponder, WSGILeakEndpoint   # or ASGILeakEndpoint
+
+    responder = LeakResponder(db.keys, public_keys={identifier: pem}, on_leak=tell_creator)
+    app = WSGILeakEndpoint(app, responder=responder, path="/keyturn/secret-scanning")
+
+The request (GitHub's format)
+    ``POST`` with a JSON array of candidates, each ``{"token": ..., "type": ..., "url":
+    ..., "source": ...}`` (``source`` may be absent). Two headers sign the raw body:
+    ``Github-Public-Key-Identifier`` names the signing key, ``Github-Public-Key-Signature``
+    is the base64 DER ECDSA signature (P-256, SHA-256) of the body bytes.
+
+The response
+    ``200`` with a JSON array, one entry per candidate, in order: ``{"token_hash": ...,
+    "token_type": ..., "label": "true_positive" | "false_positive"}``. ``token_hash`` is the
+    SHA-256 hex digest of the candidate's token: the answer never repeats a secret, so the
+    endpoint does not use the format's ``token_raw`` alternative.
+
+What it decides, precisely:
+
+-   The body is read up to *max_body* bytes (1 MiB by default); past that: 413.
+-   The signature is checked before anything else is read: missing or unreadable signature
+    headers get 401; an unknown key identifier or a signature that does not verify gets
+    403. Nothing of the body is parsed, looked up or recorded before that.
+-   A body that is not a JSON array of candidates (each an object with string ``token``,
+    ``type`` and ``url``, and a string or absent ``source``) gets 400, all or nothing.
+-   Each candidate is checked as the authenticator checks a key: shape and checksum first
+    (junk never reaches the store), then the key id in the store, then the secret against
+    the stored argon2id hash. A real key id with a wrong secret is a false positive.
+-   A true positive -- whatever the key's state, since a revoked key's secret is still ours
+    -- is recorded on the key (``KeyInfo.leaked``: the first report's URL and time, shown by
+    the console and ``keyturn keys leaked``), then handed to *on_leak* as a
+    :class:`LeakReport` so the service can tell the key's creator.
+-   The key is revoked only if the operator set ``revoke=True``. It is off by default
+    because the spec lets only a key's creator revoke it, in the console, through no API
+    endpoint; an operator who turns it on decides, for every user, that a public key is
+    worse than a broken deployment.
+-   A store that fails, times out or answers with the wrong type, or a public-key callable
+    that fails, gets 503: the code host sends the batch again later. A failing *on_leak* is
+    logged; the answer stands.
+
+The public keys are yours to supply, never fetched here: a mapping of key identifier to PEM
+(parse GitHub's published document with :func:`github_public_keys`), or a callable that
+returns the PEM for an identifier, or ``None``. Refresh them as the code host rotates its keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hashlib
+import inspect
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, MutableMapping
+from datetime import UTC, datetime
+from typing import Any, Final, NamedTuple, Protocol, TypeGuard
+
+import attrs
+
+try:
+    from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise ImportError(
+        "keyturn.leaks needs the cryptography library: pip install 'keyturn[leaks]'"
+    ) from exc
+
+from keyturn import _token
+from keyturn._hashing import check_secret
+from keyturn._model import ApiKey, Scope
+from keyturn._web import DEFAULT_PREFIX, Paths
+
+__all__ = [
+    "DEFAULT_PATH",
+    "KEY_ID_HEADER",
+    "SIGNATURE_HEADER",
+    "ASGILeakEndpoint",
+    "AsyncLeakStore",
+    "LeakReport",
+    "LeakResponder",
+    "LeakStore",
+    "Response",
+    "WSGILeakEndpoint",
+    "github_public_keys",
+]
+
+log: Final = logging.getLogger("keyturn.leaks")
+
+DEFAULT_PATH: Final = "/keyturn/secret-scanning"
+KEY_ID_HEADER: Final = "github-public-key-identifier"
+SIGNATURE_HEADER: Final = "github-public-key-signature"
+MAX_URL: Final = 2048  # characters of a reported URL kept on the key
+_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+PublicKeys = Mapping[str, str | bytes] | Callable[[str], str | bytes | None]
+
+
+class LeakStore(Protocol):
+    """What the responder needs of a key store; every store keyturn ships has it."""
+
+    def get_key(self, key_id: str) -> ApiKey | None: ...
+    def report_leak(self, key_id: str, url: str, at: datetime) -> bool: ...
+    def revoke_key(self, key_id: str, at: datetime) -> bool: ...
+
+
+class AsyncLeakStore(Protocol):
+    """The async twin of :class:`LeakStore` (``AsyncPostgresDatabase.keys``)."""
+
+    async def get_key(self, key_id: str) -> ApiKey | None: ...
+    async def report_leak(self, key_id: str, url: str, at: datetime) -> bool: ...
+    async def revoke_key(self, key_id: str, at: datetime) -> bool: ...
+
+
+@attrs.frozen(kw_only=True)
+class LeakReport:
+    """A real key found in public, for *on_leak*: whose key, where, and what was done.
+
+    It holds the key's hint, never its secret.
+    """
+
+    key_id: str
+    account_id: str  # the creator: tell them to revoke the key and make a new one
+    name: str
+    hint: str
+    scope: Scope
+    url: str  # where it was seen
+    source: str | None  # what the code host scanned: "content", "commit", ... (if said)
+    token_type: str
+    reported_at: datetime
+    first: bool  # the key's first leak report (later ones are not recorded again)
+    revoked: bool  # revoked by this report (only with revoke=True)
+
+
+class Response(NamedTuple):
+    """What the endpoint answers: an HTTP status, headers and the body bytes."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes
+
+
+def github_public_keys(document: str | bytes) -> dict[str, str]:
+    """Identifier -> PEM from GitHub's published secret-scanning public keys document.
+
+    The document is ``{"public_keys": [{"key_identifier": ..., "key": ..., ...}]}``; fetch
+    and refresh it yourself (keyturn makes no outgoing requests).
+
+    :raises ValueError: the document does not have that shape.
+    """
+    try:
+        entries = json.loads(document)["public_keys"]
+        keys = {entry["key_identifier"]: entry["key"] for entry in entries}
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ValueError(
+            "not a public keys document: expected {'public_keys': [{'key_identifier', 'key'}]}"
+        ) from exc
+    if not all(isinstance(value, str) for pair in keys.items() for value in pair):
+        raise ValueError("key_identifier and key must be strings")
+    return keys
+
+
+def _load(pem: str | bytes) -> ec.EllipticCurvePublicKey:
+    key = serialization.load_pem_public_key(pem.encode("ascii") if isinstance(pem, str) else pem)
+    if not isinstance(key, ec.EllipticCurvePublicKey) or key.curve.name != "secp256r1":
+        raise ValueError("a secret-scanning public key must be an ECDSA P-256 key")
+    return key
+
+
+# --- the decision: a generator of store questions, like keyturn._decision --------------------
+
+
+class _Call(NamedTuple):
+    """One question the flow asks its driver: ``store.<method>``, ``argon2`` or ``on_leak``."""
+
+    target: str
+    method: str
+    args: tuple[Any, ...]
+
+
+_Flow = Generator[_Call, Any, Response]
+
+# What each question must be answered with; anything else is a 503 naming the method.
+_ANSWERS: Final[Mapping[tuple[str, str], tuple[type, ...]]] = {
+    ("store", "get_key"): (ApiKey, type(None)),
+    ("store", "report_leak"): (bool,),
+    ("store", "revoke_key"): (bool,),
+    ("public_keys", ""): (str, bytes, type(None)),
+}
+
+
+class _WrongAnswer(TypeError):
+    pass
+
+
+def _checked(call: _Call, answer: Any) -> Any:
+    expected = _ANSWERS.get((call.target, call.method))
+    if expected is not None and not isinstance(answer, expected):
+        name = ".".join(filter(None, (call.target, call.method)))
+        raise _WrongAnswer(f"{name} answered a {type(answer).__name__}")
+    return answer
+
+
+class _Refusal(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        self.response = _error(status, code, message)
+
+
+def _json(status: int, value: object, headers: Iterable[tuple[str, str]] = ()) -> Response:
+    body = json.dumps(value, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+    return Response(
+        status,
+        [("content-type", "application/json"), ("content-length", str(len(body))), *headers],
+        body,
+    )
+
+
+def _error(
+    status: int, code: str, message: str, headers: Iterable[tuple[str, str]] = ()
+) -> Response:
+    return _json(status, {"error": {"code": code, "message": message}}, headers)
+
+
+class _Candidate(NamedTuple):
+    token: str
+    type: str
+    url: str
+    source: str | None
+
+
+def _candidates(body: bytes) -> list[_Candidate]:
+    try:
+        batch = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise _Refusal(400, "invalid_request", "The body is not JSON.") from exc
+    if not isinstance(batch, list):
+        raise _Refusal(400, "invalid_request", "The body must be a JSON array of candidates.")
+    candidates = []
+    for index, item in enumerate(batch):
+        fields = item if isinstance(item, dict) else {}
+        token, kind, url, source = (fields.get(n) for n in ("token", "type", "url", "source"))
+        if not (_text(token) and _text(kind) and _text(url) and (source is None or _text(source))):
+            raise _Refusal(
+                400,
+                "invalid_request",
+                f"Candidate {index} must be an object with string token, type and url.",
+            )
+        candidates.append(_Candidate(token, kind, url, source))
+    return candidates
+
+
+def _text(value: object) -> TypeGuard[str]:
+    """A JSON string that is also valid Unicode (JSON escapes can spell lone surrogates)."""
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _clean_url(url: str) -> str:
+    """The reported URL as kept and shown: one line, bounded."""
+    url = _CONTROL.sub("\ufffd", url)
+    return url if len(url) <= MAX_URL else url[: MAX_URL - 1] + "\u2026"
+
+
+class LeakResponder:
+    """Answers a code host's secret-scanning reports against your key store.
+
+    :param store: the key store (``db.keys``); an async store works with the ASGI endpoint.
+    :param public_keys: key identifier -> PEM, or a callable returning the PEM (or ``None``)
+        for an identifier. Supplied by you; see :func:`github_public_keys`.
+    :param on_leak: called with a :class:`LeakReport` for each real key found; tell the
+        creator. Its failures are logged and never change the answer.
+    :param revoke: also revoke each real key found. Off by default: the spec lets only the
+        creator revoke a key.
+    :param max_body: the largest body read, in bytes; a larger one gets 413.
+    :param timeout: seconds an async driver waits for one store answer before 503.
+    :param clock: returns the current UTC time; injectable for tests.
+    """
+
+    def __init__(
+        self,
+        store: LeakStore | AsyncLeakStore,
+        *,
+        public_keys: PublicKeys,
+        on_leak: Callable[[LeakReport], object] | None = None,
+        revoke: bool = False,
+        max_body: int = 1 << 20,
+        timeout: float = 5.0,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        missing = [
+            name
+            for name in ("get_key", "report_leak", "revoke_key")
+            if not callable(getattr(store, name, None))
+        ]
+        if missing:
+            raise TypeError(f"store must be a key store with {', '.join(missing)} (db.keys)")
+        if inspect.iscoroutinefunction(on_leak):
+            raise TypeError("on_leak must be a plain function; it runs in a worker thread")
+        if isinstance(public_keys, Mapping):
+            # Loaded now: a bad key is a startup error, not a 503 on the first report.
+            loaded = {identifier: _load(pem) for identifier, pem in public_keys.items()}
+            self._public_key: Callable[[str], Any] = loaded.get
+        elif callable(public_keys):
+            self._public_key = public_keys
+        else:
+            raise TypeError("public_keys must be a mapping of identifier to PEM, or a callable")
+        self._loaded = isinstance(public_keys, Mapping)
+        self.store = store
+        self.on_leak = on_leak
+        self.revoke = revoke
+        self.max_body = max_body
+        self.timeout = timeout
+        self.clock = clock
+        self.is_async = inspect.iscoroutinefunction(store.get_key)
+
+    def __repr__(self) -> str:
+        return f"LeakResponder(store={self.store!r}, revoke={self.revoke})"
+
+    # --- the flow ---------------------------------------------------------------------------
+
+    def _flow(self, headers: Mapping[str, list[str]], body: bytes) -> _Flow:
+        try:
+            yield from self._verify_signature(headers, body)
+            candidates = _candidates(body)
+        except _Refusal as refusal:
+            return refusal.response
+        answers = []
+        for candidate in candidates:
+            real = yield from self._check(candidate)
+            answers.append(
+                {
+                    "token_hash": hashlib.sha256(candidate.token.encode()).hexdigest(),
+                    "token_type": candidate.type,
+                    "label": "true_positive" if real else "false_positive",
+                }
+            )
+        return _json(200, answers)
+
+    def _verify_signature(
+        self, headers: Mapping[str, list[str]], body: bytes
+    ) -> Generator[_Call, Any, None]:
+        identifiers = headers.get(KEY_ID_HEADER, [])
+        signatures = headers.get(SIGNATURE_HEADER, [])
+        if len(identifiers) != 1 or len(signatures) != 1 or not identifiers[0]:
+            raise _Refusal(
+                401, "unauthorized", "Sign the body: send one key identifier and one signature."
+            )
+        try:
+            signature = base64.b64decode(signatures[0], validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise _Refusal(401, "unauthorized", "The signature is not base64.") from exc
+        identifier = identifiers[0]
+        if self._loaded:
+            key = self._public_key(identifier)
+        else:
+            pem = yield _Call("public_keys", "", (identifier,))
+            try:
+                key = None if pem is None else _load(pem)
+            except (ValueError, TypeError, UnsupportedAlgorithm):
+                log.error("public_keys gave an unusable key for identifier %r", identifier[:100])
+                raise _Refusal(503, "service_unavailable", "Try again later.") from None
+        if key is None:
+            log.warning("secret-scanning report signed by unknown key %r", identifier[:100])
+            raise _Refusal(403, "forbidden", "Unknown signing key.")
+        try:
+            key.verify(signature, body, ec.ECDSA(hashes.SHA256()))
+        except InvalidSignature as exc:
+            log.warning("secret-scanning report with a bad signature (key %r)", identifier[:100])
+            raise _Refusal(403, "forbidden", "The signature does not verify.") from exc
+
+    def _check(self, candidate: _Candidate) -> Generator[_Call, Any, bool]:
+        parsed = _token.parse(candidate.token)
+        if not isinstance(parsed, _token.ParsedToken):
+            return False  # junk or a typo: no store lookup
+        key: ApiKey | None = yield _Call("store", "get_key", (parsed.key_id,))
+        if key is None:
+            return False
+        if (yield _Call("argon2", "", (key.secret_hash, parsed.secret))) is not None:
+            return False  # a real id with a wrong secret (or an unusable hash): not ours
+        now = self.clock()
+        url = _clean_url(candidate.url)
+        first = yield _Call("store", "report_leak", (key.key_id, url, now))
+        revoked = bool(self.revoke and (yield _Call("store", "revoke_key", (key.key_id, now))))
+        log.warning(
+            "key %s of account %r reported leaked at %r%s",
+            key.key_id,
+            key.account_id,
+            url[:200],
+            "; revoked" if revoked else "",
+        )
+        report = LeakReport(
+            key_id=key.key_id,
+            account_id=key.account_id,
+            name=key.name,
+            hint=key.hint,
+            scope=key.scope,
+            url=url,
+            source=candidate.source,
+            token_type=candidate.type,
+            reported_at=now,
+            first=bool(first),
+            revoked=revoked,
+        )
+        if self.on_leak is not None:
+            yield _Call("on_leak", "", (report,))
+        return True
+
+    # --- the drivers --------------------------------------------------------------------------
+
+    def _function(self, call: _Call) -> Callable[..., Any]:
+        if call.target == "store":
+            return getattr(self.store, call.method)  # type: ignore[no-any-return]
+        if call.target == "argon2":
+            return check_secret
+        if call.target == "public_keys":
+            return self._public_key
+        return self._notify
+
+    def _notify(self, report: LeakReport) -> None:
+        assert self.on_leak is not None
+        try:
+            self.on_leak(report)
+        except Exception:
+            log.exception("the on_leak hook failed; the leak is recorded and answered")
+
+    def _start(
+        self, method: str, headers: Mapping[str, list[str]], body: bytes | None
+    ) -> Response | _Flow:
+        if method != "POST":
+            return _error(405, "method_not_allowed", "Send reports with POST.", [("allow", "POST")])
+        if body is None:
+            return _error(413, "payload_too_large", f"The body exceeds {self.max_body} bytes.")
+        return self._flow(headers, body)
+
+    def respond(
+        self, method: str, headers: Mapping[str, list[str]], body: bytes | None
+    ) -> Response:
+        """Answer one report, calling the store in this thread.
+
+        *headers* maps lower-case names to every value sent; *body* is ``None`` when it
+        was longer than *max_body*.
+        """
+        if self.is_async:
+            raise TypeError("this responder has an async store: use respond_async()")
+        flow = self._start(method, headers, body)
+        if isinstance(flow, Response):
+            return flow
+        answer: Any = None
+        try:
+            while True:
+                call = flow.send(answer)
+                try:
+                    answer = _checked(call, self._function(call)(*call.args))
+                except Exception as exc:
+                    flow.close()
+                    return self._failure(exc)
+        except StopIteration as done:
+            response: Response = done.value
+            return response
+
+    async def respond_async(
+        self, method: str, headers: Mapping[str, list[str]], body: bytes | None
+    ) -> Response:
+        """:meth:`respond` without blocking the event loop (argon2 and sync stores in threads)."""
+        flow = self._start(method, headers, body)
+        if isinstance(flow, Response):
+            return flow
+        answer: Any = None
+        try:
+            while True:
+                call = flow.send(answer)
+                function = self._function(call)
+                try:
+                    async with asyncio.timeout(self.timeout if call.target == "store" else None):
+                        if inspect.iscoroutinefunction(function):
+                            answer = await function(*call.args)
+                        elif call.target == "store" and getattr(self.store, "nonblocking", False):
+                            answer = function(*call.args)
+                        else:
+                            answer = await asyncio.to_thread(function, *call.args)
+                    answer = _checked(call, answer)
+                except Exception as exc:
+                    flow.close()
+                    return self._failure(exc)
+        except StopIteration as done:
+            response: Response = done.value
+            return response
+
+    def _failure(self, exc: Exception) -> Response:
+        if isinstance(exc, TimeoutError):
+            log.warning("the key store timed out answering a secret-scanning report")
+        elif isinstance(exc, _WrongAnswer):
+            log.error("answering a secret-scanning report failed: %s", exc)
+        else:
+            log.error("answering a secret-scanning report failed: %s", type(exc).__name__)
+        return _error(503, "service_unavailable", "Try again later.", [("retry-after", "60")])
+
+
+# --- the web edges -----------------------------------------------------------------------------
+
+
+def _check_path(path: str, api_prefix: str) -> str:
+    if not path.startswith("/"):
+        raise ValueError(f"path must start with '/', got {path!r}")
+    if Paths(api_prefix, ()).read("", path) is not None:  # guarded, or unreadable there
+        raise ValueError(
+            f"the secret-scanning endpoint must not sit under {api_prefix}: the code host "
+            "sends no API key, so the API key middleware would refuse every report"
+        )
+    return path
+
+
+_NOT_FOUND: Final = _error(404, "not_found", "Not found.")
+
+ASGIScope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[ASGIScope, Receive, Send], Awaitable[None]]
+
+
+class ASGILeakEndpoint:
+    """Serves the responder at *path*; everything else goes to *app* (or gets 404 without one).
+
+    :raises ValueError: *path* is under the API's prefix (*api_prefix*).
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp | None = None,
+        *,
+        responder: LeakResponder,
+        path: str = DEFAULT_PATH,
+        api_prefix: str = DEFAULT_PREFIX,
+    ) -> None:
+        self.app = app
+        self.responder = responder
+        self.path = _check_path(path, api_prefix)
+
+    async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and _asgi_path(scope) == self.path:
+            headers: dict[str, list[str]] = {}
+            for name, value in scope["headers"]:
+                headers.setdefault(name.decode("latin-1").lower(), []).append(
+                    value.decode("latin-1")
+                )
+            body = await _read_body(receive, headers, self.responder.max_body)
+            response = await self.responder.respond_async(scope["method"], headers, body)
+        elif self.app is not None:
+            await self.app(scope, receive, send)
+            return
+        elif scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        elif scope["type"] == "http":
+            response = _NOT_FOUND
+        else:
+            return  # a WebSocket with nothing to serve it is refused by the server
+        await send(
+            {
+                "type": "http.response.start",
+                "status": response.status,
+                "headers": [
+                    (n.encode("latin-1"), v.encode("latin-1")) for n, v in response.headers
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": response.body})
+
+
+def _asgi_path(scope: ASGIScope) -> str:
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root) and path[len(root) : len(root) + 1] in ("/", ""):
+        return path[len(root) :]
+    return path
+
+
+async def _read_body(
+    receive: Receive, headers: Mapping[str, list[str]], limit: int
+) -> bytes | None:
+    """The whole body, or ``None`` as soon as it is known to exceed *limit* bytes."""
+    lengths = headers.get("content-length", [])
+    if lengths and lengths[0].isdigit() and int(lengths[0]) > limit:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None if size > limit else b"".join(chunks)  # the client went away
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+class WSGILeakEndpoint:
+    """The WSGI twin of :class:`ASGILeakEndpoint`."""
+
+    def __init__(
+        self,
+        app: Callable[..., Iterable[bytes]] | None = None,
+        *,
+        responder: LeakResponder,
+        path: str = DEFAULT_PATH,
+        api_prefix: str = DEFAULT_PREFIX,
+    ) -> None:
+        if responder.is_async:
+            raise TypeError("an async store needs the ASGI endpoint (ASGILeakEndpoint)")
+        self.app = app
+        self.responder = responder
+        self.path = _check_path(path, api_prefix)
+
+    def __call__(
+        self, environ: dict[str, Any], start_response: Callable[..., Any]
+    ) -> Iterable[bytes]:
+        if environ.get("PATH_INFO", "") != self.path:
+            if self.app is not None:
+                return self.app(environ, start_response)
+            response = _NOT_FOUND
+        else:
+            headers: dict[str, list[str]] = {}
+            for name, value in environ.items():
+                if name.startswith("HTTP_"):
+                    headers[name[5:].replace("_", "-").lower()] = [value]
+            body = _wsgi_body(environ, self.responder.max_body)
+            response = self.responder.respond(environ.get("REQUEST_METHOD", "GET"), headers, body)
+        reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
+                  404: "Not Found", 405: "Method Not Allowed", 413: "Content Too Large",
+                  503: "Service Unavailable"}[response.status]  # fmt: skip
+        start_response(f"{response.status} {reason}", response.headers)
+        return [response.body]
+
+
+def _wsgi_body(environ: Mapping[str, Any], limit: int) -> bytes | None:
+    length_text = environ.get("CONTENT_LENGTH") or ""
+    stream = environ["wsgi.input"]
+    if length_text.isdigit():
+        length = int(length_text)
+        return None if length > limit else bytes(stream.read(length))
+    if environ.get("wsgi.input_terminated"):  # chunked, and the server ends the stream
+        body = bytes(stream.read(limit + 1))
+        return None if len(body) > limit else body
+    return b""

@@ -1,0 +1,143 @@
+"""
+Decisions measured
+==================
+
+OpenTelemetry metrics from the authenticator's audit events. Install the ``otel`` extra
+(``pip install 'keyturn[otel]'``: ``opentelemetry-api`` only) and configure a meter provider
+and exporter in your application as OpenTelemetry's SDK documents; without one, every
+instrument is a no-op. ::
+
+    from keyturn import Authenticator, SecretVerifier
+    from keyturn.metrics import MetricsAudit
+
+    verifier = SecretVerifier()
+    audit = MetricsAudit(verifier=verifier, then=my_audit_log)  # keeps your own hook
+    auth = Authenticator(store, membership, audit=audit, verifier=verifier)
+
+The instruments (meter ``keyturn``):
+
+``keyturn.decisions`` (counter)
+    One per decision, with ``keyturn.outcome`` (``allowed`` or ``refused``),
+    ``keyturn.reason`` (the precise :class:`~keyturn.Reason` of a refusal, ``ok`` for an
+    allowed request), ``http.response.status_code`` (a refusal's status) and
+    ``http.request.method`` (the known methods; any other is ``_OTHER``).
+``keyturn.requests.shed`` (counter)
+    Requests refused with 503 because too many secret verifications were in flight.
+``keyturn.backend.timeouts`` (counter)
+    Requests refused with 503 because the key store or membership provider did not answer
+    in time.
+``keyturn.argon2.runs`` (observable counter)
+    argon2 verifications started by the :class:`~keyturn.SecretVerifier` given as
+    *verifier* (a verified-token cache hit runs none).
+
+Every attribute takes a handful of values: no key id, account id, organization, path or
+anything of a secret is ever an attribute. To break the counts down by something of your
+own that is bounded (a tenant, when you have a few), pass ``attributes=`` a function of the
+event returning extra attributes.
+
+Not measured: decision latency. An audit event carries the instant the decision ended, not
+when it began, so no hook can derive its duration; see ``docs/metrics.md``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from typing import Final
+
+try:
+    from opentelemetry import metrics
+    from opentelemetry.metrics import CallbackOptions, Meter, Observation
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise ImportError(
+        "keyturn.metrics needs the OpenTelemetry API: pip install 'keyturn[otel]'"
+    ) from exc
+
+from keyturn._hashing import SecretVerifier
+from keyturn.authenticator import AuditEvent, AuditHook
+from keyturn.errors import Reason
+
+__all__ = ["METHODS", "MetricsAudit"]
+
+# OpenTelemetry's HTTP conventions: known methods by name, every other one as "_OTHER".
+METHODS: Final = frozenset(
+    {"CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE"}
+)
+
+Attributes = Mapping[str, str | int]
+
+
+class MetricsAudit:
+    """An audit hook that counts decisions on OpenTelemetry instruments.
+
+    :param meter: where the instruments live; by default the global provider's ``keyturn``
+        meter.
+    :param then: another audit hook, called after the counting (an audit log, say).
+    :param verifier: the authenticator's :class:`~keyturn.SecretVerifier`, to observe its
+        argon2 runs.
+    :param attributes: extra attributes per event, for a breakdown you know to be bounded.
+    """
+
+    def __init__(
+        self,
+        meter: Meter | None = None,
+        *,
+        then: AuditHook | None = None,
+        verifier: SecretVerifier | None = None,
+        attributes: Callable[[AuditEvent], Attributes] | None = None,
+    ) -> None:
+        if inspect.iscoroutinefunction(then):
+            raise TypeError("then must be a plain function: audit hooks are called synchronously")
+        self.meter = meter if meter is not None else metrics.get_meter("keyturn")
+        self.then = then
+        self.verifier = verifier
+        self.attributes = attributes
+        self.decisions = self.meter.create_counter(
+            "keyturn.decisions", unit="{decision}", description="Authentication decisions."
+        )
+        self.shed = self.meter.create_counter(
+            "keyturn.requests.shed",
+            unit="{request}",
+            description="Requests refused because too many secret verifications were pending.",
+        )
+        self.timeouts = self.meter.create_counter(
+            "keyturn.backend.timeouts",
+            unit="{request}",
+            description="Requests refused because the store or membership did not answer.",
+        )
+        if verifier is not None:
+            self.meter.create_observable_counter(
+                "keyturn.argon2.runs",
+                callbacks=[self._argon2_runs],
+                unit="{run}",
+                description="argon2 secret verifications started.",
+            )
+
+    def __repr__(self) -> str:
+        return f"MetricsAudit(meter={self.meter!r}, then={self.then!r})"
+
+    def __call__(self, event: AuditEvent) -> None:
+        method = event.method if event.method in METHODS else "_OTHER"
+        attributes: dict[str, str | int] = {"http.request.method": method}
+        if event.error is None:
+            attributes |= {"keyturn.outcome": "allowed", "keyturn.reason": "ok"}
+        else:
+            reason = event.error.reason
+            attributes |= {
+                "keyturn.outcome": "refused",
+                "keyturn.reason": reason.value,
+                "http.response.status_code": event.error.status,
+            }
+            if reason is Reason.OVERLOADED:
+                self.shed.add(1)
+            elif reason is Reason.BACKEND_TIMEOUT:
+                self.timeouts.add(1)
+        if self.attributes is not None:
+            attributes |= self.attributes(event)
+        self.decisions.add(1, attributes)
+        if self.then is not None:
+            self.then(event)
+
+    def _argon2_runs(self, options: CallbackOptions) -> Iterable[Observation]:
+        assert self.verifier is not None
+        return [Observation(self.verifier.runs)]

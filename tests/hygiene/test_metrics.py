@@ -1,0 +1,240 @@
+"""Metrics from audit events: real decisions, counted by OpenTelemetry's SDK in memory."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from keyturn import (
+    ApiKey,
+    AuditEvent,
+    Authenticator,
+    AuthRequest,
+    KeyManager,
+    Principal,
+    Scope,
+    SecretVerifier,
+    _token,
+)
+from keyturn.metrics import METHODS, MetricsAudit
+from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
+
+
+class Meters:
+    """An SDK meter provider read in memory: {instrument: {attributes: value}}."""
+
+    def __init__(self) -> None:
+        self.reader = InMemoryMetricReader()
+        self.provider = MeterProvider(metric_readers=[self.reader])
+        self.meter = self.provider.get_meter("keyturn")
+
+    def read(self) -> dict[str, dict[frozenset[tuple[str, Any]], int]]:
+        data = self.reader.get_metrics_data()
+        values: dict[str, dict[frozenset[tuple[str, Any]], int]] = {}
+        for resource in data.resource_metrics if data else ():
+            for scope in resource.scope_metrics:
+                for metric in scope.metrics:
+                    values[metric.name] = {
+                        frozenset(point.attributes.items()): point.value
+                        for point in metric.data.data_points
+                    }
+        return values
+
+
+@pytest.fixture
+def meters() -> Iterator[Meters]:
+    meters = Meters()
+    yield meters
+    meters.provider.shutdown()
+
+
+class World:
+    def __init__(self) -> None:
+        self.store = MemoryKeyStore()
+        self.membership = MemoryMembership()
+        self.membership.add_organization("org_acme", tenant_id="acme", default=True)
+        self.membership.add_member("alice", "org_acme", role="admin")
+        manager = KeyManager(self.store, self.membership)
+        self.secret = manager.create(
+            "alice", name="ci", scope=Scope.organization("org_acme", tenant_id="acme")
+        ).secret
+
+
+def request(secret: str | None, method: str = "GET", path: str = "/managed-agents/v1/x") -> Any:
+    authorization = () if secret is None else (f"Bearer {secret}",)
+    return AuthRequest(authorization=authorization, method=method, path=path)
+
+
+def attrs_of(**values: Any) -> frozenset[tuple[str, Any]]:
+    return frozenset(values.items())
+
+
+def test_decisions_are_counted_by_outcome_and_precise_reason(meters: Meters) -> None:
+    """Allowed, missing and wrong-secret decisions each land on their own attribute set."""
+    world = World()
+    verifier = SecretVerifier()
+    audit = MetricsAudit(meters.meter, verifier=verifier)
+    with Authenticator(world.store, world.membership, audit=audit, verifier=verifier) as auth:
+        for _ in range(2):
+            assert isinstance(auth.authenticate(request(world.secret)), Principal)
+        auth.authenticate(request(None, method="BREW"))
+        body = world.secret[:16] + "A" * 28
+        auth.authenticate(request(body + _token._checksum(body)))  # the id, another secret
+    counts = meters.read()
+    assert counts["keyturn.decisions"] == {
+        attrs_of(
+            **{"http.request.method": "GET", "keyturn.outcome": "allowed", "keyturn.reason": "ok"}
+        ): 2,
+        attrs_of(
+            **{
+                "http.request.method": "_OTHER",
+                "keyturn.outcome": "refused",
+                "keyturn.reason": "missing",
+                "http.response.status_code": 401,
+            }
+        ): 1,
+        attrs_of(
+            **{
+                "http.request.method": "GET",
+                "keyturn.outcome": "refused",
+                "keyturn.reason": "wrong_secret",
+                "http.response.status_code": 401,
+            }
+        ): 1,
+    }
+    # The second allowed request hit the verified-token cache: two runs for three checks.
+    assert verifier.runs == 2
+    assert counts["keyturn.argon2.runs"] == {frozenset(): 2}
+
+
+class SlowStore(MemoryKeyStore):
+    """A store whose lookups wait until released: a backend that stopped answering."""
+
+    nonblocking = False  # it blocks: the authenticator bounds its calls with the timeout
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def get_key(self, key_id: str) -> ApiKey | None:
+        self.release.wait(10)
+        return super().get_key(key_id)
+
+
+def test_store_timeouts_are_counted(meters: Meters) -> None:
+    """A store that does not answer within the timeout is counted as a timeout, and a 503."""
+    world = World()
+    slow = SlowStore()
+    for key in world.store._keys.values():
+        slow.add_key(key)
+    audit = MetricsAudit(meters.meter)
+    with Authenticator(slow, world.membership, audit=audit, timeout=0.05) as auth:
+        outcome = auth.authenticate(request(world.secret))
+        slow.release.set()
+    assert getattr(outcome, "status", None) == 503
+    counts = meters.read()
+    assert counts["keyturn.backend.timeouts"] == {frozenset(): 1}
+    assert "keyturn.requests.shed" not in counts
+    ((attributes, count),) = counts["keyturn.decisions"].items()
+    assert dict(attributes)["keyturn.reason"] == "backend_timeout" and count == 1
+
+
+def test_shed_requests_are_counted(meters: Meters) -> None:
+    """With the one argon2 slot taken, another new token is shed (503) and counted as shed."""
+    world = World()
+    other = KeyManager(world.store, world.membership).create(
+        "alice", name="other", scope=Scope.organization("org_acme", tenant_id="acme")
+    )
+    verifier = SecretVerifier(max_workers=1, max_pending=1)
+    hold = threading.Event()
+    verifier._executor.submit(hold.wait, 10)  # the only argon2 thread is busy
+    audit = MetricsAudit(meters.meter, verifier=verifier)
+    with Authenticator(world.store, world.membership, audit=audit, verifier=verifier) as auth:
+        first = threading.Thread(target=auth.authenticate, args=(request(world.secret),))
+        first.start()
+        deadline = time.monotonic() + 10
+        while not verifier._in_flight and time.monotonic() < deadline:
+            time.sleep(0.001)
+        shed = auth.authenticate(request(other.secret))
+        hold.set()
+        first.join(10)
+    assert getattr(shed, "status", None) == 503
+    counts = meters.read()
+    assert counts["keyturn.requests.shed"] == {frozenset(): 1}
+    reasons = {dict(a)["keyturn.reason"]: n for a, n in counts["keyturn.decisions"].items()}
+    assert reasons == {"overloaded": 1, "ok": 1}
+
+
+def test_another_hook_still_runs_and_extra_attributes_are_opt_in(meters: Meters) -> None:
+    """then= receives every event after counting; attributes= adds a bounded breakdown."""
+    world = World()
+    seen: list[AuditEvent] = []
+
+    def by_tenant(event: AuditEvent) -> dict[str, str]:
+        return {"tenant": event.principal.tenant_id if event.principal else "-"}
+
+    audit = MetricsAudit(meters.meter, then=seen.append, attributes=by_tenant)
+    with Authenticator(world.store, world.membership, audit=audit) as auth:
+        auth.authenticate(request(world.secret))
+        auth.authenticate(request(None))
+    assert [event.allowed for event in seen] == [True, False]
+    tenants = sorted(dict(a)["tenant"] for a in meters.read()["keyturn.decisions"])
+    assert tenants == ["-", "acme"]
+
+
+def test_an_async_hook_to_chain_is_refused_at_construction(meters: Meters) -> None:
+    """An audit hook is called synchronously: a coroutine function would never run."""
+
+    async def hook(event: AuditEvent) -> None: ...
+
+    with pytest.raises(TypeError, match="plain function"):
+        MetricsAudit(meters.meter, then=hook)
+
+
+def test_without_a_configured_provider_nothing_fails() -> None:
+    """With OpenTelemetry's default no-op provider, the hook counts nothing and raises nothing."""
+    world = World()
+    with Authenticator(world.store, world.membership, audit=MetricsAudit()) as auth:
+        assert isinstance(auth.authenticate(request(world.secret)), Principal)
+
+
+ALLOWED_KEYS = {
+    "http.request.method",
+    "keyturn.outcome",
+    "keyturn.reason",
+    "http.response.status_code",
+}
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    method=st.text(max_size=12),
+    path=st.text(max_size=40),
+    token=st.text(max_size=60) | st.none(),
+)
+def test_attributes_are_bounded_whatever_the_request(method: str, path: str, token: str) -> None:
+    """No request text but a known method ever becomes an attribute value."""
+    meters = Meters()
+    world = World()
+    audit = MetricsAudit(meters.meter)
+    with Authenticator(world.store, world.membership, audit=audit) as auth:
+        auth.authenticate(request(token, method=method, path=path))
+        auth.authenticate(request(world.secret, method=method, path=path))
+    for attributes in meters.read()["keyturn.decisions"]:
+        values = dict(attributes)
+        assert set(values) <= ALLOWED_KEYS
+        assert values["http.request.method"] in {
+            *METHODS,
+            "_OTHER",
+        }
+        assert values["keyturn.outcome"] in ("allowed", "refused")
+        assert world.secret not in repr(values) and world.secret[4:16] not in repr(values)
+    meters.provider.shutdown()
