@@ -18,6 +18,7 @@ from keyturn._model import (
     ScopeKind,
     Status,
 )
+from keyturn._token import SecretInfo, describe_secret
 from keyturn.authenticator import AuditEvent, AuditHook, Authenticator, Clock
 from keyturn.errors import (
     AuthError,
@@ -74,9 +75,11 @@ __all__ = [
     "Scope",
     "ScopeKind",
     "ScopeNotReachable",
+    "SecretInfo",
     "SecretVerifier",
     "ServiceUnavailable",
     "Status",
     "Unauthorized",
     "VerifiedTokenCache",
+    "describe_secret",
 ]

@@ -67,7 +67,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any, Final
 
-from starlette.requests import HTTPConnection
+try:
+    from starlette.requests import HTTPConnection
+except ImportError as exc:
+    raise ImportError("keyturn.asgi needs Starlette: pip install 'keyturn[asgi]'") from exc
 
 from keyturn._decision import AuthRequest
 from keyturn._model import Principal
