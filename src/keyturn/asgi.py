@@ -59,7 +59,9 @@ What it does, precisely:
     HTTP response when the server supports the ``websocket.http.response`` extension, and
     as a close with code 1008 (policy violation) before accept otherwise. The service
     headers go on the ``websocket.accept``.
--   Lifespan events pass through untouched.
+-   Lifespan events pass through. When the app reports its shutdown complete, the
+    middleware first waits (at most five seconds) for the ``last_used_at`` writes still
+    running on the loop, so an async store does not lose them to a forgotten ``aclose()``.
 """
 
 from __future__ import annotations
@@ -115,6 +117,9 @@ class ApiKeyMiddleware(Guard[ASGIApp]):
     """
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, receive, self._flush_at_shutdown(send))
+            return
         path = _route_path(scope) if scope["type"] in _AUTHENTICATED else None
         if path is None or not self.paths.guarded(path):  # lifespan, or not ours to guard
             await self.app(scope, receive, send)
@@ -131,6 +136,15 @@ class ApiKeyMiddleware(Guard[ASGIApp]):
                 kept.remove(line)
             scope["headers"] = kept
         await self._call_app(outcome, scope, receive, send)
+
+    def _flush_at_shutdown(self, send: Send) -> Send:
+        async def send_after_usage(message: Message) -> None:
+            usage = self.authenticator.usage
+            if message["type"].startswith("lifespan.shutdown.") and usage is not None:
+                await usage.flush()  # the loop ends after this message: land the writes first
+            await send(message)
+
+        return send_after_usage
 
     async def _call_app(
         self, caller: Principal, scope: Scope, receive: Receive, send: Send
