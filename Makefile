@@ -12,7 +12,7 @@ INSTALL = || { rm -rf $(VENV); echo "make: the install failed; .venv was removed
 
 python-version:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
-	  echo "make: keyturn needs Python 3.11 or newer; '$(PYTHON)' is $$($(PYTHON) -V 2>&1 || echo missing)." >&2; \
+	  echo "make: keyturn needs Python 3.11 or newer; '$(PYTHON)' is $$($(PYTHON) -V 2>/dev/null || echo 'not found')." >&2; \
 	  echo "      Install one and pass it: make $(MAKECMDGOALS) PYTHON=python3.12" >&2; exit 1; }
 
 $(VENV)/bin/python: | python-version

@@ -149,3 +149,27 @@ def test_walk(newcomer: Newcomer) -> None:
     assert health.json() == {"status": "ok"}
     assert code == 0  # SIGTERM stops the example cleanly...
     assert newcomer.keys("alice")[kept_id]["last_used_at"] is not None  # ...its writes landed
+
+
+def test_make_refuses_an_old_python_without_leaving_a_venv(tmp_path: Path) -> None:
+    """With a Python older than 3.11, make says what to do and leaves no .venv behind."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    old = tmp_path / "python3.10"
+    old.write_text('#!/bin/sh\n[ "$1" = "-V" ] && echo "Python 3.10.12" && exit 0\nexit 1\n')
+    old.chmod(0o755)
+    shutil.copy(ROOT / "Makefile", tmp_path / "Makefile")
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+
+    done = subprocess.run(  # noqa: S603 -- make, in a scratch copy of the project's Makefile
+        ["make", "demo", f"PYTHON={old}"],  # noqa: S607
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert done.returncode != 0
+    assert "needs Python 3.11 or newer" in done.stderr
+    assert "Python 3.10.12" in done.stderr
+    assert not (tmp_path / ".venv").exists()
