@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import make_server
@@ -75,7 +75,6 @@ def create_app(authenticator: Authenticator) -> WSGIApplication:
 
 def main() -> None:
     """Serve on 127.0.0.1:$PORT, keys from $KEYTURN_STORE_URL, until Ctrl+C or SIGTERM."""
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stop cleanly: close() runs
     url = os.environ.get("KEYTURN_STORE_URL", "sqlite:///keyturn.sqlite3")
     with (
         open_database(url) as db,
@@ -84,6 +83,9 @@ def main() -> None:
             "127.0.0.1", int(os.environ.get("PORT", "8000")), create_app(authenticator)
         ) as server,
     ):
+        # SIGTERM stops the loop from another thread (shutdown() waits for it), so the
+        # with-block closes the authenticator and the database on the way out.
+        signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
         print(f"Serving on http://127.0.0.1:{server.server_port}", flush=True)
         server.serve_forever()
 
