@@ -5,7 +5,8 @@ clean environment holding only the built wheel and what the page tells its reade
 ``pip install`` (``pip install 'keyturn[asgi]' httpx2``, in a code block or inline): a page
 that forgets a package fails here. They run with warnings as errors, so a deprecation
 warning the reader would see fails too. Pasted into one file, a page's blocks pass
-``mypy --strict`` against the same environment (untyped packages, i.e. Django, aside).
+``mypy --strict`` against the same environment (untyped packages, i.e. Django, aside),
+``no-run`` blocks included.
 
 A block whose info string says ``python no-run`` is skipped; other languages (sh, text, ...)
 are not code.
@@ -30,8 +31,11 @@ FENCE = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})\s*(?P<info>.*)$")
 PIP_INSTALL = re.compile(r"pip install ([^`\n#]+)")
 
 
-def python_blocks(text: str) -> list[tuple[int, str]]:
-    """The ``(line number, code)`` of each runnable python block of a Markdown page."""
+def python_blocks(text: str, *, no_run: bool = False) -> list[tuple[int, str]]:
+    """The ``(line number, code)`` of each runnable python block of a Markdown page.
+
+    *no_run* keeps the blocks marked ``no-run`` too (they need a server, but still type-check).
+    """
     blocks: list[tuple[int, str]] = []
     lines = text.splitlines()
     index = 0
@@ -48,7 +52,7 @@ def python_blocks(text: str) -> list[tuple[int, str]]:
             if line.strip().startswith(fence) and not line.strip().strip(fence[0]):
                 break
             body.append(line.removeprefix(indent))
-        if info[:1] in (["python"], ["py"]) and "no-run" not in info:
+        if info[:1] in (["python"], ["py"]) and (no_run or "no-run" not in info):
             blocks.append((start + 1, "\n".join(body)))
     return blocks
 
@@ -87,6 +91,7 @@ def test_fences_are_found() -> None:
     )
 
     assert python_blocks(page) == [(3, "a = 1"), (10, "b = a + 1")]
+    assert python_blocks(page, no_run=True)[-1] == (13, "c = 1 / 0")
 
 
 def test_requirements_are_what_the_page_says_to_install() -> None:
@@ -123,7 +128,7 @@ def _script(page: Path) -> str:
 
 def _pasted(page: Path) -> str:
     """The page's blocks pasted into one module, as a reader copying them would."""
-    blocks = python_blocks(page.read_text(encoding="utf-8"))
+    blocks = python_blocks(page.read_text(encoding="utf-8"), no_run=True)
     return "\n\n".join(f"# {page.name}:{line}\n{code}" for line, code in blocks) + "\n"
 
 
