@@ -9,5 +9,5 @@ from tests.environments import Environments
 
 @pytest.fixture(scope="session")
 def environments() -> Environments:
-    """The session's built wheel and clean environments (see ``tests/environments.py``)."""
+    """The test run's built wheel and clean environments (see ``tests/environments.py``)."""
     return Environments()

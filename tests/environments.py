@@ -1,8 +1,8 @@
 """Clean environments for the tests that play a user: the built wheel, and only what a user
 would install beside it.
 
-The wheel is built once per test session, and each environment once per session, under
-``build/test-envs/`` (replaced, never reused across sessions, since the source changes).
+The wheel is built once per test run, and each environment once per run, under
+``build/test-envs/`` (replaced, never reused across runs, since the source changes).
 An environment is a virtual environment without pip of its own, filled by the running
 pip (``pip --python``) from the wheel and the named requirements: ``keyturn[asgi]`` means
 the built wheel with that extra, anything else is a package from the index.
@@ -35,7 +35,7 @@ def _run(*argv: str | Path, timeout: float = 300) -> None:
 
 
 class Environments:
-    """The session's wheel and its environments, each made on first use."""
+    """The test run's wheel and its environments, each made on first use."""
 
     def __init__(self, build: Path = BUILD) -> None:
         self.build = build
