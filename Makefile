@@ -1,18 +1,33 @@
 # Both targets build and reuse .venv on their own; a machine needs only Python 3.11+.
+# `make demo` installs what the demo needs; `make test` adds every extra and the dev group.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+DEMO_STAMP := $(VENV)/.demo-installed
 STAMP  := $(VENV)/.installed
+# A failed install removes the half-built .venv, so the next make starts clean.
+INSTALL = || { rm -rf $(VENV); echo "make: the install failed; .venv was removed, run make again" >&2; exit 1; }
 
-.PHONY: demo test lint typecheck bench screenshots clean
+.PHONY: demo test lint typecheck bench screenshots clean python-version
 
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[asgi,wsgi,postgres,demo,console]' --group dev
-	touch $(STAMP)
+python-version:
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
+	  echo "make: keyturn needs Python 3.11 or newer; '$(PYTHON)' is $$($(PYTHON) -V 2>/dev/null || echo 'not found')." >&2; \
+	  echo "      Install one and pass it: make $(MAKECMDGOALS) PYTHON=python3.12" >&2; exit 1; }
 
-demo: $(STAMP)
+$(VENV)/bin/python: | python-version
+	$(PYTHON) -m venv $(VENV) $(INSTALL)
+
+$(DEMO_STAMP): pyproject.toml | $(VENV)/bin/python
+	$(BIN)/python -m pip install --quiet -e '.[demo]' $(INSTALL)
+	touch $(DEMO_STAMP)
+
+$(STAMP): pyproject.toml | $(VENV)/bin/python
+	$(BIN)/python -m pip install --quiet --upgrade pip $(INSTALL)
+	$(BIN)/python -m pip install --quiet -e '.[asgi,wsgi,postgres,demo,console,django,fastapi]' --group dev $(INSTALL)
+	touch $(STAMP) $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(BIN)/python -m keyturn.demo
 
 lint: $(STAMP)
@@ -32,4 +47,4 @@ bench: $(STAMP)
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .coverage .hypothesis
+	rm -rf $(VENV) build .mypy_cache .pytest_cache .ruff_cache .coverage .hypothesis

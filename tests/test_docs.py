@@ -1,23 +1,41 @@
-"""Every ```python block of README.md and docs/*.md runs, each file's blocks in order.
+"""Every ```python block of README.md and docs/*.md runs as a reader would run it.
 
-A file's blocks share one namespace, like a reader following the page. A block whose info
-string says ``python no-run`` is skipped; other languages (sh, text, ...) are not code.
+A page's blocks run in order in one namespace, like a reader following the page, in a
+clean environment holding only the built wheel and what the page tells its reader to
+``pip install`` (``pip install 'keyturn[asgi]' httpx2``, in a code block or inline): a page
+that forgets a package fails here. They run with warnings as errors, so a deprecation
+warning the reader would see fails too. Pasted into one file, a page's blocks pass
+``mypy --strict`` against the same environment (untyped packages, i.e. Django, aside),
+``no-run`` blocks included.
+
+A block whose info string says ``python no-run`` is skipped; other languages (sh, text, ...)
+are not code.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from tests.environments import Environments
+
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+ALL_PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})\s*(?P<info>.*)$")
+PIP_INSTALL = re.compile(r"pip install ([^`\n#]+)")
 
 
-def python_blocks(text: str) -> list[tuple[int, str]]:
-    """The ``(line number, code)`` of each runnable python block of a Markdown page."""
+def python_blocks(text: str, *, no_run: bool = False) -> list[tuple[int, str]]:
+    """The ``(line number, code)`` of each runnable python block of a Markdown page.
+
+    *no_run* keeps the blocks marked ``no-run`` too (they need a server, but still type-check).
+    """
     blocks: list[tuple[int, str]] = []
     lines = text.splitlines()
     index = 0
@@ -34,9 +52,21 @@ def python_blocks(text: str) -> list[tuple[int, str]]:
             if line.strip().startswith(fence) and not line.strip().strip(fence[0]):
                 break
             body.append(line.removeprefix(indent))
-        if info[:1] in (["python"], ["py"]) and "no-run" not in info:
+        if info[:1] in (["python"], ["py"]) and (no_run or "no-run" not in info):
             blocks.append((start + 1, "\n".join(body)))
     return blocks
+
+
+def requirements(text: str) -> set[str]:
+    """What the page tells its reader to ``pip install`` (a source checkout's ``.`` aside)."""
+    named: set[str] = set()
+    for arguments in PIP_INSTALL.findall(text):
+        named.update(
+            word
+            for word in shlex.split(arguments)
+            if not word.startswith(("-", ".")) and word != "..."
+        )
+    return named
 
 
 def test_fences_are_found() -> None:
@@ -61,12 +91,93 @@ def test_fences_are_found() -> None:
     )
 
     assert python_blocks(page) == [(3, "a = 1"), (10, "b = a + 1")]
+    assert python_blocks(page, no_run=True)[-1] == (13, "c = 1 / 0")
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[str(page.relative_to(ROOT)) for page in PAGES])
-def test_code_blocks_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each python block of the page runs, in order, in one namespace per page."""
-    monkeypatch.chdir(tmp_path)  # files a page creates land in a scratch directory
-    namespace: dict[str, object] = {"__name__": f"docs.{page.stem}"}
-    for line, code in python_blocks(page.read_text(encoding="utf-8")):
-        exec(compile(code, f"{page.relative_to(ROOT)}:{line}", "exec"), namespace)  # noqa: S102
+def test_requirements_are_what_the_page_says_to_install() -> None:
+    """Install lines in blocks and inline code count; options and a source checkout do not."""
+    page = "\n".join(
+        [
+            "```sh",
+            "pip install 'keyturn[asgi]' httpx2   # the test client",
+            "```",
+            "Serve it: `pip install uvicorn`, or from a checkout `pip install -e '.[asgi]'`.",
+        ]
+    )
+
+    assert requirements(page) == {"keyturn[asgi]", "httpx2", "uvicorn"}
+
+
+PAGES = [page for page in ALL_PAGES if python_blocks(page.read_text(encoding="utf-8"))]
+IDS = [str(page.relative_to(ROOT)) for page in PAGES]
+
+
+def _script(page: Path) -> str:
+    """A program that runs the page's blocks in order, each under its page:line name."""
+    blocks = python_blocks(page.read_text(encoding="utf-8"))
+    name = str(page.relative_to(ROOT))
+    return "\n".join(
+        [
+            # The program's own globals: the page runs as __main__, as a pasted file would.
+            f"for _line, _code in {blocks!r}:",
+            f'    exec(compile(_code, f"{name}:{{_line}}", "exec"), globals())',
+            "",
+        ]
+    )
+
+
+def _pasted(page: Path) -> str:
+    """The page's blocks pasted into one module, as a reader copying them would."""
+    blocks = python_blocks(page.read_text(encoding="utf-8"), no_run=True)
+    return "\n\n".join(f"# {page.name}:{line}\n{code}" for line, code in blocks) + "\n"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=IDS)
+def test_code_blocks_run(page: Path, environments: Environments, tmp_path: Path) -> None:
+    """The page's blocks run, in order, with only what the page says to install."""
+    python = environments.python(requirements(page.read_text(encoding="utf-8")))
+    script = tmp_path / "page.py"
+    script.write_text(_script(page), encoding="utf-8")
+
+    done = subprocess.run(  # noqa: S603 -- our own interpreter and script
+        [python, "-W", "error", script],
+        cwd=tmp_path,  # files a page creates land in a scratch directory
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+    assert done.returncode == 0, done.stderr[-4000:]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=IDS)
+def test_code_blocks_pass_mypy_strict(
+    page: Path, environments: Environments, tmp_path: Path
+) -> None:
+    """The page's blocks, pasted into one file, pass mypy --strict in the page's environment."""
+    python = environments.python(requirements(page.read_text(encoding="utf-8")))
+    pasted = tmp_path / f"page_{page.stem.replace('-', '_')}.py"  # never a package's name
+    pasted.write_text(_pasted(page), encoding="utf-8")
+
+    done = subprocess.run(  # noqa: S603 -- our own interpreter and file
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--disable-error-code=import-untyped",  # Django ships no types: a reader's setting
+            "--no-incremental",
+            "--python-executable",
+            python,
+            "--config-file",
+            os.devnull,
+            pasted,
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+    assert done.returncode == 0, done.stdout[-4000:]

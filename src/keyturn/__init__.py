@@ -20,6 +20,7 @@ from keyturn._model import (
     ScopeKind,
     Status,
 )
+from keyturn._token import SecretInfo, describe_secret
 from keyturn.authenticator import AuditEvent, AuditHook, Authenticator, Clock
 from keyturn.errors import (
     AuthError,
@@ -85,11 +86,13 @@ __all__ = [
     "Scope",
     "ScopeKind",
     "ScopeNotReachable",
+    "SecretInfo",
     "SecretVerifier",
     "ServiceUnavailable",
     "Status",
     "Unauthorized",
     "VerifiedTokenCache",
     "custom_date_bounds",
+    "describe_secret",
     "expiry_for",
 ]

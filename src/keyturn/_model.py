@@ -169,6 +169,24 @@ class Lifetime(enum.Enum):
     DAYS_30 = timedelta(days=30)
     DAYS_90 = timedelta(days=90)
 
+    @property
+    def label(self) -> str:
+        """The short form: ``3h``, ``1d``, ``7d``, ``30d`` or ``90d``."""
+        days, seconds = self.value.days, self.value.seconds
+        return f"{days}d" if days else f"{seconds // 3600}h"
+
+    @classmethod
+    def parse(cls, text: str) -> Lifetime:
+        """The lifetime a short form names: ``Lifetime.parse("30d")``, as the command takes it.
+
+        :raises ValueError: *text* names none of the console's lifetimes.
+        """
+        for lifetime in cls:
+            if lifetime.label == str(text).strip().lower():
+                return lifetime
+        choices = ", ".join(lifetime.label for lifetime in cls)
+        raise ValueError(f"a lifetime is one of {choices}, got {text!r}")
+
 
 @attrs.frozen
 class CustomDate:

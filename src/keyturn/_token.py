@@ -21,6 +21,8 @@ import secrets
 import zlib
 from typing import Final
 
+import attrs
+
 from keyturn.errors import Reason
 
 __all__ = [
@@ -28,6 +30,8 @@ __all__ = [
     "PREFIX",
     "TOKEN_LENGTH",
     "ParsedToken",
+    "SecretInfo",
+    "describe_secret",
     "generate",
     "hint_of",
     "is_key_id",
@@ -105,3 +109,31 @@ def hint_of(token: str) -> str:
 def is_key_id(text: str) -> bool:
     """Whether *text* has the shape of a key id, so that a message may repeat it."""
     return _KEY_ID.fullmatch(text) is not None
+
+
+@attrs.frozen
+class SecretInfo:
+    """What may be said about a key string: its key id and its hint, never the secret."""
+
+    key_id: str
+    hint: str
+
+
+def describe_secret(secret: str) -> SecretInfo:
+    """The key id and hint of a key string, e.g. to revoke a leaked key by its id.
+
+    Needs no store: the id is part of the key. The secret itself is neither returned nor
+    repeated in the error.
+
+    :raises ValueError: *secret* is not a well-formed key (wrong shape, or a checksum that
+        does not match, as after a typo).
+    """
+    parsed = parse(secret) if isinstance(secret, str) else Reason.MALFORMED
+    if parsed is Reason.MALFORMED:
+        raise ValueError(
+            f"not a keyturn key: one is {PREFIX!r} and {TOKEN_LENGTH - len(PREFIX)} letters "
+            "and digits"
+        )
+    if isinstance(parsed, Reason):
+        raise ValueError("not a keyturn key: its checksum does not match (a typo?)")
+    return SecretInfo(parsed.key_id, parsed.hint)

@@ -11,16 +11,24 @@ lookup and one float comparison. When a write is due, it goes:
 The write is best effort: a failure is logged and forgotten, never raised into a request,
 and the key is still considered written so a failing database is not asked again at once.
 The store's ``mark_used`` never moves ``last_used_at`` backwards, so a late write is harmless.
+
+Writes still queued when the process ends are not lost to a forgotten ``close()``: at
+interpreter exit every recorder with a background thread writes its queue out (at most
+five seconds each). Tasks on an event loop cannot run once the loop is gone: the ASGI
+middleware waits for them when the server's lifespan shuts down, and otherwise
+``Authenticator.aclose()`` does.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import inspect
 import logging
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -32,6 +40,16 @@ log: Final = logging.getLogger("keyturn")
 
 def _utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+_threaded: weakref.WeakSet[UsageRecorder] = weakref.WeakSet()  # recorders with a thread
+
+
+@atexit.register
+def _write_out_at_exit() -> None:
+    """Write what is still queued: the background threads are daemons, killed at exit."""
+    for recorder in list(_threaded):
+        recorder.close()
 
 
 class UsageRecorder:
@@ -146,6 +164,7 @@ class UsageRecorder:
                     target=self._work, name="keyturn-usage", daemon=True
                 )
                 self._thread.start()
+                _threaded.add(self)
         try:
             self._queue.put_nowait((key_id, at))
         except queue.Full:

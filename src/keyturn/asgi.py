@@ -65,6 +65,9 @@ What it does, precisely:
 -   A refusal to ``HEAD`` has the headers of the ``GET`` refusal and no body.
 -   The role policy sees the canonical path and the upper-cased method: what the router
     dispatches.
+-   Lifespan events pass through. When the app reports its shutdown complete, the
+    middleware first waits (at most five seconds) for the ``last_used_at`` writes still
+    running on the loop, so an async store does not lose them to a forgotten ``aclose()``.
 """
 
 from __future__ import annotations
@@ -73,7 +76,10 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any, Final
 
-from starlette.requests import HTTPConnection
+try:
+    from starlette.requests import HTTPConnection
+except ImportError as exc:
+    raise ImportError("keyturn.asgi needs Starlette: pip install 'keyturn[asgi]'") from exc
 
 from keyturn._decision import AuthRequest
 from keyturn._model import Principal
@@ -123,12 +129,11 @@ class ApiKeyMiddleware(Guard[ASGIApp]):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
-        path = (
-            None
-            if kind == "lifespan"
-            else self.paths.read(scope.get("root_path", ""), scope.get("path", ""))
-        )
-        if path is None:  # lifespan, or not ours to guard
+        if kind == "lifespan":
+            await self.app(scope, receive, self._flush_at_shutdown(send))
+            return
+        path = self.paths.read(scope.get("root_path", ""), scope.get("path", ""))
+        if path is None:  # not ours to guard
             await self.app(scope, receive, send)
             return
         if kind not in _AUTHENTICATED:  # no way to authenticate it, nor to answer it
@@ -150,6 +155,15 @@ class ApiKeyMiddleware(Guard[ASGIApp]):
                 kept.remove(line)
             scope["headers"] = kept
         await self._call_app(outcome, scope, receive, send)
+
+    def _flush_at_shutdown(self, send: Send) -> Send:
+        async def send_after_usage(message: Message) -> None:
+            usage = self.authenticator.usage
+            if message["type"].startswith("lifespan.shutdown.") and usage is not None:
+                await usage.flush()  # the loop ends after this message: land the writes first
+            await send(message)
+
+        return send_after_usage
 
     async def _call_app(
         self, caller: Principal, scope: Scope, receive: Receive, send: Send

@@ -1,35 +1,49 @@
-"""``python -m keyturn.demo`` (``make demo``, ``keyturn demo``): the list-models example, live.
+"""``python -m keyturn.demo`` (``make demo``, ``keyturn demo``): the list-models API, live.
 
 Seeds the embedded SQLite store with the tenant ``acme`` (organizations ``acme-main``, its
 ``default``, and ``acme-research``) and the user ``demo-user``, creates a fresh
-tenant-scoped and organization-scoped key, prints them with ready ``curl`` lines, and
-serves ``examples/starlette_app.py`` under uvicorn on 127.0.0.1, with the key console at
-``/console/`` behind a sign-in page that is for the demo only (it trusts anyone).
+tenant-scoped and organization-scoped key (revoking the ones an earlier run created), prints
+them with a ready ``curl`` line per outcome, and serves a small Starlette app behind the
+middleware under uvicorn on 127.0.0.1, with the key console at ``/console/`` behind a
+sign-in page that is for the demo only (it trusts anyone). Each refusal is logged on the
+console by the ``keyturn`` logger, with its precise reason.
 
 Options: ``--store URL`` (else ``$KEYTURN_DEMO_STORE``, else
 ``sqlite:///keyturn-demo.sqlite3``) and ``--port N`` (else ``$KEYTURN_DEMO_PORT``, else
-8000). The keys stay in the store after the demo stops; look at them with
-``keyturn keys list --as demo-user --store sqlite:///keyturn-demo.sqlite3``.
+8000). The keys stay in the store after the demo stops; the demo prints the ``keyturn keys
+list`` line that shows them.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
+import logging
 import os
 import shlex
 import socket
+import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
-from keyturn import CreatedKey, KeyManager, KeyStore, Lifetime, MembershipProvider, Scope
+from keyturn import (
+    Authenticator,
+    CreatedKey,
+    KeyManager,
+    KeyStore,
+    Lifetime,
+    MembershipProvider,
+    Scope,
+    Status,
+)
 from keyturn.stores import open_database, redact_url
 
-__all__ = ["DemoKeys", "console_routes", "instructions", "main", "seed"]
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+
+__all__ = ["DemoKeys", "console_routes", "create_app", "instructions", "main", "seed"]
 
 TENANT = "acme"
 DEFAULT_ORGANIZATION = "acme-main"
@@ -38,7 +52,8 @@ USER = "demo-user"
 DEMO_STORE = "sqlite:///keyturn-demo.sqlite3"
 DEMO_USERS = (USER,)
 DEMO_COOKIE = "keyturn_demo_account"
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "starlette_app.py"
+KEY_NAMES = ("demo: tenant", "demo: research")
+MODELS = ("agent-small", "agent-large")
 
 
 class Membership(MembershipProvider, Protocol):
@@ -58,21 +73,26 @@ class DemoKeys:
 
 
 def seed(store: KeyStore, membership: Membership) -> DemoKeys:
-    """Create the demo tenant, organizations and user, and two fresh keys for that user."""
+    """Create the demo tenant, organizations and user, and two fresh keys for that user.
+
+    A secret cannot be shown twice, so a rerun replaces the demo's keys: the ones an earlier
+    run created are revoked, and the user has two active demo keys, never more.
+    """
     membership.add_organization(DEFAULT_ORGANIZATION, tenant_id=TENANT, default=True)
     membership.add_organization(OTHER_ORGANIZATION, tenant_id=TENANT)
     membership.add_member(USER, DEFAULT_ORGANIZATION, role="admin")
     membership.add_member(USER, OTHER_ORGANIZATION, role="member")
     manager = KeyManager(store, membership)
+    for earlier in manager.list(USER, status=Status.ACTIVE):
+        if earlier.name in KEY_NAMES:
+            manager.revoke(USER, earlier.key_id)
+    tenant_name, organization_name = KEY_NAMES
     return DemoKeys(
         tenant=manager.create(
-            USER, name="demo: tenant", scope=Scope.tenant(TENANT), expiry=Lifetime.DAYS_1
+            USER, name=tenant_name, scope=Scope.tenant(TENANT), expiry=Lifetime.DAYS_1
         ),
         organization=manager.create(
-            USER,
-            name="demo: research",
-            scope=Scope.organization(OTHER_ORGANIZATION, tenant_id=TENANT),
-            expiry=Lifetime.DAYS_1,
+            USER, name=organization_name, organization=OTHER_ORGANIZATION, expiry=Lifetime.DAYS_1
         ),
     )
 
@@ -126,6 +146,34 @@ def console_routes(store: KeyStore, membership: Any) -> list[Any]:
     ]
 
 
+def create_app(authenticator: Authenticator, *, routes: Sequence[Any] = ()) -> Starlette:
+    """The demo's list-models API: Starlette behind the ASGI middleware (the demo extra)."""
+    from starlette.applications import Starlette
+    from starlette.middleware import Middleware
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from keyturn.asgi import ApiKeyMiddleware, principal
+
+    async def list_models(request: Request) -> JSONResponse:
+        caller = principal(request)
+        items = [{"id": model, "organization_id": caller.organization_id} for model in MODELS]
+        return JSONResponse({"items": items})
+
+    async def healthz(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    return Starlette(
+        routes=[
+            Route("/managed-agents/v1/models", list_models),
+            Route("/healthz", healthz),
+            *routes,
+        ],
+        middleware=[Middleware(ApiKeyMiddleware, authenticator=authenticator)],
+    )
+
+
 def _curl(url: str, *headers: str) -> str:
     return shlex.join(["curl", "-i", *(arg for h in headers for arg in ("-H", h)), url])
 
@@ -147,26 +195,15 @@ def instructions(keys: DemoKeys, base_url: str) -> str:
             _curl(models, tenant, "x-organization-id: default"),
             "# 400 invalid_request: a tenant-scoped key needs x-organization-id",
             _curl(models, tenant),
+            "# 404 not_found: an organization the key's user does not reach",
+            _curl(models, tenant, "x-organization-id: acme-elsewhere"),
             "# 401 unauthorized: no key",
             _curl(models),
             "",
+            "Each refusal is logged below by the 'keyturn' logger, with its precise reason.",
+            "",
         ]
     )
-
-
-def _load_example() -> Any:
-    # A source checkout serves examples/ as it stands; an installed wheel carries a copy.
-    if not EXAMPLE.is_file():
-        try:
-            return importlib.import_module("keyturn._example_app")
-        except ImportError:
-            raise SystemExit(f"the demo serves {EXAMPLE}; run it from a source checkout") from None
-    spec = importlib.util.spec_from_file_location("starlette_app", EXAMPLE)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _port_is_free(port: int) -> bool:
@@ -182,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m keyturn.demo",
         description="Seed a demo tenant and user, print two fresh keys and curl lines, and "
-        "serve examples/starlette_app.py on 127.0.0.1 until Ctrl+C.",
+        "serve the list-models API on 127.0.0.1 until Ctrl+C.",
     )
     parser.add_argument(
         "--store",
@@ -205,13 +242,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(
             f"port {args.port} on 127.0.0.1 is in use: pass --port N or set KEYTURN_DEMO_PORT"
         )
-    example = _load_example()
-    with open_database(args.store) as db:
+    _log_refusals()
+    with open_database(args.store) as db, Authenticator(db.keys, db.membership) as authenticator:
         db.create_schema()
         keys = seed(db.keys, db.membership)
-        app = example.create_app(
-            db.keys, db.membership, routes=console_routes(db.keys, db.membership)
-        )
+        app = create_app(authenticator, routes=console_routes(db.keys, db.membership))
         print(f"Store: {redact_url(args.store)}")
         print(instructions(keys, f"http://127.0.0.1:{args.port}"))
         print(
@@ -221,11 +256,31 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(
             "The keys stay in the store after the demo stops; list them with",
             shlex.join(
-                ["keyturn", "keys", "list", "--as", USER, "--store", redact_url(args.store)]
+                [_command(), "keys", "list", "--as", USER, "--store", redact_url(args.store)]
             ),
             flush=True,
         )
         uvicorn.run(app, host="127.0.0.1", port=args.port)
+
+
+def _log_refusals() -> None:
+    """Show the ``keyturn`` logger's INFO lines (one per refusal) on the console."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s:     %(name)s: %(message)s"))
+    log = logging.getLogger("keyturn")
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+
+
+def _command() -> str:
+    """How to call the ``keyturn`` command from here: the one installed beside this Python."""
+    beside = Path(sys.executable).parent / "keyturn"
+    if not beside.is_file():
+        return "keyturn"
+    try:
+        return str(beside.relative_to(Path.cwd()))
+    except ValueError:
+        return str(beside)
 
 
 if __name__ == "__main__":

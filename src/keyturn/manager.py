@@ -69,10 +69,14 @@ class KeyManager:
         account_id: str,
         *,
         name: str,
-        scope: Scope,
+        scope: Scope | None = None,
+        organization: str | None = None,
         expiry: Lifetime | CustomDate = DEFAULT_LIFETIME,
     ) -> CreatedKey:
         """Create a key for *account_id*. The returned secret is shown once and never again.
+
+        Give either *scope*, or *organization* alone: an organization id whose tenant the
+        membership provider knows (``organization="org_research"``).
 
         :raises InvalidKeyName: the name is empty, too long or holds control characters.
         :raises InvalidExpiry: the custom date is outside [tomorrow, today + 1 year].
@@ -80,10 +84,15 @@ class KeyManager:
         """
         account_id = _account(account_id)
         name = validate_name(name)
+        if organization is not None:
+            if scope is not None:
+                raise TypeError("give scope or organization, not both")
+            scope = self._organization_scope(organization)
         if not isinstance(scope, Scope):
             raise TypeError(
                 "scope must be Scope.tenant(tenant_id) or "
-                f"Scope.organization(organization_id, tenant_id=...), got {scope!r}"
+                f"Scope.organization(organization_id, tenant_id=...) (or pass organization=...), "
+                f"got {scope!r}"
             )
         now = self._now()
         expires_at = expiry_for(expiry, now)
@@ -171,6 +180,13 @@ class KeyManager:
         # Stored instants are UTC (D12), whatever zone the clock answers in.
         now = self.clock()
         return now if now.utcoffset() is None else now.astimezone(UTC)
+
+    def _organization_scope(self, organization_id: str) -> Scope:
+        """The scope of one organization, its tenant read from the membership provider."""
+        found = self.membership.get_organization(organization_id)
+        if found is None:
+            raise ScopeNotReachable(f"there is no organization {organization_id!r}")
+        return Scope.organization(found.id, tenant_id=found.tenant_id)
 
     def _reachable(self, account_id: str, scope: Scope) -> Scope:
         """*scope* as the provider names it, if the account reaches it (D16: canonical ids)."""

@@ -59,7 +59,7 @@ class _AsgiRecorder:
 
 def _asgi() -> Any:
     db = _database()
-    app = _example("starlette_app").create_app(db.keys, db.membership)
+    app = _example("starlette_app").create_app(Authenticator(db.keys, db.membership))
     app.router = _AsgiRecorder(app.router)  # the middleware stack is built on first call
     return app
 
@@ -74,7 +74,7 @@ def _record_wsgi(app: Any) -> Any:
 
 def _wsgi() -> Any:
     db = _database()
-    app = _example("flask_app").create_app(db.keys, db.membership)
+    app = _example("flask_app").create_app(Authenticator(db.keys, db.membership))
     middleware = app.wsgi_app
     middleware.app = _record_wsgi(middleware.app)
     return app

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import httpx
 
-from keyturn import Authenticator, AuthRequest, Principal
-from keyturn.demo import seed
+from keyturn import Authenticator, AuthRequest, KeyManager, Principal, Status
+from keyturn.demo import USER, seed
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 
 
@@ -58,7 +58,7 @@ def test_demo_serves_what_it_prints(tmp_path: Path) -> None:
         [sys.executable, "-m", "keyturn.demo"],
         env=env,
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
         text=True,
     )
     watchdog = threading.Timer(30, demo.kill)  # no hang, whatever happens
@@ -66,15 +66,16 @@ def test_demo_serves_what_it_prints(tmp_path: Path) -> None:
     try:
         assert demo.stdout is not None
         lines: list[str] = []
-        while sum(line.startswith("curl ") for line in lines) < 4 and len(lines) < 40:
+        while len(lines) < 60 and (not lines or "list them with" not in lines[-1]):
             lines.append(demo.stdout.readline())
+        hint = shlex.split(lines[-1].split("list them with ", 1)[1])
         commands = []
         for comment, command in itertools.pairwise(lines):
             if comment.startswith("# ") and command.startswith("curl "):
                 status = re.match(r"# (\d{3})", comment)
                 assert status is not None
                 commands.append((int(status[1]), shlex.split(command)))
-        assert [status for status, _ in commands] == [200, 200, 400, 401]
+        assert [status for status, _ in commands] == [200, 200, 400, 404, 401]
 
         with httpx.Client(timeout=5) as client:
             for _ in range(200):  # bounded: about 10 seconds
@@ -98,7 +99,27 @@ def test_demo_serves_what_it_prints(tmp_path: Path) -> None:
     finally:
         watchdog.cancel()
         demo.terminate()
-        demo.wait(10)
-        if demo.stdout is not None:
-            demo.stdout.close()
+        _, console = demo.communicate(timeout=10)
     assert store.is_file()  # the keys live in the embedded SQLite store, not in memory
+    # Each refusal is on the console, with its reason: 400, 404, 401 in the printed order.
+    refusals = [line for line in console.splitlines() if "keyturn: refused " in line]
+    assert [line.split(" with ")[1][:3] for line in refusals] == ["400", "404", "401"]
+    assert "org_header_missing" in refusals[0]
+    # The printed hint works as printed: the demo user's two keys, both active.
+    listed = subprocess.run(hint, capture_output=True, text=True, timeout=30, check=True)  # noqa: S603
+    assert listed.stdout.count("demo: ") == 2
+
+
+def test_seed_again_replaces_the_demo_keys() -> None:
+    """A second seed revokes the first run's keys: the user has two active demo keys, not four."""
+    store, membership = MemoryKeyStore(), MemoryMembership()
+    first = seed(store, membership)
+    second = seed(store, membership)
+
+    active = KeyManager(store, membership).list(USER, status=Status.ACTIVE)
+
+    assert {info.key_id for info in active} == {
+        second.tenant.info.key_id,
+        second.organization.info.key_id,
+    }
+    assert first.tenant.info.key_id not in {info.key_id for info in active}

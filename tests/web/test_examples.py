@@ -10,6 +10,7 @@ import pytest
 from starlette.testclient import TestClient
 from werkzeug.test import Client as WerkzeugClient
 
+from keyturn import Authenticator
 from keyturn.demo import DemoKeys, seed
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 from tests.web.web_support import HEALTHZ, MODELS, load_example
@@ -68,8 +69,9 @@ DRIVERS = {
 def example(request: pytest.FixtureRequest) -> Iterator[tuple[Get, DemoKeys]]:
     store, membership = MemoryKeyStore(), MemoryMembership()
     keys = seed(store, membership)
-    app = load_example(request.param).create_app(store, membership)
-    yield from ((get, keys) for get in DRIVERS[request.param](app))
+    with Authenticator(store, membership) as authenticator:  # closing twice is harmless
+        app = load_example(request.param).create_app(authenticator)
+        yield from ((get, keys) for get in DRIVERS[request.param](app))
 
 
 def test_models_with_organization_key(example: tuple[Get, DemoKeys]) -> None:

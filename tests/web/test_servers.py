@@ -13,6 +13,7 @@ import pytest
 import uvicorn
 import waitress  # type: ignore[import-untyped]
 
+from keyturn import Authenticator
 from keyturn.demo import DemoKeys, seed
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 from tests.web.web_support import HEALTHZ, MODELS, load_example
@@ -63,10 +64,11 @@ def live(request: pytest.FixtureRequest) -> Iterator[tuple[httpx.Client, DemoKey
     example, serve = SERVERS[request.param]
     store, membership = MemoryKeyStore(), MemoryMembership()
     keys = seed(store, membership)
-    app = load_example(example).create_app(store, membership)
-    for port in serve(app):
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
-            yield client, keys
+    with Authenticator(store, membership) as authenticator:
+        app = load_example(example).create_app(authenticator)
+        for port in serve(app):
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+                yield client, keys
 
 
 def test_real_http(live: tuple[httpx.Client, DemoKeys]) -> None:

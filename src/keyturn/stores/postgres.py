@@ -32,9 +32,14 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any, Final, TypeVar
 
-from psycopg import AsyncConnection, Connection
-from psycopg.conninfo import conninfo_to_dict
-from psycopg_pool import AsyncConnectionPool, ConnectionPool
+try:
+    from psycopg import AsyncConnection, Connection
+    from psycopg.conninfo import conninfo_to_dict
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool
+except ImportError as exc:
+    raise ImportError(
+        "the PostgreSQL store needs psycopg: pip install 'keyturn[postgres]'"
+    ) from exc
 
 from keyturn.stores import _sql
 

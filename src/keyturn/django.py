@@ -1,0 +1,236 @@
+"""
+Django middleware
+=================
+
+Authenticates every request to the agents API inside a Django project, under Django's
+WSGI handler, its ASGI handler and its test client alike. A request under the protected
+prefix is either refused with the JSON error the spec prescribes -- no view runs -- or
+reaches the view with ``request.principal`` set, and its response carries
+``service-organization-id`` and ``service-tenant-id``.
+
+Configure it in ``settings.py``::
+
+    MIDDLEWARE = [
+        "django.middleware.security.SecurityMiddleware",
+        "keyturn.django.ApiKeyMiddleware",
+        ...
+    ]
+    KEYTURN = {
+        "STORE_URL": "sqlite:///keyturn.sqlite3",  # or "AUTHENTICATOR": "myproject.keys.auth"
+        "PREFIX": "/managed-agents/v1/",  # the defaults of the other middlewares
+        "PUBLIC_PATHS": ["/managed-agents/v1/health"],
+        "REALM": "agents-api",
+        "STRIP_AUTHORIZATION": True,
+    }
+
+and read the caller in a view::
+
+    from keyturn.django import principal
+
+    def list_models(request):
+        caller = principal(request)  # or request.principal
+        return JsonResponse({"organization": caller.organization_id})
+
+``AUTHENTICATOR`` is an :class:`~keyturn.Authenticator`, the dotted path of one, or of a
+function that returns one: for a store, policy, audit hook, clock or timeout of your own.
+``STORE_URL`` is the short way: an ``Authenticator`` over ``open_database(url)``, closed
+at interpreter exit. Settings are read when Django builds its middleware chain, so a
+mistake is an ``ImproperlyConfigured`` at startup, not a 500 later.
+
+The middleware can run synchronously and asynchronously: under ``ASGIHandler`` with async
+views it awaits ``Authenticator.authenticate_async``; under WSGI it calls ``authenticate``.
+The decision is the same one the ASGI and WSGI middlewares make. Repeated header lines
+reach Django joined by commas, so a doubled ``Authorization`` or ``x-organization-id`` is
+refused, never guessed.
+"""
+
+from __future__ import annotations
+
+import atexit
+from collections.abc import Awaitable, Callable
+from http import HTTPStatus
+from typing import Any, Final
+
+try:
+    from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
+    from django.http import HttpRequest, HttpResponse, HttpResponseBase
+    from django.utils.module_loading import import_string
+except ImportError as exc:
+    raise ImportError("keyturn.django needs Django: pip install 'keyturn[django]'") from exc
+
+from keyturn._decision import AuthRequest
+from keyturn._model import Principal
+from keyturn._target import UNREADABLE
+from keyturn._web import (
+    DEFAULT_PREFIX,
+    DEFAULT_REALM,
+    PRINCIPAL_KEY,
+    SERVICE_HEADER_NAMES,
+    Guard,
+    refusal,
+    service_headers,
+    unreadable,
+)
+from keyturn.authenticator import Authenticator
+from keyturn.errors import AuthError, MissingPrincipal
+
+__all__ = ["ApiKeyMiddleware", "principal"]
+
+GetResponse = Callable[[HttpRequest], HttpResponseBase | Awaitable[HttpResponseBase]]
+
+_SETTINGS: Final = frozenset(
+    {"AUTHENTICATOR", "STORE_URL", "PREFIX", "PUBLIC_PATHS", "REALM", "STRIP_AUTHORIZATION"}
+)
+_built: dict[str, Authenticator] = {}  # STORE_URL -> its Authenticator, one per process
+
+
+class ApiKeyMiddleware(Guard[GetResponse]):
+    """Authenticate requests under ``settings.KEYTURN["PREFIX"]`` with personal API keys."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: GetResponse) -> None:
+        config: dict[str, Any] = dict(getattr(settings, "KEYTURN", {}))
+        unknown = set(config) - _SETTINGS
+        if unknown:
+            raise ImproperlyConfigured(
+                f"unknown KEYTURN settings {sorted(unknown)}; known: {sorted(_SETTINGS)}"
+            )
+        try:
+            super().__init__(
+                get_response,
+                authenticator=_authenticator(config),
+                prefix=config.get("PREFIX", DEFAULT_PREFIX),
+                public_paths=config.get("PUBLIC_PATHS", ()),
+                realm=config.get("REALM", DEFAULT_REALM),
+                strip_authorization=bool(config.get("STRIP_AUTHORIZATION", True)),
+            )
+        except (TypeError, ValueError) as exc:
+            raise ImproperlyConfigured(f"KEYTURN: {exc}") from exc
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if self.is_async:
+            return self._acall(request)
+        path = self._path(request)
+        if path is None:
+            return self.app(request)
+        if isinstance(path, AuthError):
+            return self._refuse(path, request)
+        outcome = self.authenticator.authenticate(_read(request, path))
+        if isinstance(outcome, AuthError):
+            return self._refuse(outcome, request)
+        self._admit(request, outcome)
+        response = self.app(request)
+        assert isinstance(response, HttpResponseBase)  # a sync chain answers synchronously
+        return _with_service_headers(response, outcome)
+
+    async def _acall(self, request: HttpRequest) -> HttpResponseBase:
+        path = self._path(request)
+        if path is None:
+            return await self._next(request)
+        if isinstance(path, AuthError):
+            return self._refuse(path, request)
+        outcome = await self.authenticator.authenticate_async(_read(request, path))
+        if isinstance(outcome, AuthError):
+            return self._refuse(outcome, request)
+        self._admit(request, outcome)
+        return _with_service_headers(await self._next(request), outcome)
+
+    async def _next(self, request: HttpRequest) -> HttpResponseBase:
+        response = self.app(request)
+        assert not isinstance(response, HttpResponseBase)  # an async chain answers awaitably
+        return await response
+
+    def _admit(self, request: HttpRequest, outcome: Principal) -> None:
+        request.META[PRINCIPAL_KEY] = outcome
+        request.principal = outcome
+        if self.strip_authorization and request.META.pop("HTTP_AUTHORIZATION", None) is not None:
+            request.__dict__.pop("headers", None)  # request.headers is cached: read it anew
+
+    def _path(self, request: HttpRequest) -> str | AuthError | None:
+        """The canonical path to guard the request under (see ``_target``), or ``None``."""
+        root = request.META.get("SCRIPT_NAME", "")
+        path = self.paths.read(root, request.path_info)
+        return unreadable(root, request.path_info) if path is UNREADABLE else path
+
+    def _refuse(self, error: AuthError, request: HttpRequest) -> HttpResponse:
+        headers, body = refusal(error, self.realm, request.method or "GET")
+        response = HttpResponse(body, status=error.status, reason=HTTPStatus(error.status).phrase)
+        for name, value in headers:
+            response[name] = value
+        return response
+
+
+def _read(request: HttpRequest, path: str) -> AuthRequest:
+    meta = request.META
+    authorization = meta.get("HTTP_AUTHORIZATION")
+    organization = meta.get("HTTP_X_ORGANIZATION_ID")
+    return AuthRequest(
+        authorization=() if authorization is None else (authorization,),
+        organization=() if organization is None else (organization,),
+        method=(request.method or "GET").upper(),  # what the router dispatches on
+        path=path,
+    )
+
+
+def _with_service_headers(response: HttpResponseBase, caller: Principal) -> HttpResponseBase:
+    """Every response to an admitted request names where it ran: ours replace the view's."""
+    for name in SERVICE_HEADER_NAMES:
+        if name in response:
+            del response[name]
+    for name, value in service_headers(caller):
+        response[name] = value
+    return response
+
+
+def _authenticator(config: dict[str, Any]) -> Authenticator:
+    path, url = config.get("AUTHENTICATOR"), config.get("STORE_URL")
+    if (path is None) == (url is None):
+        raise ImproperlyConfigured(
+            "set exactly one of KEYTURN['AUTHENTICATOR'] (the dotted path of an "
+            "Authenticator) and KEYTURN['STORE_URL'] (e.g. 'sqlite:///keyturn.sqlite3')"
+        )
+    if url is not None:
+        if url not in _built:
+            from keyturn.stores import open_database
+
+            db = open_database(url)
+            _built[url] = Authenticator(db.keys, db.membership)
+            atexit.register(db.close)
+            atexit.register(_built[url].close)  # runs first: last_used_at, then the database
+        return _built[url]
+    found = path
+    if isinstance(path, str):
+        try:
+            found = import_string(path)
+        except ImportError as exc:
+            raise ImproperlyConfigured(f"KEYTURN['AUTHENTICATOR']: {exc}") from exc
+    if not isinstance(found, Authenticator) and callable(found):
+        found = found()
+    if not isinstance(found, Authenticator):
+        raise ImproperlyConfigured(
+            f"KEYTURN['AUTHENTICATOR'] is a {type(found).__name__}, "
+            "not an Authenticator or a function returning one"
+        )
+    return found
+
+
+def principal(request: HttpRequest) -> Principal:
+    """The :class:`~keyturn.Principal` of an authenticated request (also ``request.principal``).
+
+    :raises MissingPrincipal: the middleware did not authenticate this request.
+    """
+    found = request.META.get(PRINCIPAL_KEY)
+    if not isinstance(found, Principal):
+        raise MissingPrincipal(
+            "this request carries no keyturn principal: its path is outside the "
+            "middleware's prefix or among its public paths, or keyturn.django.ApiKeyMiddleware "
+            "is not in settings.MIDDLEWARE"
+        )
+    return found

@@ -1,0 +1,233 @@
+"""keyturn.django: the native middleware in Django's test clients and under its ASGI handler."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import django
+import httpx
+import pytest
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.handlers.asgi import ASGIHandler
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.test import AsyncClient, Client, override_settings
+from django.urls import path
+
+from keyturn import Authenticator, CreatedKey, KeyManager, MissingPrincipal, Scope
+from keyturn.django import principal
+from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
+
+WHOAMI = "/managed-agents/v1/whoami"
+ASYNC_WHOAMI = "/managed-agents/v1/async-whoami"
+
+
+def whoami(request: HttpRequest) -> JsonResponse:
+    caller = principal(request)
+    return JsonResponse(
+        {
+            "account": caller.account_id,
+            "organization": caller.organization_id,
+            "same": request.principal is caller,
+            "authorization": request.headers.get("authorization"),
+        }
+    )
+
+
+async def async_whoami(request: HttpRequest) -> JsonResponse:
+    return whoami(request)
+
+
+def spoof(request: HttpRequest) -> HttpResponse:
+    response = HttpResponse("spoofed")
+    response["service-organization-id"] = "org_evil"
+    return response
+
+
+def boom(request: HttpRequest) -> HttpResponse:
+    raise RuntimeError("the view crashed")
+
+
+def public(request: HttpRequest) -> HttpResponse:
+    try:
+        principal(request)
+    except MissingPrincipal:
+        return HttpResponse("anonymous")
+    return HttpResponse("authenticated")
+
+
+urlpatterns = [
+    path(WHOAMI[1:], whoami),
+    path(ASYNC_WHOAMI[1:], async_whoami),
+    path("managed-agents/v1/spoof", spoof),
+    path("managed-agents/v1/boom", boom),
+    path("managed-agents/v1/health", public),
+    path("outside", public),
+]
+
+if not settings.configured:
+    settings.configure(
+        ROOT_URLCONF=__name__,
+        ALLOWED_HOSTS=["testserver", "127.0.0.1"],
+        MIDDLEWARE=["keyturn.django.ApiKeyMiddleware"],
+        SECRET_KEY="test-only-not-secret",
+        DEBUG=False,
+    )
+    django.setup()
+
+
+@pytest.fixture
+def world() -> Iterator[tuple[Authenticator, CreatedKey]]:
+    store, membership = MemoryKeyStore(), MemoryMembership()
+    membership.add_organization("org_main", tenant_id="acme", default=True)
+    membership.add_member("alice", "org_main", role="admin")
+    key = KeyManager(store, membership).create("alice", name="CI", scope=Scope.tenant("acme"))
+    with (
+        Authenticator(store, membership) as authenticator,
+        override_settings(
+            KEYTURN={
+                "AUTHENTICATOR": authenticator,
+                "PUBLIC_PATHS": ["/managed-agents/v1/health"],
+            }
+        ),
+    ):
+        yield authenticator, key
+
+
+def bearer(key: CreatedKey) -> dict[str, str]:
+    return {"authorization": f"Bearer {key.secret}", "x-organization-id": "default"}
+
+
+def test_test_client_admits_a_key_and_the_view_gets_the_principal(
+    world: tuple[Authenticator, CreatedKey],
+) -> None:
+    """Django's own test client: 200, the principal on the request, no Authorization left."""
+    _, key = world
+    reply = Client().get(WHOAMI, headers=bearer(key))
+
+    assert reply.status_code == 200
+    assert reply.json() == {
+        "account": "alice",
+        "organization": "org_main",
+        "same": True,
+        "authorization": None,
+    }
+    assert reply["service-organization-id"] == "org_main"
+    assert reply["service-tenant-id"] == "acme"
+
+
+@pytest.mark.parametrize(
+    ("headers", "status", "code"),
+    [
+        ({}, 401, "unauthorized"),
+        ({"authorization": "Bearer rma_typo"}, 401, "unauthorized"),
+        ({"authorization": "KEY"}, 400, "invalid_request"),
+        ({"authorization": "KEY", "x-organization-id": "org_nowhere"}, 404, "not_found"),
+        ({"authorization": "KEY", "x-organization-id": "bad value"}, 400, "invalid_request"),
+    ],
+)
+def test_refusals_are_the_specs_json_errors(
+    world: tuple[Authenticator, CreatedKey], headers: dict[str, str], status: int, code: str
+) -> None:
+    """Refused requests get the status, JSON body and headers of the other middlewares."""
+    _, key = world
+    if headers.get("authorization") == "KEY":  # the fixture's key, which the table cannot name
+        headers = {**headers, "authorization": f"Bearer {key.secret}"}
+
+    reply = Client().get(WHOAMI, headers=headers)
+
+    assert reply.status_code == status
+    assert reply["content-type"] == "application/json"
+    assert reply.json()["error"]["code"] == code
+    assert "service-organization-id" not in reply
+    if status == 401:
+        assert reply["www-authenticate"].startswith('Bearer realm="agents-api"')
+
+
+def test_service_headers_replace_the_views_and_survive_a_crash(
+    world: tuple[Authenticator, CreatedKey],
+) -> None:
+    """A view's own service headers are replaced; a crashing view's 500 still names its org."""
+    _, key = world
+    client = Client(raise_request_exception=False)
+
+    spoofed = client.get("/managed-agents/v1/spoof", headers=bearer(key))
+    crashed = client.get("/managed-agents/v1/boom", headers=bearer(key))
+
+    assert spoofed["service-organization-id"] == "org_main"
+    assert crashed.status_code == 500
+    assert crashed["service-organization-id"] == "org_main"
+
+
+def test_public_and_outside_paths_pass_without_a_principal(
+    world: tuple[Authenticator, CreatedKey],
+) -> None:
+    """A public path under the prefix and a path outside it reach the view anonymously."""
+    client = Client()
+
+    assert client.get("/managed-agents/v1/health").content == b"anonymous"
+    assert client.get("/outside").content == b"anonymous"
+
+
+def test_async_client_with_an_async_view(world: tuple[Authenticator, CreatedKey]) -> None:
+    """Django's AsyncClient runs the middleware asynchronously: 200, then 401 without a key."""
+    _, key = world
+
+    async def ask() -> tuple[Any, Any]:
+        client = AsyncClient()
+        return (
+            await client.get(ASYNC_WHOAMI, headers=bearer(key)),
+            await client.get(ASYNC_WHOAMI),
+        )
+
+    reply, refused = asyncio.run(ask())
+
+    assert reply.status_code == 200
+    assert reply.json()["organization"] == "org_main"
+    assert refused.status_code == 401
+
+
+@pytest.mark.parametrize("view", [WHOAMI, ASYNC_WHOAMI])
+def test_under_djangos_asgi_handler(world: tuple[Authenticator, CreatedKey], view: str) -> None:
+    """Django's ASGIHandler, driven over an ASGI transport: sync and async views alike."""
+    _, key = world
+
+    async def ask() -> tuple[httpx.Response, httpx.Response]:
+        transport = httpx.ASGITransport(app=ASGIHandler())
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
+            return (
+                await client.get(view, headers=bearer(key)),
+                await client.get(view, headers={"x-organization-id": "default"}),
+            )
+
+    reply, refused = asyncio.run(ask())
+
+    assert reply.status_code == 200
+    assert reply.json()["account"] == "alice"
+    assert reply.headers["service-tenant-id"] == "acme"
+    assert refused.status_code == 401
+    assert refused.json() == {
+        "error": {
+            "code": "unauthorized",
+            "message": "A valid API key is required: send it as 'Authorization: Bearer <key>'.",
+        }
+    }
+
+
+@pytest.mark.parametrize(
+    ("keyturn", "message"),
+    [
+        ({}, "exactly one of"),
+        ({"STORE_URL": "sqlite:///x.sqlite3", "AUTHENTICATOR": "a.b"}, "exactly one of"),
+        ({"AUTHENTICATOR": "no_such_module.auth"}, "no_such_module"),
+        ({"AUTHENTICATOR": "os.sep"}, "not an Authenticator"),
+        ({"STORE_URL": "sqlite:///x.sqlite3", "PREFX": "/"}, "unknown KEYTURN settings"),
+        ({"STORE_URL": "redis://x"}, "unsupported store URL"),
+    ],
+)
+def test_misconfiguration_is_said_at_startup(keyturn: dict[str, Any], message: str) -> None:
+    """A wrong KEYTURN setting is an ImproperlyConfigured naming it, before any request."""
+    with override_settings(KEYTURN=keyturn), pytest.raises(ImproperlyConfigured, match=message):
+        Client().get("/outside")

@@ -1,0 +1,96 @@
+"""The public helpers a user meets from outside: secrets, lifetimes, organization-only scopes."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from keyturn import KeyManager, Lifetime, Scope, ScopeNotReachable, describe_secret
+from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
+
+
+@pytest.fixture
+def manager() -> KeyManager:
+    membership = MemoryMembership()
+    membership.add_organization("org_main", tenant_id="acme", default=True)
+    membership.add_organization("org_research", tenant_id="acme")
+    membership.add_organization("org_other", tenant_id="globex")
+    membership.add_member("alice", "org_main", role="admin")
+    membership.add_member("alice", "org_research", role="member")
+    return KeyManager(MemoryKeyStore(), membership)
+
+
+def test_describe_secret_names_id_and_hint(manager: KeyManager) -> None:
+    """A created key's secret describes to the id and hint the console shows."""
+    created = manager.create("alice", name="CI", scope=Scope.tenant("acme"))
+
+    described = describe_secret(created.secret)
+
+    assert (described.key_id, described.hint) == (created.info.key_id, created.info.hint)
+    assert created.secret not in repr(described)
+
+
+def test_describe_secret_refuses_a_typo_without_echoing_it(manager: KeyManager) -> None:
+    """A key with one character changed fails its checksum; the message does not repeat it."""
+    secret = manager.create("alice", name="CI", scope=Scope.tenant("acme")).secret
+    typo = secret[:-1] + ("A" if secret[-1] != "A" else "B")
+
+    with pytest.raises(ValueError, match="checksum") as raised:
+        describe_secret(typo)
+
+    assert typo not in str(raised.value)
+
+
+MESSAGES = {
+    "not a keyturn key: one is 'rma_' and 46 letters and digits",
+    "not a keyturn key: its checksum does not match (a typo?)",
+}
+
+
+@given(st.one_of(st.text(max_size=60), st.from_regex(r"rma_[A-Za-z0-9]{46}", fullmatch=True)))
+def test_describe_secret_never_echoes_its_input(text: str) -> None:
+    """Text that is not a key gets one of two fixed messages: nothing of the input in them."""
+    message = None
+    try:
+        described = describe_secret(text)
+    except ValueError as error:
+        message = str(error)
+    if message is None:
+        assert text.startswith("rma_" + described.key_id)
+    else:
+        assert message in MESSAGES
+
+
+def test_lifetime_parse_round_trips() -> None:
+    """Every lifetime parses from its label; anything else is refused with the choices."""
+    assert {lifetime.label: Lifetime.parse(lifetime.label) for lifetime in Lifetime} == {
+        "3h": Lifetime.HOURS_3,
+        "1d": Lifetime.DAYS_1,
+        "7d": Lifetime.DAYS_7,
+        "30d": Lifetime.DAYS_30,
+        "90d": Lifetime.DAYS_90,
+    }
+    with pytest.raises(ValueError, match="3h, 1d, 7d, 30d, 90d"):
+        Lifetime.parse("2d")
+
+
+def test_create_with_organization_alone(manager: KeyManager) -> None:
+    """An organization id alone is enough: the tenant comes from the membership provider."""
+    created = manager.create("alice", name="research", organization="org_research")
+
+    assert created.info.scope == Scope.organization("org_research", tenant_id="acme")
+
+
+def test_create_with_unknown_or_foreign_organization(manager: KeyManager) -> None:
+    """An unknown organization, or one alice has no role in, is not reachable."""
+    with pytest.raises(ScopeNotReachable, match="no organization 'org_nope'"):
+        manager.create("alice", name="x", organization="org_nope")
+    with pytest.raises(ScopeNotReachable, match="no role"):
+        manager.create("alice", name="x", organization="org_other")
+
+
+def test_create_refuses_scope_and_organization(manager: KeyManager) -> None:
+    """Both a scope and an organization is ambiguous: a TypeError says to pick one."""
+    with pytest.raises(TypeError, match="not both"):
+        manager.create("alice", name="x", scope=Scope.tenant("acme"), organization="org_main")
