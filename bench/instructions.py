@@ -191,7 +191,7 @@ def run(settings: Settings) -> Report:
         1.5,
     )
     report.notes.append(
-        "instructions counted by valgrind --tool=callgrind (client code only, every "
-        "instruction the CPU retires in the process); overhead = variant - its bare app"
+        "instructions counted by valgrind --tool=callgrind: every user-space instruction of "
+        "the process (the kernel's work is not counted); overhead = variant - its bare app"
     )
     return report
