@@ -1,7 +1,7 @@
-"""The fallback load generator: ``python -m bench._load PORT TOKEN CLIENTS REQUESTS SECONDS``.
+"""The fallback load generator: ``python -m bench._load PORT TOKEN CLIENTS REQUESTS SECONDS [CPU]``.
 
-Used by the real-HTTP section when ``wrk`` is not installed, in a process of its own (pinned
-to another core than the server's by its parent). *CLIENTS* threads each keep one
+Used by the real-HTTP section when ``wrk`` is not installed, in a process of its own,
+pinned to core *CPU* when given (another core than the server's). *CLIENTS* threads each keep one
 connection to 127.0.0.1:*PORT* alive and send the same ``GET`` with the same
 ``Authorization`` header; the load stops after *REQUESTS* in total or *SECONDS*, whichever
 comes first. It prints one JSON line: requests answered, failures, nanoseconds elapsed.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import socket
 import sys
 import threading
@@ -90,9 +91,11 @@ def load(port: int, token: str, clients: int, requests: int, seconds: float) -> 
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) != 5:
-        raise SystemExit("usage: python -m bench._load PORT TOKEN CLIENTS REQUESTS SECONDS")
-    port, token, clients, requests, seconds = argv
+    if len(argv) not in (5, 6):
+        raise SystemExit("usage: python -m bench._load PORT TOKEN CLIENTS REQUESTS SECONDS [CPU]")
+    if len(argv) == 6:
+        os.sched_setaffinity(0, {int(argv[5])})
+    port, token, clients, requests, seconds = argv[:5]
     result = load(int(port), token, int(clients), int(requests), float(seconds))
     print(json.dumps(result), flush=True)
 

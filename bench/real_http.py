@@ -49,10 +49,11 @@ def cores() -> tuple[int | None, int | None]:
     return usable[0], usable[1]
 
 
-def _pinned(cpu: int | None) -> Callable[[], None] | None:
-    if cpu is None:
-        return None
-    return lambda: os.sched_setaffinity(0, {cpu})
+def _taskset(cpu: int | None) -> list[str]:
+    """The prefix that pins a command to *cpu* (``taskset``), or none where it cannot."""
+    if cpu is None or shutil.which("taskset") is None:
+        return []
+    return ["taskset", "--cpu-list", str(cpu)]
 
 
 class Server:
@@ -168,6 +169,7 @@ def generator() -> str:
 
 def _wrk(server: Server, clients: int, seconds: float, cpu: int | None) -> tuple[int, int, int]:
     command = [
+        *_taskset(cpu),
         "wrk",
         "--threads=1",
         f"--connections={clients}",
@@ -182,15 +184,14 @@ def _wrk(server: Server, clients: int, seconds: float, cpu: int | None) -> tuple
         text=True,
         timeout=seconds + 60,
         check=False,
-        preexec_fn=_pinned(cpu),  # no threads of ours run at this point
     )
     out = done.stdout
     found, rate = _WRK_REQUESTS.search(out), _WRK_RATE.search(out)
     if done.returncode != 0 or found is None or rate is None:
         raise RuntimeError(f"wrk failed ({done.returncode}): {out[-800:]} {done.stderr[-800:]}")
     requests = int(found.group(1))
-    failed = sum(int(n) for n in _WRK_ERRORS.search(out).groups()) if "Socket errors" in out else 0  # type: ignore[union-attr]
-    non_2xx = _WRK_NON_2XX.search(out)
+    errors, non_2xx = _WRK_ERRORS.search(out), _WRK_NON_2XX.search(out)
+    failed = sum(int(n) for n in errors.groups()) if errors else 0
     failed += int(non_2xx.group(1)) if non_2xx else 0
     elapsed = int(requests / float(rate.group(1)) * 1e9) if float(rate.group(1)) else 0
     return requests, failed, elapsed
@@ -208,6 +209,7 @@ def _python_load(
         str(clients),
         str(requests),
         str(seconds),
+        *([] if cpu is None else [str(cpu)]),
     ]
     done = subprocess.run(  # noqa: S603 - our own interpreter and module, bounded
         command,
@@ -216,7 +218,6 @@ def _python_load(
         text=True,
         timeout=seconds + 90,
         check=False,
-        preexec_fn=_pinned(cpu),  # no threads of ours run at this point
     )
     if done.returncode != 0:
         raise RuntimeError(f"bench._load failed ({done.returncode}): {done.stderr[-800:]}")

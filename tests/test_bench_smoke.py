@@ -33,7 +33,7 @@ from bench._databases import postgres_unavailable
 from bench._variants import LABELS, base_of, build, world
 from bench._world import OTHER_ORGANIZATION
 from bench.instructions import valgrind_missing
-from bench.real_http import Server, _python_load
+from bench.real_http import Server, _python_load, cores
 
 
 def smoke(name: str) -> Report:
@@ -180,10 +180,11 @@ def test_real_http_servers_start_answer_and_stop() -> None:
 
 
 def test_python_load_generator() -> None:
-    """The fallback load generator, in its own process, gets only 200s from keyturn's server."""
-    server = Server("keyturn", None)
+    """The fallback load generator, in its own pinned process, gets only 200s from keyturn."""
+    server_cpu, load_cpu = cores()
+    server = Server("keyturn", server_cpu)
     try:
-        requests, failed, elapsed = _python_load(server, 2, 40, 10.0, None)
+        requests, failed, elapsed = _python_load(server, 2, 40, 10.0, load_cpu)
     finally:
         server.stop()
     assert server.process.returncode is not None  # stopped by its PID
