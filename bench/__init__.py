@@ -16,6 +16,7 @@ __all__ = ["DEFAULT", "SECTIONS", "run_section"]
 
 # name -> module, in the order of docs/performance.md
 SECTIONS: Final = {
+    "instructions": "bench.instructions",
     "asgi": "bench.asgi_warm",
     "wsgi": "bench.wsgi_warm",
     "refusals": "bench.refusals",
@@ -23,10 +24,10 @@ SECTIONS: Final = {
     "http": "bench.real_http",
     "stores": "bench.stores",
     "scale": "bench.scale",
-    "profile": "bench.breakdown",
+    "breakdown": "bench.breakdown",
 }
-# What a run without --only runs: every section but the profile (run it with --only profile).
-DEFAULT: Final = tuple(name for name in SECTIONS if name != "profile")
+# What a run without --only runs: every section.
+DEFAULT: Final = tuple(SECTIONS)
 
 
 def title(name: str) -> str:

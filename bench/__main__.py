@@ -10,7 +10,7 @@ import traceback
 from importlib.metadata import version
 
 from bench import DEFAULT, SECTIONS, run_section, title
-from bench._core import FULL, POSTGRES_ENV, QUICK, Bar, machine
+from bench._core import FULL, POSTGRES_ENV, QUICK, Bar, Target, machine, target_table
 from bench._databases import postgres_unavailable
 
 
@@ -27,7 +27,7 @@ def _parser() -> argparse.ArgumentParser:
         nargs="+",
         choices=list(SECTIONS),
         metavar="NAME",
-        help=f"run only these sections: {', '.join(SECTIONS)} (default: all but profile)",
+        help=f"run only these sections: {', '.join(SECTIONS)} (default: all)",
     )
     parser.add_argument(
         "--postgres-dsn",
@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {machine()}")
     print(f"PostgreSQL: {'used' if postgres is None else 'skipped: ' + postgres}")
     bars: list[Bar] = []
+    targets: list[Target] = []
     failed: list[str] = []
     started = time.perf_counter()
     for name in names:
@@ -62,7 +63,11 @@ def main(argv: list[str] | None = None) -> int:
         print(report.render())
         print(f"\n({name}: {time.perf_counter() - began:.1f} s)", flush=True)
         bars.extend(report.bars)
+        targets.extend(report.targets)
     print(f"\n{'=' * 7}\nsummary ({time.perf_counter() - started:.0f} s)\n{'=' * 7}")
+    if targets:
+        print(target_table("the targets, measured in this run", targets).render())
+        print()
     for bar in bars:
         print(bar.render())
     if failed:

@@ -3,11 +3,16 @@
 One list-models endpoint, written for Starlette, FastAPI and Flask, is the same in every
 variant; only what authenticates in front of it changes:
 
-- the *floor*: a hand-written minimal middleware (ASGI or WSGI) doing what any API-key
-  check must do -- find the header, one sha256 of the token, one dict lookup -- and adding
-  the two service headers to the response;
-- the frameworks' own mechanisms (Starlette's ``AuthenticationMiddleware``, FastAPI's
-  ``HTTPBearer``, Flask-HTTPAuth's ``HTTPTokenAuth``) with an equally trivial check;
+- the *floor*: a hand-written minimal middleware (ASGI or WSGI) doing the same work as
+  keyturn on the warm path -- find the ``Authorization`` and ``x-organization-id`` headers,
+  one sha256 of the token, one dict lookup, the organization rule (:class:`Rule`) -- and
+  adding the two service headers to the response;
+- the frameworks' own mechanisms doing that same work: Starlette's
+  ``AuthenticationMiddleware`` (a backend, plus a small middleware for the two headers),
+  FastAPI's ``HTTPBearer`` dependency (headers through the injected ``Response``) and
+  Flask-HTTPAuth's ``HTTPTokenAuth`` (headers in an ``after_request`` hook);
+- the *trivial* versions of each, as a second row: token lookup only, no organization
+  check (the floor still adds the headers; the frameworks' mechanisms add none);
 - keyturn's middleware, with the real :class:`~keyturn.Authenticator`.
 """
 
@@ -19,8 +24,11 @@ from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from fastapi import Depends, FastAPI, HTTPException
+from fastapi import Request as FastAPIRequest
+from fastapi import Response as FastAPIResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from flask import Flask
+from flask import Flask, g
+from flask import request as flask_request
 from starlette.applications import Starlette
 from starlette.authentication import (
     AuthCredentials,
@@ -45,17 +53,23 @@ __all__ = [
     "MODELS",
     "FloorASGI",
     "FloorWSGI",
+    "Rule",
+    "SameWorkFloorASGI",
+    "SameWorkFloorWSGI",
     "Who",
     "asgi_batch",
     "asgi_call",
     "fastapi_app",
     "fastapi_bearer_app",
+    "fastapi_bearer_same_work_app",
     "flask_app",
     "flask_httpauth_app",
+    "flask_httpauth_same_work_app",
     "http_scope",
     "sha256_keys",
     "starlette_app",
     "starlette_auth_backend",
+    "starlette_auth_same_work",
     "wsgi_batch",
     "wsgi_call",
     "wsgi_environ",
@@ -67,11 +81,41 @@ UNAUTHORIZED: Final = b'{"error":{"code":"unauthorized","message":"Unauthorized"
 
 
 class Who(NamedTuple):
-    """What the trivial checks know about a key: enough for the service headers."""
+    """What the hand-written checks know about a key: enough for the organization rule.
+
+    ``organization_id`` is the key's organization, or ``None`` for a tenant-scoped key.
+    """
 
     account_id: str
-    organization_id: str
+    organization_id: str | None
     tenant_id: str
+
+
+class Rule:
+    """The organization rule of every same-work baseline, written once, as plainly as it goes.
+
+    An organization-scoped key works in its own organization (an ``x-organization-id``
+    naming another is refused); a tenant-scoped key names an organization of its tenant in
+    ``x-organization-id``. Either way the account must hold a role there. This is the
+    check keyturn makes on the warm path, without its refinements (the ``default`` name,
+    repeated headers, the syntax check, precise statuses).
+    """
+
+    def __init__(self, organizations: Mapping[str, str], roles: Mapping[tuple[str, str], str]):
+        self.organizations = organizations  # organization id -> tenant id
+        self.roles = roles  # (account id, organization id) -> role
+
+    def organization(self, who: Who, header: str | None) -> str | None:
+        """The organization the request works in, or ``None`` to refuse it."""
+        if who.organization_id is not None:
+            if header is not None and header != who.organization_id:
+                return None
+            organization = who.organization_id
+        elif header is not None and self.organizations.get(header) == who.tenant_id:
+            organization = header
+        else:
+            return None
+        return organization if (who.account_id, organization) in self.roles else None
 
 
 def sha256_keys(tokens: Mapping[str, Who]) -> dict[bytes, Who]:
@@ -131,6 +175,50 @@ class FloorASGI:
         await self.app(scope, receive, send_with_headers)
 
 
+class SameWorkFloorASGI:
+    """The floor doing keyturn's warm-path work: both headers, lookup, the rule, two headers."""
+
+    def __init__(self, app: ASGIApp, *, keys: Mapping[bytes, Who], rule: Rule) -> None:
+        self.app = app
+        self.keys = keys
+        self.rule = rule
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        found = header = None
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                if value[:7].lower() == b"bearer ":
+                    found = self.keys.get(hashlib.sha256(value[7:]).digest())
+            elif name == b"x-organization-id":
+                header = value.decode("latin-1")
+        organization = None if found is None else self.rule.organization(found, header)
+        if found is None or organization is None:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 401,
+                    "headers": [(b"content-type", b"application/json")],
+                }
+            )
+            await send({"type": "http.response.body", "body": UNAUTHORIZED})
+            return
+        scope.setdefault("state", {})["principal"] = (found, organization)
+        extra = [
+            (b"service-organization-id", organization.encode("latin-1")),
+            (b"service-tenant-id", found.tenant_id.encode("latin-1")),
+        ]
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), *extra]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
 class _TrivialBackend(AuthenticationBackend):
     def __init__(self, keys: Mapping[bytes, Who]) -> None:
         self.keys = keys
@@ -156,12 +244,79 @@ def starlette_auth_backend(keys: Mapping[bytes, Who]) -> Middleware:
     )
 
 
+class KeyUser(SimpleUser):
+    """Starlette's user of the same-work backend: who, and the organization it works in."""
+
+    def __init__(self, who: Who, organization_id: str) -> None:
+        super().__init__(who.account_id)
+        self.who = who
+        self.organization_id = organization_id
+
+
+class _SameWorkBackend(AuthenticationBackend):
+    def __init__(self, keys: Mapping[bytes, Who], rule: Rule) -> None:
+        self.keys = keys
+        self.rule = rule
+
+    async def authenticate(self, conn: HTTPConnection) -> tuple[AuthCredentials, KeyUser]:
+        headers = conn.headers
+        header = headers.get("authorization", "")
+        found = organization = None
+        if header[:7].lower() == "bearer ":
+            found = self.keys.get(hashlib.sha256(header[7:].encode("latin-1")).digest())
+        if found is not None:
+            organization = self.rule.organization(found, headers.get("x-organization-id"))
+        if found is None or organization is None:
+            raise AuthenticationError("unauthorized")
+        return AuthCredentials(["authenticated"]), KeyUser(found, organization)
+
+
+class _ServiceHeaders:
+    """The two service headers from Starlette's ``scope["user"]``, as a pure ASGI middleware."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        user = scope.get("user")
+        if not isinstance(user, KeyUser):
+            await self.app(scope, receive, send)
+            return
+        extra = [
+            (b"service-organization-id", user.organization_id.encode("latin-1")),
+            (b"service-tenant-id", user.who.tenant_id.encode("latin-1")),
+        ]
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), *extra]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+def starlette_auth_same_work(keys: Mapping[bytes, Who], rule: Rule) -> list[Middleware]:
+    """AuthenticationMiddleware with the same-work backend, then the service headers."""
+    return [
+        Middleware(
+            AuthenticationMiddleware,
+            backend=_SameWorkBackend(keys, rule),
+            on_error=_unauthorized,
+        ),
+        Middleware(_ServiceHeaders),
+    ]
+
+
+# Every FastAPI endpoint returns a dict (no response model), so that FastAPI builds the
+# response and applies the headers a dependency set on the injected ``Response``.
+
+
 def fastapi_app(*middleware: Middleware) -> FastAPI:
     app = FastAPI(middleware=list(middleware), openapi_url=None)
 
-    @app.get(MODELS)
-    async def models() -> JSONResponse:
-        return JSONResponse({"items": ITEMS})
+    @app.get(MODELS, response_model=None)
+    async def models() -> dict[str, Any]:
+        return {"items": ITEMS}
 
     return app
 
@@ -181,9 +336,38 @@ def fastapi_bearer_app(keys: Mapping[bytes, Who]) -> FastAPI:
             raise HTTPException(401, "unauthorized")
         return found
 
-    @app.get(MODELS)
-    async def models(who: Who = Depends(caller)) -> JSONResponse:  # noqa: B008
-        return JSONResponse({"items": ITEMS})
+    @app.get(MODELS, response_model=None)
+    async def models(who: Who = Depends(caller)) -> dict[str, Any]:  # noqa: B008
+        return {"items": ITEMS}
+
+    return app
+
+
+def fastapi_bearer_same_work_app(keys: Mapping[bytes, Who], rule: Rule) -> FastAPI:
+    """HTTPBearer, the lookup and the rule in one dependency, headers on its ``Response``."""
+    app = FastAPI(openapi_url=None)
+    bearer = HTTPBearer()
+
+    async def caller(
+        request: FastAPIRequest,
+        response: FastAPIResponse,
+        credentials: HTTPAuthorizationCredentials = Depends(bearer),  # noqa: B008
+    ) -> tuple[Who, str]:
+        found = keys.get(hashlib.sha256(credentials.credentials.encode("latin-1")).digest())
+        organization = (
+            None
+            if found is None
+            else rule.organization(found, request.headers.get("x-organization-id"))
+        )
+        if found is None or organization is None:
+            raise HTTPException(401, "unauthorized")
+        response.headers["service-organization-id"] = organization
+        response.headers["service-tenant-id"] = found.tenant_id
+        return found, organization
+
+    @app.get(MODELS, response_model=None)
+    async def models(who: tuple[Who, str] = Depends(caller)) -> dict[str, Any]:
+        return {"items": ITEMS}
 
     return app
 
@@ -292,6 +476,39 @@ def flask_httpauth_app(keys: Mapping[bytes, Who]) -> Flask:
     return app
 
 
+def flask_httpauth_same_work_app(keys: Mapping[bytes, Who], rule: Rule) -> Flask:
+    """HTTPTokenAuth doing the lookup and the rule; the headers in an ``after_request`` hook."""
+    from flask_httpauth import HTTPTokenAuth  # type: ignore[import-untyped]
+
+    app = Flask("bench_flask_httpauth_same_work")
+    auth = HTTPTokenAuth(scheme="Bearer")
+
+    def verify(token: str) -> tuple[Who, str] | None:
+        found = keys.get(hashlib.sha256(token.encode("latin-1")).digest())
+        if found is None:
+            return None
+        organization = rule.organization(found, flask_request.headers.get("X-Organization-Id"))
+        if organization is None:
+            return None
+        g.service_headers = (organization, found.tenant_id)
+        return found, organization
+
+    def models() -> dict[str, Any]:
+        return {"items": ITEMS}
+
+    def service_headers(response: Any) -> Any:
+        where = g.get("service_headers")
+        if where is not None:
+            response.headers["service-organization-id"] = where[0]
+            response.headers["service-tenant-id"] = where[1]
+        return response
+
+    auth.verify_token(verify)
+    app.add_url_rule(MODELS, "models", auth.login_required(models), methods=["GET"])
+    app.after_request(service_headers)
+    return app
+
+
 class FloorWSGI:
     """The WSGI floor: one environ read, one sha256, one dict lookup, two response headers."""
 
@@ -310,6 +527,38 @@ class FloorWSGI:
         environ["bench.principal"] = found
         extra = [
             ("service-organization-id", found.organization_id),
+            ("service-tenant-id", found.tenant_id),
+        ]
+
+        def start_with_headers(
+            status: str, headers: list[tuple[str, str]], exc_info: Any = None
+        ) -> Callable[[bytes], object]:
+            return start_response(status, headers + extra, exc_info)
+
+        return self.app(environ, start_with_headers)
+
+
+class SameWorkFloorWSGI:
+    """The WSGI floor doing keyturn's warm-path work: lookup, the rule, two headers."""
+
+    def __init__(self, app: WSGIApplication, *, keys: Mapping[bytes, Who], rule: Rule) -> None:
+        self.app = app
+        self.keys = keys
+        self.rule = rule
+
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        header: str = environ.get("HTTP_AUTHORIZATION", "")
+        found = organization = None
+        if header[:7].lower() == "bearer ":
+            found = self.keys.get(hashlib.sha256(header[7:].encode("latin-1")).digest())
+        if found is not None:
+            organization = self.rule.organization(found, environ.get("HTTP_X_ORGANIZATION_ID"))
+        if found is None or organization is None:
+            start_response("401 Unauthorized", [("content-type", "application/json")])
+            return [UNAUTHORIZED]
+        environ["bench.principal"] = (found, organization)
+        extra = [
+            ("service-organization-id", organization),
             ("service-tenant-id", found.tenant_id),
         ]
 

@@ -4,7 +4,8 @@ Every figure is taken in one run of one process, with *paired* repetitions: each
 runs every variant back to back, in an order that rotates from one repetition to the next,
 so a noisy neighbour slows all variants of that repetition alike. Ratios are computed per
 repetition and the median of those ratios is reported, together with the min and median of
-the absolute figures. The garbage collector is off inside every timed loop.
+the absolute figures. The garbage collector stays on inside every timed loop, as it is in
+production: switching it off would favour the variants that allocate most.
 """
 
 from __future__ import annotations
@@ -29,10 +30,12 @@ __all__ = [
     "Report",
     "Settings",
     "Table",
+    "Target",
     "machine",
     "paired",
     "ratio",
     "run_batch",
+    "target_table",
     "us",
 ]
 
@@ -57,6 +60,8 @@ class Settings:
     sql_keys: int  # keys bulk-inserted into SQLite / PostgreSQL
     warm_tokens: int  # distinct warm tokens cycled through by the scale section
     cache_entries: int  # entries put in the verified-token cache to weigh it
+    count_requests: int = 1000  # warm requests per variant under callgrind
+    count_variants: tuple[str, ...] | None = None  # None: every variant
     postgres_dsn: str | None = None
 
     def with_postgres(self, dsn: str | None) -> Settings:
@@ -73,7 +78,7 @@ FULL: Final = Settings(
     http_rounds=6,
     http_requests=40_000,
     http_seconds=4.0,
-    http_clients=4,
+    http_clients=32,
     scale_sizes=(10, 10_000, 1_000_000),
     sql_keys=100_000,
     warm_tokens=1000,
@@ -89,11 +94,12 @@ QUICK: Final = Settings(
     http_rounds=2,
     http_requests=5000,
     http_seconds=1.0,
-    http_clients=4,
+    http_clients=16,
     scale_sizes=(10, 10_000, 100_000),
     sql_keys=10_000,
     warm_tokens=200,
     cache_entries=20_000,
+    count_requests=300,
 )
 # For the smoke test: every code path once, tiny counts, no meaningful timing.
 SMOKE: Final = Settings(
@@ -111,6 +117,8 @@ SMOKE: Final = Settings(
     sql_keys=200,
     warm_tokens=10,
     cache_entries=500,
+    count_requests=20,
+    count_variants=("starlette.keyturn",),
 )
 
 
@@ -121,14 +129,13 @@ Batch = Callable[[int], int]
 
 
 def run_batch(batch: Batch, n: int) -> float:
-    """Nanoseconds per request of one batch, with the garbage collector off while it runs."""
+    """Nanoseconds per request of one batch; the garbage collector stays on while it runs.
+
+    The young generations are collected before the batch (outside its timing), so every
+    batch starts from the same collector state.
+    """
     gc.collect(1)  # the young generations only: a full collection per batch is slow
-    gc.disable()
-    try:
-        elapsed = batch(n)
-    finally:
-        gc.enable()
-    return elapsed / n
+    return batch(n) / n
 
 
 @dataclass
@@ -249,6 +256,64 @@ class Bar:
         return f"[{verdict}] {self.name}: {self.measured} (bar: {self.target})"
 
 
+@dataclass(frozen=True)
+class Target:
+    """One row of the headline table: a ratio measured in this run, against its targets.
+
+    *sense* is ``"<="`` or ``"<"`` (lower is better) or ``">="`` (higher is better); a target of
+    ``None`` means the row has none for that build. The distance is how far the measured
+    value is from the pure-Python target (or the compiled one, when only that is set).
+    """
+
+    name: str
+    value: float
+    sense: str
+    pure: float | None = None
+    compiled: float | None = None
+    detail: str = ""
+
+    def _target(self, value: float | None) -> str:
+        return "-" if value is None else f"{self.sense} {value:.2f}x"
+
+    def distance(self) -> str:
+        goal = self.pure if self.pure is not None else self.compiled
+        if goal is None or self.value != self.value:
+            return "(info)"
+        met = {"<=": self.value <= goal, "<": self.value < goal, ">=": self.value >= goal}
+        if met[self.sense]:
+            return "met"
+        if self.sense != ">=":
+            return f"{self.value / goal:.2f}x above"
+        return f"{goal / self.value:.2f}x below" if self.value > 0 else "n/a"
+
+    def cells(self) -> list[str]:
+        return [
+            self.name,
+            times(self.value),
+            self._target(self.pure),
+            self._target(self.compiled),
+            self.distance(),
+            self.detail,
+        ]
+
+
+TARGET_COLUMNS: Final = [
+    "row",
+    "measured",
+    "target, pure Python",
+    "target, compiled",
+    "distance (to the first target)",
+    "detail",
+]
+
+
+def target_table(title: str, targets: Iterable[Target]) -> Table:
+    table = Table(title, list(TARGET_COLUMNS))
+    for target in targets:
+        table.rows.append(target.cells())
+    return table
+
+
 @dataclass
 class Report:
     """What one section found: tables to print, bars, counted facts, notes."""
@@ -257,6 +322,7 @@ class Report:
     title: str
     tables: list[Table] = field(default_factory=list)
     bars: list[Bar] = field(default_factory=list)
+    targets: list[Target] = field(default_factory=list)
     facts: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -265,6 +331,8 @@ class Report:
 
     def render(self) -> str:
         parts = [table.render() for table in self.tables]
+        if self.targets:
+            parts.append(target_table("against the targets", self.targets).render())
         if self.bars:
             parts.append("\n".join(bar.render() for bar in self.bars))
         if self.notes:

@@ -1,16 +1,17 @@
-"""The server process of the real-HTTP section: ``python -m bench._server VARIANT``.
+"""The server process of the real-HTTP section: ``python -m bench._server VARIANT [CPU]``.
 
-Builds the benchmark world and the Starlette list-models app (bare, behind the floor
-middleware, or behind keyturn),
-binds a socket on 127.0.0.1 to a free port, prints one JSON line -- the port and a valid
-organization-scoped key -- and serves with uvicorn until it receives SIGTERM. The parent
-reads the line, loads the server, reads this process's CPU time from ``/proc``, and stops
-it by its PID.
+Builds the benchmark world and the Starlette list-models app (bare, behind the same-work
+floor middleware, or behind keyturn), pins itself to core *CPU* when given, binds a socket
+on 127.0.0.1 to a free port, prints one JSON line -- the port and a valid
+organization-scoped key -- and serves with uvicorn (httptools and uvloop, as in
+production) until it receives SIGTERM. The parent reads the line, loads the server, reads
+this process's CPU time from ``/proc``, and stops it by its PID.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
 from typing import Any, Final
@@ -18,35 +19,34 @@ from typing import Any, Final
 import uvicorn
 from starlette.middleware import Middleware
 
-from bench._apps import FloorASGI, Who, sha256_keys, starlette_app
-from bench._world import ACCOUNT, ORGANIZATION, TENANT, memory_world
-from keyturn import Authenticator
+from bench._apps import SameWorkFloorASGI, starlette_app
+from bench._variants import world
 from keyturn.asgi import ApiKeyMiddleware
 
 __all__ = ["HTTP", "LOOP", "VARIANTS", "main"]
 
 VARIANTS: Final = ("bare", "floor", "keyturn")
-# The pure-Python HTTP stack every uvicorn install has; named so the figures are repeatable.
-HTTP: Final = "h11"
-LOOP: Final = "asyncio"
+# The production stack: uvicorn's C-accelerated HTTP parser and event loop.
+HTTP: Final = "httptools"
+LOOP: Final = "uvloop"
 
 
 def build(variant: str) -> tuple[Any, str]:
-    store, membership, keys = memory_world()
+    w = world()
     if variant == "bare":
-        return starlette_app(), keys.organization
-    if variant == "floor":
-        table = sha256_keys({keys.organization: Who(ACCOUNT, ORGANIZATION, TENANT)})
-        return starlette_app(Middleware(FloorASGI, keys=table)), keys.organization
-    authenticator = Authenticator(store, membership)
-    return starlette_app(Middleware(ApiKeyMiddleware, authenticator=authenticator)), (
-        keys.organization
-    )
+        app = starlette_app()
+    elif variant == "floor":
+        app = starlette_app(Middleware(SameWorkFloorASGI, keys=w.table, rule=w.rule))
+    else:
+        app = starlette_app(Middleware(ApiKeyMiddleware, authenticator=w.authenticator))
+    return app, w.keys.organization
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) != 1 or argv[0] not in VARIANTS:
-        raise SystemExit(f"usage: python -m bench._server {{{'|'.join(VARIANTS)}}}")
+    if len(argv) not in (1, 2) or argv[0] not in VARIANTS:
+        raise SystemExit(f"usage: python -m bench._server {{{'|'.join(VARIANTS)}}} [CPU]")
+    if len(argv) == 2:
+        os.sched_setaffinity(0, {int(argv[1])})
     app, token = build(argv[0])
     # proto=IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted connections only when
     # the listening socket says TCP; without it each response waits on a delayed ACK (40 ms).

@@ -1,238 +1,358 @@
-"""Profile: where the warm ASGI request's time goes (``python -m bench --only profile``).
+"""Where the warm ASGI request goes, piece by piece, in instructions (``--only breakdown``).
 
-Two views of the same path (Starlette + keyturn, organization-scoped key, warm):
+The path: Starlette + keyturn, organization-scoped key (and the tenant key for the
+organization header), warm. Each piece is isolated: called *N* times in a loop, minus an
+empty call's loop. Under ``valgrind --tool=callgrind`` (one run, ``python -m
+bench.breakdown N``) a marker call between pieces dumps the counts, so each piece's part
+holds its loop alone; callgrind's own per-function view does not help here, since every
+Python function runs inside the interpreter's one evaluation loop. Without valgrind, the
+same pieces are timed in nanoseconds instead (noisy on a shared machine).
 
-- cProfile over a batch of requests: the functions with the most own time, per request.
-  The profiler inflates small calls, so read it for the shape, not for the microseconds.
-- Each step of the path timed alone in a tight loop (no profiler), minus the cost of an
-  empty call: a budget to hold against the floor's whole overhead.
+THIS is the one benchmark file that reaches into keyturn's internals (the header scan, the
+path guard, the decision's helpers, the driver): when they move, update :func:`pieces`
+here. A piece whose internal is gone is reported as missing, not as a failure.
 """
 
 from __future__ import annotations
 
 import asyncio
-import cProfile
 import hashlib
-import pstats
-import re
-import statistics
+import importlib
+import json
+import os
+import shutil
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Final
 
-from starlette.middleware import Middleware
+from bench._apps import MODELS, asgi_batch
+from bench._core import Report, Settings, Table, run_batch
+from bench._variants import build, world
+from bench._world import ACCOUNT, ORGANIZATION
 
-from bench._apps import MODELS, FloorASGI, Who, asgi_batch, http_scope, sha256_keys, starlette_app
-from bench._core import Report, Settings, Table, paired, run_batch, us
-from bench._world import ACCOUNT, ORGANIZATION, TENANT, memory_world
-from keyturn import Authenticator, AuthRequest, Principal
-from keyturn import asgi as keyturn_asgi
-from keyturn._decision import bearer_token, decide, organization_header
-from keyturn._lifecycle import derive_status
-from keyturn._web import service_headers
-from keyturn.authenticator import utc_now
+__all__ = ["pieces", "run"]
 
-__all__ = ["run"]
-
-NAME: Final = "profile"
-TITLE: Final = "Profile: the warm ASGI path (organization key), function by function"
-TOP: Final = 18
-_LOCATION: Final = re.compile(r".*?(?:site-packages|src|lib/python[\d.]+)/")
+NAME: Final = "breakdown"
+TITLE: Final = "Breakdown: the warm ASGI request (organization key), piece by piece"
+ROOT: Final = Path(__file__).resolve().parents[1]
+EMPTY: Final = "(empty call)"
+Loop = Callable[[int], object]  # runs a piece n times
 
 
-def _where(filename: str, line: int, function: str) -> str:
-    """A profiler location without machine paths: ``package/module.py:line(function)``."""
-    if filename == "~":
-        return function  # a built-in
-    return f"{_LOCATION.sub('', filename)}:{line}({function})"
+def _internal(module: str, name: str) -> Any:
+    return getattr(importlib.import_module(module), name)
 
 
-def _per_call(fn: Callable[[], object], n: int, reps: int = 5) -> float:
-    """Median nanoseconds per call of *fn* over *reps* loops of *n* calls."""
-
-    def batch(count: int) -> int:
-        start = time.perf_counter_ns()
-        for _ in range(count):
+def _repeat(fn: Callable[[], object]) -> Loop:
+    def loop(n: int) -> None:
+        for _ in range(n):
             fn()
-        return time.perf_counter_ns() - start
 
-    run_batch(batch, max(1, n // 4))
-    return statistics.median(run_batch(batch, n) for _ in range(reps))
+    return loop
+
+
+def pieces() -> tuple[dict[str, Loop], list[str], Callable[[], None]]:
+    """The pieces to measure, the ones whose internals are missing, and a closer."""
+    from keyturn import AuthRequest, Principal
+    from keyturn.asgi import ApiKeyMiddleware
+
+    w = world()
+    authenticator = w.authenticator
+    keyturn = build("starlette.keyturn", w)
+    bare = build("starlette.bare", w)
+    floor = build("starlette.floor", w)
+    tenant = build("starlette.keyturn+tenant", w)
+    loop = asyncio.new_event_loop()
+    scope = keyturn.request
+    token = w.keys.organization
+    found: dict[str, Loop] = {}
+    missing: list[str] = []
+
+    def add(name: str, make: Callable[[], Loop]) -> None:
+        try:
+            found[name] = make()
+        except (AttributeError, ImportError, TypeError, ValueError) as exc:
+            missing.append(f"{name}: {type(exc).__name__}: {exc}")
+
+    request = AuthRequest(authorization=(f"Bearer {token}",), path=MODELS)
+    tenant_request = AuthRequest(
+        authorization=(f"Bearer {w.keys.tenant}",), organization=(ORGANIZATION,), path=MODELS
+    )
+    for req in (request, tenant_request):  # the keys' one cold verification, off the counts
+        if not isinstance(authenticator.authenticate(req), Principal):
+            raise RuntimeError("a benchmark key was refused")
+
+    def whole(app: Any, request_scope: dict[str, Any]) -> Loop:
+        return asgi_batch(loop.run_until_complete, app, request_scope)
+
+    add(EMPTY, lambda: _repeat(lambda: None))
+    add("request: bare Starlette", lambda: whole(bare.app, bare.request))
+    add("request: floor, same work", lambda: whole(floor.app, floor.request))
+    add("request: keyturn, organization key", lambda: whole(keyturn.app, keyturn.request))
+    add("request: keyturn, tenant key", lambda: whole(tenant.app, tenant.request))
+
+    def guard() -> Loop:
+        route = _internal("keyturn.asgi", "_route_path")
+        paths = ApiKeyMiddleware(bare.app, authenticator=authenticator).paths
+        return _repeat(lambda: paths.guarded(route(scope)))
+
+    add("path guard (_route_path + Paths.guarded)", guard)
+
+    def read() -> Loop:
+        scan = _internal("keyturn.asgi", "_read")
+        return _repeat(lambda: scan(scope, MODELS))
+
+    add("header scan into AuthRequest (asgi._read)", read)
+    add(
+        "AuthRequest(...) alone",
+        lambda: _repeat(lambda: AuthRequest((f"Bearer {token}",), (), "GET", MODELS)),
+    )
+
+    def async_driver() -> Loop:
+        async def many(n: int) -> None:
+            for _ in range(n):
+                await authenticator.authenticate_async(request)
+
+        return lambda n: loop.run_until_complete(many(n))
+
+    add("Authenticator.authenticate_async (async driver, whole decision)", async_driver)
+    add(
+        "Authenticator.authenticate (sync driver, whole decision)",
+        lambda: _repeat(lambda: authenticator.authenticate(request)),
+    )
+
+    def decision() -> Loop:
+        decide = _internal("keyturn._decision", "decide")
+        store, membership = authenticator.store, authenticator.membership
+        clock, cache, rules = authenticator.clock, authenticator.cache, authenticator.rules
+        memo = authenticator._principals
+
+        def drive() -> object:
+            flow = decide(request, clock(), cache, rules, memo)
+            answer: Any = None
+            try:
+                while True:
+                    answer = flow.send(answer).ask(store, membership)
+            except StopIteration as done:
+                return done.value
+
+        return _repeat(drive)
+
+    add("decide() driven inline (no driver, no _finish)", decision)
+
+    def bearer() -> Loop:
+        parse = _internal("keyturn._decision", "bearer_token")
+        return _repeat(lambda: parse(request.authorization))
+
+    add("bearer_token", bearer)
+    add("cache.digest (keyed BLAKE2b)", lambda: _repeat(lambda: authenticator.cache.digest(token)))
+    digest = authenticator.cache.digest(token)
+    add("cache.lookup", lambda: _repeat(lambda: authenticator.cache.lookup(digest)))
+    add("clock (datetime.now(UTC))", lambda: _repeat(authenticator.clock))
+    prefix, id_length = (
+        _internal("keyturn._token", "PREFIX"),
+        _internal("keyturn._token", "ID_LENGTH"),
+    )
+    key_id = token[len(prefix) : len(prefix) + id_length]
+    store: Any = authenticator.store  # the memory store and membership: sync
+    membership: Any = authenticator.membership
+    key = store.get_key(key_id)
+    add("store.get_key (memory)", lambda: _repeat(lambda: store.get_key(key_id)))
+    add(
+        "membership.get_role (memory)",
+        lambda: _repeat(lambda: membership.get_role(ACCOUNT, ORGANIZATION)),
+    )
+
+    def status() -> Loop:
+        derive = _internal("keyturn._lifecycle", "derive_status")
+        now = authenticator.clock()
+        return _repeat(lambda: derive(key, now, reaches_scope=True))
+
+    add("derive_status", status)
+
+    def organization(values: tuple[str, ...]) -> Callable[[], Loop]:
+        def make() -> Loop:
+            header = _internal("keyturn._decision", "organization_header")
+            pattern = authenticator.rules.organization_pattern
+            return _repeat(lambda: header(values, pattern))
+
+        return make
+
+    add("organization_header (absent)", organization(()))
+    add("organization_header (present: regex)", organization((ORGANIZATION,)))
+    principal = authenticator.authenticate(request)
+
+    def usage() -> Loop:
+        recorder = authenticator.usage
+        if recorder is None:
+            raise ValueError("no usage recorder")
+        return _repeat(lambda: recorder.seen(principal.key_id))  # type: ignore[union-attr]
+
+    add("usage.seen (no write due)", usage)
+    add(
+        "_finish (usage, no audit hook)",
+        lambda: _repeat(lambda: authenticator._finish(request, principal)),
+    )
+
+    def encode() -> Loop:
+        names = _internal("keyturn._web", "service_headers")
+        return _repeat(
+            lambda: [(k.encode("latin-1"), v.encode("latin-1")) for k, v in names(principal)]
+        )
+
+    add("service headers, encoded", encode)
+
+    def wrapper() -> Loop:
+        names = _internal("keyturn.asgi", "_SERVICE_NAMES")
+        lengths = _internal("keyturn.asgi", "_SERVICE_LENGTHS")
+        start = {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-length", b"53"), (b"content-type", b"application/json")],
+        }
+        extra = [(b"service-organization-id", b"org_main"), (b"service-tenant-id", b"acme")]
+
+        def filter_and_copy() -> object:
+            headers = [
+                line
+                for line in start["headers"]
+                if len(line[0]) not in lengths or line[0].lower() not in names
+            ]
+            return {**start, "headers": headers + extra}
+
+        return _repeat(filter_and_copy)
+
+    add("send wrapper: filter + copy the start message", wrapper)
+    add(
+        "strip Authorization: copy the header list, remove one line",
+        lambda: _repeat(lambda: list(scope["headers"]).remove(scope["headers"][-1])),
+    )
+    who = w.table[hashlib.sha256(token.encode("ascii")).digest()]
+    add(
+        "floor: sha256 + dict lookup",
+        lambda: _repeat(lambda: w.table.get(hashlib.sha256(token.encode("ascii")).digest())),
+    )
+    add("floor: the organization rule", lambda: _repeat(lambda: w.rule.organization(who, None)))
+
+    def close() -> None:
+        loop.close()
+        authenticator.close()
+
+    return found, missing, close
+
+
+def _count_main(n: int) -> None:
+    """Under callgrind: every piece n times, a marker call (``os.getppid``) after each."""
+    found, missing, close = pieces()
+    try:
+        for piece in found.values():  # warm-up, then the counted loops
+            piece(max(10, n // 10))
+        os.getppid()  # part 1 (set-up, warm-up) ends
+        for piece in found.values():
+            piece(n)
+            os.getppid()
+    finally:
+        close()
+    print(json.dumps({"pieces": list(found), "missing": missing, "n": n}), flush=True)
+
+
+def _instructions(n: int) -> tuple[dict[str, float], list[str]]:
+    from bench.instructions import callgrind
+
+    said, parts = callgrind("bench.breakdown", str(n))
+    names: list[str] = said["pieces"]
+    if sorted(parts) != list(range(1, len(names) + 3)):
+        raise RuntimeError(f"expected {len(names) + 2} callgrind parts, got {sorted(parts)}")
+    return {name: parts[index + 2] / n for index, name in enumerate(names)}, said["missing"]
+
+
+def _nanoseconds(n: int) -> tuple[dict[str, float], list[str]]:
+    found, missing, close = pieces()
+    try:
+        for piece in found.values():
+            piece(max(10, n // 10))
+        result = {}
+        for name, piece in found.items():
+
+            def batch(count: int, piece: Loop = piece) -> int:
+                start = time.perf_counter_ns()
+                piece(count)
+                return time.perf_counter_ns() - start
+
+            result[name] = min(run_batch(batch, n) for _ in range(3))
+    finally:
+        close()
+    return result, missing
 
 
 def run(settings: Settings) -> Report:
     report = Report(NAME, TITLE)
-    store, membership, keys = memory_world()
-    authenticator = Authenticator(store, membership)
-    who = Who(ACCOUNT, ORGANIZATION, TENANT)
-    table = sha256_keys({keys.organization: who})
-    scope = http_scope([("authorization", f"Bearer {keys.organization}")])
-    bare = starlette_app()
-    floor = starlette_app(Middleware(FloorASGI, keys=table))
-    guarded = starlette_app(Middleware(keyturn_asgi.ApiKeyMiddleware, authenticator=authenticator))
-    loop = asyncio.new_event_loop()
-    n = settings.batch * 2
-    try:
-        request = AuthRequest(authorization=(f"Bearer {keys.organization}",), path=MODELS)
-        if not isinstance(authenticator.authenticate(request), Principal):
-            raise RuntimeError("the organization key was refused")
-        # The whole overheads, for scale.
-        whole = paired(
-            {
-                "bare": asgi_batch(loop.run_until_complete, bare, scope),
-                "floor": asgi_batch(loop.run_until_complete, floor, scope),
-                "keyturn": asgi_batch(loop.run_until_complete, guarded, scope),
-            },
-            reps=max(3, settings.reps // 2),
-            n=settings.batch,
-        )
-
-        # cProfile over n warm requests.
-        batch = asgi_batch(loop.run_until_complete, guarded, scope)
-        batch(max(1, n // 4))
-        profiler = cProfile.Profile()
-        profiler.enable()
-        batch(n)
-        profiler.disable()
-        stats = pstats.Stats(profiler)
-        rows: list[tuple[float, float, float, str]] = []
-        for (filename, line, function), (_, calls, own, cumulative, _) in stats.stats.items():  # type: ignore[attr-defined]
-            rows.append((own, cumulative, calls, _where(filename, line, function)))
-        rows.sort(reverse=True)
-        total_own = sum(row[0] for row in rows)
-
-        # Each step alone.
-        key = store.get_key(request.authorization[0][len("Bearer rma_") :][:12])
-        assert key is not None
-        cache = authenticator.cache
-        token = keys.organization
-        digest = cache.digest(token)
-        now = utc_now()
-        principal = authenticator.authenticate(request)
-        assert isinstance(principal, Principal)
-        usage = authenticator.usage
-        pattern = authenticator.rules.organization_pattern
-        headers_list = [(b"content-length", b"53"), (b"content-type", b"application/json")]
-        names = keyturn_asgi._SERVICE_NAMES
-
-        def drive() -> object:
-            flow = decide(request, now, cache, authenticator.rules, authenticator._principals)
-            answer: Any = None
-            try:
-                while True:
-                    step = flow.send(answer)
-                    answer = step.ask(store, membership)
-            except StopIteration as done:
-                return done.value
-
-        paths = keyturn_asgi.ApiKeyMiddleware(bare, authenticator=authenticator).paths
-
-        async def authenticate_many(count: int) -> int:
-            start = time.perf_counter_ns()
-            for _ in range(count):
-                await authenticator.authenticate_async(request)
-            return time.perf_counter_ns() - start
-
-        steps: dict[str, Callable[[], object]] = {
-            "(empty call, subtracted from the others)": lambda: None,
-            "asgi: Paths.read (which requests are guarded)": lambda: paths.read(
-                scope.get("root_path", ""), scope["path"]
-            ),
-            "asgi: _read (header scan, AuthRequest)": lambda: keyturn_asgi._read(scope, MODELS),
-            "AuthRequest(...) alone": lambda: AuthRequest(
-                authorization=request.authorization, organization=(), method="GET", path=MODELS
-            ),
-            "bearer_token": lambda: bearer_token(request.authorization),
-            "cache.digest (keyed blake2b)": lambda: cache.digest(token),
-            "cache.lookup (lock + move_to_end)": lambda: cache.lookup(digest),
-            "utc_now()": utc_now,
-            "store.get_key (memory)": lambda: store.get_key(key.key_id),
-            "membership.get_role (memory)": lambda: membership.get_role(ACCOUNT, ORGANIZATION),
-            "derive_status": lambda: derive_status(key, now, reaches_scope=True),
-            "organization_header (absent)": lambda: organization_header((), pattern),
-            "Principal(...)": lambda: Principal(
-                account_id=ACCOUNT,
-                key_id=key.key_id,
-                key_name=key.name,
-                scope=key.scope,
-                organization_id=ORGANIZATION,
-                tenant_id=TENANT,
-                role="admin",
-            ),
-            "usage.seen (not due)": (
-                (lambda: usage.seen(key.key_id)) if usage is not None else (lambda: None)
-            ),
-            "service headers, encoded": lambda: [
-                (k.encode("latin-1"), v.encode("latin-1")) for k, v in service_headers(principal)
-            ],
-            "send wrapper: filter + copy start message": lambda: {
-                "type": "http.response.start",
-                "headers": [(k, v) for k, v in headers_list if k.lower() not in names],
-            },
-            "decide() driven inline (no Authenticator)": drive,
-            "Authenticator.authenticate (sync driver)": lambda: authenticator.authenticate(request),
-            "floor: sha256 + dict lookup": lambda: table.get(
-                hashlib.sha256(token.encode("ascii")).digest()
-            ),
-        }
-
-        step_ns = {name: _per_call(fn, settings.batch * 5) for name, fn in steps.items()}
-        async_ns = run_batch(
-            lambda count: loop.run_until_complete(authenticate_many(count)), settings.batch * 5
-        )
-    finally:
-        loop.close()
-        authenticator.close()
-
-    overview = Table(
-        "whole overhead over bare Starlette (for scale)",
-        ["variant", "median us/req", "overhead us"],
+    n = max(20, settings.count_requests)
+    counted = shutil.which("valgrind") is not None
+    per_call, missing = _instructions(n) if counted else _nanoseconds(settings.batch)
+    unit = "instructions" if counted else "ns (valgrind not installed: timed instead)"
+    empty = per_call.pop(EMPTY)
+    net = {
+        name: value - (0 if name.startswith("request:") else empty)
+        for name, value in per_call.items()
+    }
+    bare = net.pop("request: bare Starlette")
+    wholes = {name: value - bare for name, value in net.items() if name.startswith("request:")}
+    table = Table(
+        f"{unit} per call, {n} calls per piece, minus an empty call's loop ({empty:,.0f})",
+        ["piece", unit.split()[0]],
     )
-    for name in ("bare", "floor", "keyturn"):
-        overhead = "-" if name == "bare" else us(whole.overhead(name, "bare"))
-        overview.add(name, us(whole.median(name)), overhead)
-    report.tables.append(overview)
+    for name, value in wholes.items():
+        table.add(f"{name}, over bare Starlette", f"{value:,.0f}")
+    for name, value in net.items():
+        if not name.startswith("request:"):
+            table.add(name, f"{value:,.0f}")
 
-    profile = Table(
-        f"cProfile, {n} warm requests: top {TOP} by own time (profiler-inflated)",
-        ["function", "calls/req", "own us/req", "cumulative us/req", "own %"],
-    )
-    for own, cumulative, calls, where in rows[:TOP]:
-        profile.add(
-            where,
-            f"{calls / n:g}",
-            f"{own * 1e6 / n:.2f}",
-            f"{cumulative * 1e6 / n:.2f}",
-            f"{own / total_own:.1%}",
-        )
-    report.tables.append(profile)
-    ours = [row for row in rows if row[3].startswith("keyturn/")]
-    own_total = sum(row[0] for row in ours)
-    mine = Table(
-        f"cProfile: keyturn's own functions ({own_total / total_own:.0%} of all own time)",
-        ["function", "calls/req", "own us/req", "cumulative us/req", "own %"],
-    )
-    for own, cumulative, calls, where in ours:
-        mine.add(
-            where,
-            f"{calls / n:g}",
-            f"{own * 1e6 / n:.2f}",
-            f"{cumulative * 1e6 / n:.2f}",
-            f"{own / total_own:.1%}",
-        )
-    report.tables.append(mine)
-    report.facts["keyturn_own_share"] = own_total / total_own
+    def get(name: str) -> float:
+        return net.get(name, float("nan"))
 
-    empty = step_ns.pop("(empty call, subtracted from the others)")
-    budget = Table(
-        f"each step alone, tight loop, minus an empty call ({empty:.0f} ns)",
-        ["step", "ns/call"],
+    keyturn = wholes.get("request: keyturn, organization key", float("nan"))
+    adapter = (
+        keyturn
+        - get("Authenticator.authenticate_async (async driver, whole decision)")
+        - get("header scan into AuthRequest (asgi._read)")
+        - get("path guard (_route_path + Paths.guarded)")
     )
-    for name, ns in step_ns.items():
-        budget.add(name, f"{max(0.0, ns - empty):.0f}")
-    budget.add("Authenticator.authenticate_async (async driver)", f"{async_ns - empty:.0f}")
-    report.tables.append(budget)
-    report.facts["keyturn_overhead_ns"] = whole.overhead("keyturn", "bare")
-    report.facts["floor_overhead_ns"] = whole.overhead("floor", "bare")
-    report.facts["profiled_functions"] = len(rows)
+    driver = get("Authenticator.authenticate_async (async driver, whole decision)") - get(
+        "decide() driven inline (no driver, no _finish)"
+    )
+    inside = get("decide() driven inline (no driver, no _finish)") - sum(
+        get(name)
+        for name in (
+            "bearer_token",
+            "cache.digest (keyed BLAKE2b)",
+            "cache.lookup",
+            "clock (datetime.now(UTC))",
+            "store.get_key (memory)",
+            "membership.get_role (memory)",
+            "derive_status",
+            "organization_header (absent)",
+        )
+    )
+    table.add(
+        "= adapter work after the decision (request - async driver - scan - guard)",
+        f"{adapter:,.0f}",
+    )
+    table.add("= async driver around decide(): dispatch, _finish, usage", f"{driver:,.0f}")
+    table.add("= decide()'s own bytecode, generator protocol and step objects", f"{inside:,.0f}")
+    report.tables.append(table)
+    report.facts.update(
+        pieces=len(net) + len(wholes),
+        missing=len(missing),
+        counted=int(counted),
+        keyturn_over_bare=keyturn,
+        adapter=adapter,
+    )
+    report.notes += [f"missing piece (internal moved): {text}" for text in missing]
     return report
+
+
+if __name__ == "__main__":
+    _count_main(int(sys.argv[1]))

@@ -2,7 +2,13 @@
 
 No timing is asserted (this machine's times mean nothing here); the *counted* facts are:
 a junk or mistyped key touches neither the store nor argon2, a key's first request runs
-argon2 exactly once, and concurrent first requests with one new key share that one run.
+argon2 exactly once, concurrent first requests with one new key share that one run, every
+same-work baseline really checks the organization, and callgrind counts more instructions
+for a request through keyturn than for the bare app.
+
+``valgrind`` and ``wrk`` are not on a fresh machine: without valgrind the instruction
+count is skipped (the reason is shown), and without wrk the real-HTTP section uses its
+Python load generator, which is tested on its own below.
 
 The PostgreSQL parts read ``KEYTURN_TEST_POSTGRES_DSN``: unset, they skip with the reason
 shown in the summary; with ``KEYTURN_REQUIRE_POSTGRES=1`` a missing or unreachable server
@@ -11,13 +17,23 @@ fails them instead (as in ``tests/stores/conftest.py``).
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
+import shutil
+from pathlib import Path
 
 import pytest
-from bench import DEFAULT, SECTIONS, run_section
+from bench import DEFAULT, SECTIONS, breakdown, run_section
 from bench import __main__ as bench_main
+from bench._apps import asgi_call, wsgi_call
 from bench._core import SMOKE, Report
+from bench._count import main as count_main
 from bench._databases import postgres_unavailable
+from bench._variants import LABELS, base_of, build, world
+from bench._world import OTHER_ORGANIZATION
+from bench.instructions import valgrind_missing
+from bench.real_http import Server, _python_load, cores
 
 
 def smoke(name: str) -> Report:
@@ -30,23 +46,110 @@ def smoke(name: str) -> Report:
 
 
 def test_sections_are_all_listed() -> None:
-    """The default run is every section but the profile, in the documented order."""
-    assert list(DEFAULT) == ["asgi", "wsgi", "refusals", "cold", "http", "stores", "scale"]
-    assert set(SECTIONS) == {*DEFAULT, "profile"}
+    """The default run is every section, in the documented order."""
+    assert list(DEFAULT) == [
+        "instructions",
+        "asgi",
+        "wsgi",
+        "refusals",
+        "cold",
+        "http",
+        "stores",
+        "scale",
+        "breakdown",
+    ]
+    assert set(SECTIONS) == set(DEFAULT)
 
 
 def test_asgi_warm_path_runs_no_argon2() -> None:
+    """The timed ASGI variants run no argon2, and the section states its targets."""
     report = smoke("asgi")
     assert report.facts["warm.argon2_runs_while_timed"] == 0
-    assert {bar.name for bar in report.bars} >= {
-        "ASGI warm path, organization key: overhead vs floor's",
-        "ASGI warm path, tenant key: overhead vs floor's",
-    }
+    names = {target.name for target in report.targets}
+    assert "ASGI warm overhead / floor, paired wall time (GC on), organization key" in names
+    assert "ASGI / Starlette AuthenticationMiddleware same work, time, tenant key" in names
 
 
 def test_wsgi_warm_path_runs_no_argon2() -> None:
+    """The timed WSGI variants run no argon2."""
     report = smoke("wsgi")
     assert report.facts["warm.argon2_runs_while_timed"] == 0
+
+
+SAME_WORK = [
+    name
+    for name in LABELS
+    if name.split(".")[1].removesuffix("+tenant")
+    in ("floor", "auth", "bearer", "httpauth", "keyturn")
+]
+
+
+def _reply(name: str, organization: str | None) -> tuple[int, str | None]:
+    """Status and ``service-organization-id`` of one request to *name*, naming *organization*."""
+    w = world()
+    try:
+        variant = build(name, w)
+        if variant.kind == "asgi":
+            scope = dict(variant.request)
+            if organization is not None:
+                scope["headers"] = [
+                    *scope["headers"],
+                    (b"x-organization-id", organization.encode()),
+                ]
+            reply = asyncio.run(asgi_call(variant.app, scope))
+        else:
+            environ = dict(variant.request)
+            if organization is not None:
+                environ["HTTP_X_ORGANIZATION_ID"] = organization
+            reply = wsgi_call(variant.app, environ)
+    finally:
+        w.authenticator.close()
+    return reply.status, reply.header("service-organization-id")
+
+
+@pytest.mark.parametrize("name", SAME_WORK)
+def test_same_work_baselines_check_the_organization(name: str) -> None:
+    """Each same-work guard answers 200 with the service header, refuses another organization."""
+    status, organization = _reply(name, None)
+    assert status == 200
+    assert organization is not None
+    if not name.endswith("+tenant"):  # an organization key naming another organization
+        assert _reply(name, OTHER_ORGANIZATION)[0] != 200
+
+
+@pytest.mark.parametrize("name", list(LABELS))
+def test_count_harness_runs_every_variant(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``bench._count`` builds, checks and runs every variant (here without valgrind)."""
+    count_main([name, "3"])
+    said = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert said == {"variant": name, "n": 3, "status": 200}
+    assert base_of(name) in LABELS
+
+
+@pytest.mark.skipif(valgrind_missing() is not None, reason=f"{valgrind_missing()}")
+def test_instruction_counts_under_callgrind() -> None:
+    """Callgrind counts a warm request through keyturn above the same bare app."""
+    facts = smoke("instructions").facts
+    assert facts["skipped"] == 0
+    assert facts["starlette.keyturn.instructions"] > facts["starlette.bare.instructions"] > 0
+
+
+def test_instructions_skip_without_valgrind(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """With no valgrind on the PATH the section is skipped and says why."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    report = run_section("instructions", SMOKE)
+    assert report.facts["skipped"] == 1
+    assert any("valgrind is not installed" in note for note in report.notes)
+
+
+def test_breakdown_pieces_are_all_found(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every piece of the breakdown still finds the internal it measures."""
+    breakdown._count_main(3)  # the loop valgrind runs, here without it
+    said = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert said["missing"] == []
+    assert len(said["pieces"]) > 20
 
 
 def test_refusals_touch_what_they_must_and_no_more() -> None:
@@ -70,9 +173,23 @@ def test_cold_path_runs_argon2_once() -> None:
 
 
 def test_real_http_servers_start_answer_and_stop() -> None:
+    """Three pinned servers answer the load generator (wrk if installed) without a failure."""
     facts = smoke("http").facts
     assert facts["requests"] > 0
     assert facts["failed"] == 0
+
+
+def test_python_load_generator() -> None:
+    """The fallback load generator, in its own pinned process, gets only 200s from keyturn."""
+    server_cpu, load_cpu = cores()
+    server = Server("keyturn", server_cpu)
+    try:
+        requests, failed, elapsed = _python_load(server, 2, 40, 10.0, load_cpu)
+    finally:
+        server.stop()
+    assert server.process.returncode is not None  # stopped by its PID
+    assert (requests, failed) == (40, 0)
+    assert elapsed > 0
 
 
 def test_stores_without_postgres() -> None:
@@ -89,9 +206,12 @@ def test_scale_without_postgres() -> None:
     assert report.facts["cache.traced_bytes_per_entry"] > 0
 
 
-def test_profile() -> None:
-    report = smoke("profile")
-    assert report.facts["profiled_functions"] > 0
+@pytest.mark.skipif(shutil.which("valgrind") is not None, reason="the counted mode is above")
+def test_breakdown_timed_without_valgrind() -> None:
+    """Without valgrind the breakdown times its pieces instead."""
+    facts = smoke("breakdown").facts
+    assert facts["counted"] == 0
+    assert facts["missing"] == 0
 
 
 def _postgres_dsn() -> str:
