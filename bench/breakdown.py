@@ -29,8 +29,8 @@ from keyturn import Authenticator, AuthRequest, Principal
 from keyturn import asgi as keyturn_asgi
 from keyturn._decision import bearer_token, decide, organization_header
 from keyturn._lifecycle import derive_status
+from keyturn._model import utc_now
 from keyturn._web import service_headers
-from keyturn.authenticator import utc_now
 
 __all__ = ["run"]
 
@@ -116,12 +116,12 @@ def run(settings: Settings) -> Report:
         names = keyturn_asgi._SERVICE_NAMES
 
         def drive() -> object:
-            flow = decide(request, now, cache, authenticator.rules, authenticator._principals)
+            flow = decide(request, now, cache, authenticator.rules)
             answer: Any = None
             try:
                 while True:
                     step = flow.send(answer)
-                    answer = step.ask(store, membership)
+                    answer = step.ask(store if step.uses_store else membership)
             except StopIteration as done:
                 return done.value
 

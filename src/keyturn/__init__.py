@@ -8,6 +8,7 @@ from keyturn._decision import AuthRequest, Policy
 from keyturn._hashing import KEY_PROFILE, SecretVerifier, VerifiedTokenCache
 from keyturn._model import (
     ApiKey,
+    Clock,
     CreatedKey,
     CustomDate,
     KeyInfo,
@@ -18,9 +19,9 @@ from keyturn._model import (
     ScopeKind,
     Status,
 )
-from keyturn.authenticator import AuditEvent, AuditHook, Authenticator, Clock
+from keyturn.authenticator import AuditEvent, AuditHook, Authenticator
 from keyturn.errors import (
-    AuthError,
+    Conflict,
     DuplicateKey,
     InvalidExpiry,
     InvalidKeyName,
@@ -29,15 +30,27 @@ from keyturn.errors import (
     KeyNotRevocable,
     KeyturnError,
     MissingPrincipal,
+    NotAKeyDatabase,
     NotFound,
+    OrganizationConflict,
     PermissionDenied,
     Reason,
+    Refusal,
+    SchemaTooNew,
     ScopeNotReachable,
     ServiceUnavailable,
     Unauthorized,
+    UnknownOrganization,
 )
 from keyturn.manager import KeyManager
-from keyturn.protocols import AsyncKeyStore, AsyncMembershipProvider, KeyStore, MembershipProvider
+from keyturn.protocols import (
+    AsyncKeyStore,
+    AsyncMembershipProvider,
+    Database,
+    KeyStore,
+    MembershipProvider,
+    WritableMembership,
+)
 
 __all__ = [
     "KEY_PROFILE",
@@ -46,12 +59,13 @@ __all__ = [
     "AsyncMembershipProvider",
     "AuditEvent",
     "AuditHook",
-    "AuthError",
     "AuthRequest",
     "Authenticator",
     "Clock",
+    "Conflict",
     "CreatedKey",
     "CustomDate",
+    "Database",
     "DuplicateKey",
     "InvalidExpiry",
     "InvalidKeyName",
@@ -65,12 +79,16 @@ __all__ = [
     "Lifetime",
     "MembershipProvider",
     "MissingPrincipal",
+    "NotAKeyDatabase",
     "NotFound",
     "Organization",
+    "OrganizationConflict",
     "PermissionDenied",
     "Policy",
     "Principal",
     "Reason",
+    "Refusal",
+    "SchemaTooNew",
     "Scope",
     "ScopeKind",
     "ScopeNotReachable",
@@ -78,5 +96,7 @@ __all__ = [
     "ServiceUnavailable",
     "Status",
     "Unauthorized",
+    "UnknownOrganization",
     "VerifiedTokenCache",
+    "WritableMembership",
 ]

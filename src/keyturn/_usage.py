@@ -22,16 +22,14 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final
+
+from keyturn._model import utc_now
 
 __all__ = ["UsageRecorder"]
 
 log: Final = logging.getLogger("keyturn")
-
-
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 class UsageRecorder:
@@ -50,7 +48,7 @@ class UsageRecorder:
         store: Any,
         *,
         interval: float = 60.0,
-        clock: Callable[[], datetime] = _utc_now,
+        clock: Callable[[], datetime] = utc_now,
         timer: Callable[[], float] = time.monotonic,
         max_keys: int = 100_000,
         max_pending: int = 10_000,

@@ -51,9 +51,8 @@ from keyturn.stores import open_database
 from keyturn.stores.sqlite import SQLiteDatabase
 
 if TYPE_CHECKING:
-    from keyturn.stores.postgres import PostgresDatabase
+    from keyturn.protocols import Database
 
-    Database: TypeAlias = SQLiteDatabase | PostgresDatabase
     Handler: TypeAlias = Callable[[Database, argparse.Namespace, TextIO], None]
 
 __all__ = ["main"]

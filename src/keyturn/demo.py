@@ -21,11 +21,11 @@ import shlex
 import socket
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import attrs
 
-from keyturn import CreatedKey, KeyManager, KeyStore, Lifetime, MembershipProvider, Scope
+from keyturn import CreatedKey, KeyManager, KeyStore, Lifetime, Scope, WritableMembership
 from keyturn.stores import open_database
 
 __all__ = ["DemoKeys", "instructions", "main", "seed"]
@@ -38,23 +38,13 @@ DEMO_STORE = "sqlite:///keyturn-demo.sqlite3"
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "starlette_app.py"
 
 
-class Membership(MembershipProvider, Protocol):
-    """A membership provider that can also be filled in, as the library's own are."""
-
-    def add_organization(self, organization_id: str, *, tenant_id: str, default: bool = ...) -> Any:
-        """Add an organization; ``default=True`` makes it the tenant's ``default``."""
-
-    def add_member(self, account_id: str, organization_id: str, *, role: str) -> None:
-        """Give the account a role in the organization."""
-
-
 @attrs.frozen(kw_only=True)
 class DemoKeys:
     tenant: CreatedKey
     organization: CreatedKey
 
 
-def seed(store: KeyStore, membership: Membership) -> DemoKeys:
+def seed(store: KeyStore, membership: WritableMembership) -> DemoKeys:
     """Create the demo tenant, organizations and user, and two fresh keys for that user."""
     membership.add_organization(DEFAULT_ORGANIZATION, tenant_id=TENANT, default=True)
     membership.add_organization(OTHER_ORGANIZATION, tenant_id=TENANT)

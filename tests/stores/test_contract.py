@@ -19,13 +19,13 @@ from hypothesis import strategies as st
 
 from keyturn import (
     ApiKey,
-    AuthError,
     AuthRequest,
     DuplicateKey,
     KeyManager,
     Organization,
     Principal,
     Reason,
+    Refusal,
     Scope,
     Status,
 )
@@ -341,12 +341,12 @@ def test_console_and_authentication_end_to_end(backend: Backend) -> None:
 
         manager.revoke("alice", tenant_key.info.key_id)
         refused = backend.decide(auth, bearer(tenant_key.secret, "default"))
-        assert isinstance(refused, AuthError)
+        assert isinstance(refused, Refusal)
         assert (refused.status, refused.reason) == (401, Reason.REVOKED)
 
         backend.membership.remove_member("alice", "org_research")
         refused = backend.decide(auth, bearer(research_key.secret))
-        assert isinstance(refused, AuthError)
+        assert isinstance(refused, Refusal)
         assert (refused.status, refused.reason) == (401, Reason.INACTIVE)
     finally:
         auth.close()

@@ -105,7 +105,7 @@ def test_threads_share_a_few_connections(sqlite_path: Path) -> None:
         for thread in threads:
             thread.join(30)
         assert errors == []
-        assert 1 <= len(db._opened) <= 8
+        assert 1 <= db.connections <= 8
 
 
 def test_two_processes_worth_of_first_use_migrate_once(sqlite_path: Path) -> None:
