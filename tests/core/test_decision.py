@@ -107,38 +107,7 @@ def test_tenant_key_runs_in_the_named_organization(
     )
 
 
-@pytest.mark.parametrize("scheme", ["Bearer", "bearer", "BEARER", "bEaReR"])
-@pytest.mark.parametrize("gap", [" ", "  ", "    "])
-def test_scheme_is_case_insensitive_and_spaces_may_repeat(
-    world: World, decide: Decide, scheme: str, gap: str
-) -> None:
-    """D5: the scheme is case-insensitive; one or more spaces may precede the token."""
-    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
-    passes(decide(AuthRequest(authorization=(f"{scheme}{gap}{created.secret}",))))
-
-
 # --- 401: the credential ------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("authorization", "reason"),
-    [
-        ((), Reason.MISSING),
-        (("",), Reason.NOT_BEARER),
-        (("Bearer",), Reason.NOT_BEARER),
-        (("Bearer   ",), Reason.NOT_BEARER),
-        (("Basic dXNlcjpwYXNz",), Reason.NOT_BEARER),
-        (("Token rma_x",), Reason.NOT_BEARER),
-        (("Bearer\trma_x",), Reason.NOT_BEARER),
-        (("Bearer rma_short",), Reason.MALFORMED),
-        (("Bearer " + "A" * 50,), Reason.MALFORMED),
-    ],
-)
-def test_malformed_credentials_are_401(
-    decide: Decide, authorization: tuple[str, ...], reason: Reason
-) -> None:
-    """Missing, other schemes, empty or not a key: 401, with the precise reason kept."""
-    refused(decide(AuthRequest(authorization=authorization)), Unauthorized, reason)
 
 
 def test_two_authorization_headers_are_refused(world: World, decide: Decide) -> None:
@@ -265,33 +234,6 @@ def test_every_401_looks_the_same_to_the_client(world: World, decide: Decide) ->
 # --- 400: x-organization-id ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "header",
-    [
-        "",
-        "   ",
-        "a,b",
-        "org research",
-        "org/research",
-        "-leading",
-        "ünïcode",
-        "x" * 129,
-        "a\r\nb",
-        "a\x00",
-    ],
-)
-def test_tenant_key_with_an_invalid_organization_header_is_400(
-    world: World, decide: Decide, header: str
-) -> None:
-    """D8: a value that is neither an organization id nor `default` is 400 naming the header."""
-    created = world.manager.create("alice", name="ci", scope=TENANT_SCOPE)
-    error = refused(
-        decide(bearer(created.secret, header)), InvalidRequest, Reason.ORG_HEADER_INVALID
-    )
-    assert error.status == 400
-    assert "x-organization-id" in error.message
-
-
 def test_tenant_key_without_organization_header_is_400(world: World, decide: Decide) -> None:
     """The spec: a tenant-scoped key that sent no x-organization-id gets 400 invalid_request."""
     created = world.manager.create("alice", name="ci", scope=TENANT_SCOPE)
@@ -384,7 +326,7 @@ def test_a_key_is_verified_by_argon2_once(world: World) -> None:
     auth = Authenticator(world.store, world.membership, clock=world.clock)
     for _ in range(5):
         passes(auth.authenticate(bearer(created.secret)))
-    assert asyncio.run(auth.authenticate_async(bearer(created.secret)))
+    passes(asyncio.run(auth.authenticate_async(bearer(created.secret))))
     assert auth.verifier.runs == 1
     assert len(auth.cache) == 1
     auth.close()
@@ -407,7 +349,7 @@ def test_cache_never_resurrects_a_replaced_hash(world: World, decide: Decide) ->
     passes(decide(bearer(created.secret)))
     old = world.store.get_key(created.info.key_id)
     assert old is not None
-    world.store._keys[old.key_id] = attrs.evolve(old, secret_hash=hash_secret("x" * 28))
+    world.store.edit(attrs.evolve(old, secret_hash=hash_secret("x" * 28)))
     refused(decide(bearer(created.secret)), Unauthorized, Reason.WRONG_SECRET)
 
 
@@ -468,7 +410,7 @@ def test_absurd_hash_parameters_are_refused_before_running_argon2(
     absurd = (
         "$argon2id$v=19$m=4294967295,t=4294967295,p=255$c2FsdHNhbHRzYWx0$aGFzaGhhc2hoYXNoaGFzaA"
     )
-    world.store._keys[old.key_id] = attrs.evolve(old, secret_hash=absurd)
+    world.store.edit(attrs.evolve(old, secret_hash=absurd))
     started = time.perf_counter()
     refused(decide(bearer(created.secret)), Unauthorized, Reason.UNVERIFIABLE)
     assert time.perf_counter() - started < 5  # generous: argon2 with those parameters never ends
@@ -748,7 +690,7 @@ def test_principal_memo_never_hides_a_changed_record(world: World, decide: Decid
     old = world.store.get_key(created.info.key_id)
     assert old is not None
     world.membership.add_member("bob", "org_research", role="member")
-    world.store._keys[old.key_id] = attrs.evolve(old, account_id="bob", name="renamed")
+    world.store.edit(attrs.evolve(old, account_id="bob", name="renamed"))
     principal = passes(decide(bearer(created.secret)))
     assert (principal.account_id, principal.key_name) == ("bob", "renamed")
 

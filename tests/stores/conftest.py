@@ -190,7 +190,13 @@ def backend(request: pytest.FixtureRequest, sqlite_path: Path) -> Iterator[Backe
             name,
             store,
             MemoryMembership(),
-            dump=lambda: repr([attrs.asdict(key) for key in store._keys.values()]),
+            dump=lambda: repr(
+                [
+                    attrs.asdict(key)
+                    for account in ("alice", "bob")
+                    for key in store.keys_of(account)
+                ]
+            ),
             persistent=False,
         )
     elif name == "sqlite":

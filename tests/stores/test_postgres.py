@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
-from keyturn import Authenticator, AuthRequest, Reason, ServiceUnavailable, _token
+from keyturn import Authenticator, AuthRequest, Reason, SchemaTooNew, ServiceUnavailable, _token
 from keyturn.stores import open_database
 from keyturn.stores.memory import MemoryMembership
 from keyturn.stores.postgres import AsyncPostgresDatabase, PostgresDatabase
@@ -106,9 +106,9 @@ def test_a_newer_schema_is_refused(make_postgres_schema: Callable[[], str]) -> N
         db.create_schema()
         with psycopg.connect(url, autocommit=True) as connection:
             connection.execute("INSERT INTO keyturn_schema_version (version) VALUES (99)")
-        with pytest.raises(RuntimeError, match="upgrade keyturn"):
+        with pytest.raises(SchemaTooNew, match="upgrade keyturn"):
             db.create_schema()
-        with pytest.raises(RuntimeError, match="upgrade keyturn"):
+        with pytest.raises(SchemaTooNew, match="upgrade keyturn"):
             db.schema_version()
 
 
