@@ -39,6 +39,7 @@ from keyturn.errors import (
     SchemaTooNew,
     ScopeNotReachable,
     ServiceUnavailable,
+    StoreUnreachable,
     Unauthorized,
     UnknownOrganization,
 )
@@ -95,6 +96,7 @@ __all__ = [
     "SecretVerifier",
     "ServiceUnavailable",
     "Status",
+    "StoreUnreachable",
     "Unauthorized",
     "UnknownOrganization",
     "VerifiedTokenCache",

@@ -45,6 +45,7 @@ from keyturn.errors import (
     KeyNotFound,
     KeyNotRevocable,
     ScopeNotReachable,
+    StoreUnreachable,
 )
 from keyturn.manager import KeyManager
 from keyturn.stores import open_database
@@ -591,6 +592,8 @@ def _require_schema(db: Database, url: str) -> None:
 
 
 def _command_error(exc: Exception, url: str, connecting: str | None) -> CommandError | None:
+    if isinstance(exc, StoreUnreachable):
+        return CommandError(f"cannot connect to the store {_redact(url)}: {exc.reason}")
     for kind, status in _EXIT_CODES:
         if isinstance(exc, kind):
             return CommandError(str(exc), status)

@@ -45,6 +45,7 @@ __all__ = [
     "SchemaTooNew",
     "ScopeNotReachable",
     "ServiceUnavailable",
+    "StoreUnreachable",
     "Unauthorized",
     "UnknownOrganization",
 ]
@@ -234,6 +235,17 @@ class UnknownOrganization(KeyturnError, LookupError):
 
 class SchemaTooNew(KeyturnError, RuntimeError):
     """The database holds a keyturn schema newer than this version knows: upgrade keyturn."""
+
+
+class StoreUnreachable(KeyturnError, ConnectionError):
+    """The database server refused the connection or could not be reached.
+
+    *reason* is the driver's one-line account, without the password.
+    """
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class NotAKeyDatabase(KeyturnError, ValueError):

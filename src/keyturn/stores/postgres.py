@@ -29,14 +29,16 @@ on its next request. Instants are ``timestamptz`` and come back as UTC datetimes
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from types import TracebackType
 from typing import Any, Final, TypeVar
 
-from psycopg import AsyncConnection, Connection, Cursor
+from psycopg import AsyncConnection, Connection, Cursor, OperationalError
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from keyturn.errors import StoreUnreachable
 from keyturn.stores import _sql
 
 __all__ = ["AsyncPostgresDatabase", "PostgresDatabase"]
@@ -114,13 +116,29 @@ class PostgresDatabase:
 
     def create_schema(self) -> int:
         """Create or upgrade the tables (idempotent, safe to run concurrently); the version."""
-        with self.pool.connection() as connection, connection.transaction():
+        with self._admin() as connection, connection.transaction():
             connection.execute(_MIGRATION_LOCK)
             return _sql.drive(functools.partial(_execute, connection), _sql.migrate(_DIALECT))
 
     def schema_version(self) -> int:
         """The schema version in the database; 0 when ``create_schema()`` never ran."""
-        return self.run(_sql.schema_version(_DIALECT))
+        with self._admin() as connection:
+            return _sql.drive(
+                functools.partial(_execute, connection), _sql.schema_version(_DIALECT)
+            )
+
+    def _admin(self) -> contextlib.AbstractContextManager[Connection[Any]]:
+        # The administrative calls (deploy time, the keyturn command) connect on their own:
+        # a server that refuses answers at once, not after the pool's wait for a connection.
+        if not self._owns_pool:
+            return self.pool.connection()
+        try:
+            return Connection.connect(str(self.pool.conninfo), autocommit=True)
+        except OperationalError as exc:
+            reason = (str(exc).splitlines() or [""])[0]
+            raise StoreUnreachable(
+                f"cannot connect to PostgreSQL ({_describe(self.pool)}): {reason}", reason=reason
+            ) from None
 
     def close(self) -> None:
         """Close the pool, unless it was passed in."""
