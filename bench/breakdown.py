@@ -121,7 +121,7 @@ def run(settings: Settings) -> Report:
             try:
                 while True:
                     step = flow.send(answer)
-                    answer = step.ask(store if step.uses_store else membership)
+                    answer = step.ask(store if step.method == "get_key" else membership)
             except StopIteration as done:
                 return done.value
 

@@ -110,8 +110,14 @@ class Rules:
 # --- the steps the decision yields ------------------------------------------------------
 
 
+# Who answers a step: the index of Step.via.
+MEMBERSHIP: Final = 0
+STORE: Final = 1
+ARGON2: Final = 2
+
+
 class Step:
-    """A question for the key store (``uses_store``) or the membership provider.
+    """A question for the membership provider, the key store or argon2 (``via``).
 
     ``method`` names the method that answers it, ``answers`` the types its answer may have:
     the drivers check every answer, so a provider that returns a coroutine by mistake is a
@@ -119,7 +125,7 @@ class Step:
     """
 
     __slots__ = ()
-    uses_store: ClassVar[bool] = False
+    via: ClassVar[int] = MEMBERSHIP
     method: ClassVar[str]
     answers: ClassVar[tuple[type, ...]]
 
@@ -130,7 +136,7 @@ class Step:
 
 class GetKey(Step):
     __slots__ = ("key_id",)
-    uses_store = True
+    via = STORE
     method = "get_key"
     answers = (ApiKey, NoneType)
 
@@ -145,6 +151,7 @@ class VerifySecret(Step):
     """Run argon2; answered with ``None`` (it matches) or the :class:`Reason` it does not."""
 
     __slots__ = ("digest", "secret", "secret_hash")
+    via = ARGON2
     method = "argon2"
     answers = (Reason, NoneType)
 

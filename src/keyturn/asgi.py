@@ -123,7 +123,9 @@ class ApiKeyMiddleware(MiddlewareConfig[ASGIApp]):
             return
         scope.setdefault("state", {})[PRINCIPAL_KEY] = outcome
         if self.strip_authorization and credentials:
-            scope["headers"] = [line for line in scope["headers"] if line not in credentials]
+            kept = list(scope["headers"])
+            kept.remove(credentials[0])  # a request that passed sent exactly one
+            scope["headers"] = kept
         del credentials
         await self._call_app(outcome, scope, receive, send)
 
@@ -186,8 +188,9 @@ def _read(scope: ASGIScope, path: str) -> tuple[AuthRequest, list[Any]]:
     credentials = []
     for line in scope["headers"]:
         # Servers may pass the client's spelling of a name through: compare lower-cased.
-        if len(line[0]) in _READ_LENGTHS:
-            name = line[0].lower()
+        name = line[0]
+        if len(name) in _READ_LENGTHS:
+            name = name.lower()
             if name == _AUTHORIZATION:
                 authorization += (line[1].decode("latin-1"),)
                 credentials.append(line)

@@ -38,8 +38,8 @@ import functools
 import inspect
 import logging
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, Final
 
@@ -51,7 +51,6 @@ from keyturn._decision import (
     Policy,
     Rules,
     Step,
-    VerifySecret,
     WrongAnswer,
     decide,
     unavailable,
@@ -126,9 +125,11 @@ def _loggable(text: str, limit: int = 200) -> str:
 
 
 class _Answers:
-    """How each step is answered: decided once, from the store and the provider.
+    """How each step is answered: decided once, from the store, the provider and the timeout.
 
-    Indexed by ``step.uses_store`` (``False``: the provider, ``True``: the store).
+    ``sync[step.via]`` answers a step for the sync driver; the async driver calls
+    ``sync[step.via]`` where ``inline[step.via]`` (it never blocks), else awaits
+    ``in_loop[step.via]``. Each takes the step and the request's deadline.
     """
 
     def __init__(
@@ -139,64 +140,96 @@ class _Answers:
         cache: VerifiedTokenCache,
         timeout: float | None,
     ) -> None:
-        self.targets = (membership, store)
+        targets = (membership, store)
         modes = (_mode_of(membership, "get_role"), _mode_of(store, "get_key"))
         self.is_async = _Mode.AWAIT in modes
-        self.inline = tuple(mode is _Mode.INLINE for mode in modes)
-        self.awaited = tuple(mode is _Mode.AWAIT for mode in modes)
-        # The sync driver bounds a blocking call with a pool thread, unless the object
-        # bounds its own calls (``enforces_timeout = True``, as the SQLite store does).
-        self.watched = tuple(
-            timeout is not None
-            and mode is _Mode.THREAD
-            and not getattr(target, "enforces_timeout", False)
-            for mode, target in zip(modes, self.targets, strict=True)
-        )
-        self.verifier = verifier
-        self.cache = cache
-        self.timeout = None if all(self.inline) else timeout  # None: no deadline to keep
+        self.inline = (*(mode is _Mode.INLINE for mode in modes), False)
+        # None: no deadline to keep, as no call can block.
+        self.timeout = None if all(self.inline[:2]) else timeout
         # Blocking calls run on threads of our own (started on first use): calls stuck in a
         # hung backend must not starve argon2, nor the event loop's default executor.
         self.calls = ThreadPoolExecutor(16, thread_name_prefix="keyturn-call")
 
-    def deadline(self) -> float | None:
-        """When the store and provider must have answered this request (``time.monotonic``)."""
-        return None if self.timeout is None else time.monotonic() + self.timeout
+        def verify(step: Any) -> Future[Any]:
+            return verifier.submit(cache, step.digest, step.secret_hash, step.secret)
 
-    def now(self, step: Step) -> Any:
-        """Answer *step* in this thread."""
-        return _checked(step, step.ask(self.targets[step.uses_store]))
+        def verify_here(step: Any, deadline: float | None) -> Any:
+            return verify(step).result()
 
-    def sync(self, step: Step, deadline: float | None) -> Any:
-        """Answer *step* for the sync driver."""
-        if type(step) is VerifySecret:
-            return self._verify(step).result()
-        if deadline is None or not self.watched[step.uses_store]:
-            return self.now(step)
-        call = self.calls.submit(step.ask, self.targets[step.uses_store])
+        async def verify_in_loop(step: Any, deadline: float | None) -> Any:
+            # shield: a cancelled request must not cancel a verification others wait on
+            return await asyncio.shield(asyncio.wrap_future(verify(step)))
+
+        self.sync = (
+            *(
+                # The sync driver bounds a blocking call with a pool thread, unless the
+                # object bounds its own calls (``enforces_timeout``, as SQLite does).
+                _on_thread(target, self.calls)
+                if timeout is not None
+                and mode is _Mode.THREAD
+                and not getattr(target, "enforces_timeout", False)
+                else _in_place(target)
+                for mode, target in zip(modes, targets, strict=True)
+            ),
+            verify_here,
+        )
+        self.in_loop = (
+            *(
+                _awaited(target) if mode is _Mode.AWAIT else _in_executor(target, self.calls)
+                for mode, target in zip(modes, targets, strict=True)
+            ),
+            verify_in_loop,
+        )
+
+
+Answer = Callable[[Step, float | None], Any]
+AsyncAnswer = Callable[[Step, float | None], Awaitable[Any]]
+
+
+def _in_place(target: object) -> Answer:
+    def answer(step: Step, deadline: float | None) -> Any:
+        value = step.ask(target)
+        if isinstance(value, step.answers):
+            return value
+        raise WrongAnswer(step, value)
+
+    return answer
+
+
+def _on_thread(target: object, calls: ThreadPoolExecutor) -> Answer:
+    def answer(step: Step, deadline: float | None) -> Any:
+        if deadline is None:
+            return _checked(step, step.ask(target))
+        call = calls.submit(step.ask, target)
         try:
             return _checked(step, call.result(max(0.0, deadline - time.monotonic())))
         except TimeoutError:
             call.cancel()  # if still queued, it must not hit the store once that is back
             raise
 
-    async def in_loop(self, step: Step, deadline: float | None) -> Any:
-        """Answer *step* for the async driver, without blocking the event loop."""
-        if type(step) is VerifySecret:
-            # shield: a cancelled request must not cancel a verification others wait on
-            return await asyncio.shield(asyncio.wrap_future(self._verify(step)))
-        target = self.targets[step.uses_store]
-        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-        async with asyncio.timeout(remaining):
-            if self.awaited[step.uses_store]:
-                return _checked(step, await step.ask(target))
-            # A wait cut by the timeout cancels the call too, if it is still queued.
-            call = functools.partial(contextvars.copy_context().run, step.ask, target)
-            loop = asyncio.get_running_loop()
-            return _checked(step, await loop.run_in_executor(self.calls, call))
+    return answer
 
-    def _verify(self, step: VerifySecret) -> Any:
-        return self.verifier.submit(self.cache, step.digest, step.secret_hash, step.secret)
+
+def _awaited(target: object) -> AsyncAnswer:
+    async def answer(step: Step, deadline: float | None) -> Any:
+        async with asyncio.timeout(_remaining(deadline)):
+            return _checked(step, await step.ask(target))
+
+    return answer
+
+
+def _in_executor(target: object, calls: ThreadPoolExecutor) -> AsyncAnswer:
+    async def answer(step: Step, deadline: float | None) -> Any:
+        # A wait cut by the timeout cancels the call too, if it is still queued.
+        call = functools.partial(contextvars.copy_context().run, step.ask, target)
+        async with asyncio.timeout(_remaining(deadline)):
+            return _checked(step, await asyncio.get_running_loop().run_in_executor(calls, call))
+
+    return answer
+
+
+def _remaining(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
 def _checked(step: Step, answer: Any) -> Any:
@@ -280,13 +313,13 @@ class Authenticator:
         if self.closed:
             return self._finish(request, self._shutting_down())
         flow = decide(request, self.clock(), self.cache, self.rules)
-        deadline = answers.deadline()
+        deadline = None if answers.timeout is None else time.monotonic() + answers.timeout
         answer: Any = None
         try:
             while True:
                 step = flow.send(answer)
                 try:
-                    answer = answers.sync(step, deadline)
+                    answer = answers.sync[step.via](step, deadline)
                 except Exception as exc:
                     flow.close()
                     return self._finish(request, self._unavailable(exc))
@@ -299,16 +332,16 @@ class Authenticator:
         if self.closed:
             return self._finish(request, self._shutting_down())
         flow = decide(request, self.clock(), self.cache, self.rules)
-        deadline = answers.deadline()
+        deadline = None if answers.timeout is None else time.monotonic() + answers.timeout
         answer: Any = None
         try:
             while True:
                 step = flow.send(answer)
                 try:
-                    if answers.inline[step.uses_store] and type(step) is not VerifySecret:
-                        answer = answers.now(step)  # never blocks: no coroutine, no await
+                    if answers.inline[step.via]:  # never blocks: no coroutine, no await
+                        answer = answers.sync[step.via](step, None)
                     else:
-                        answer = await answers.in_loop(step, deadline)
+                        answer = await answers.in_loop[step.via](step, deadline)
                 except Exception as exc:
                     flow.close()
                     return self._finish(request, self._unavailable(exc))
