@@ -1,4 +1,4 @@
-"""Key stores and membership memberships that ship with keyturn.
+"""Key stores and membership providers that ship with keyturn.
 
 - :mod:`keyturn.stores.memory`: dicts in the process; tests, examples, demos.
 - :mod:`keyturn.stores.sqlite`: one file, nothing to start; the embedded default.
@@ -11,10 +11,10 @@ may use it too::
     db = open_database("postgresql://app@127.0.0.1:5432/app")
     auth = Authenticator(db.keys, db.membership)
 
-Each is a *database*: ``.keys`` (a :class:`~keyturn.protocols.KeyStore`), ``.membership``
-(a :class:`~keyturn.protocols.MembershipProvider` with ``add_organization``,
-``add_member`` and ``remove_member``), ``create_schema()``, ``schema_version()`` and
-``close()``. Importing this package imports no database driver.
+Each is a :class:`~keyturn.protocols.Database`: ``.keys`` (a
+:class:`~keyturn.protocols.KeyStore`), ``.membership`` (a
+:class:`~keyturn.protocols.WritableMembership`), ``create_schema()``, ``schema_version()``
+and ``close()``. Importing this package imports no database driver.
 """
 
 from __future__ import annotations

@@ -68,17 +68,11 @@ class Dialect(NamedTuple):
     has_foreign_tables: str | None = None
 
 
-class Cursor(Protocol):
-    @property
-    def rowcount(self) -> int: ...
+def drive(execute: Callable[[Query], Any], op: Op[T]) -> T:
+    """Run *op*, sending each query to *execute* (which returns a DB-API cursor).
 
-    def fetchone(self) -> Any: ...
-
-    def fetchall(self) -> Any: ...
-
-
-def drive(execute: Callable[[Query], Cursor], op: Op[T]) -> T:
-    """Run *op*, sending each of its queries to *execute*: the sync driver of every store."""
+    The sync driver of every store; the async one is its twin in ``postgres.py``.
+    """
     answer: Any = None
     try:
         while True:
