@@ -94,11 +94,10 @@ def pieces() -> tuple[dict[str, Loop], list[str], Callable[[], None]]:
     add("request: keyturn, tenant key", lambda: whole(tenant.app, tenant.request))
 
     def guard() -> Loop:
-        route = _internal("keyturn.asgi", "_route_path")
         paths = ApiKeyMiddleware(bare.app, authenticator=authenticator).paths
-        return _repeat(lambda: paths.guarded(route(scope)))
+        return _repeat(lambda: paths.read(scope.get("root_path", ""), scope["path"]))
 
-    add("path guard (_route_path + Paths.guarded)", guard)
+    add("path guard (Paths.read)", guard)
 
     def read() -> Loop:
         scan = _internal("keyturn.asgi", "_read")
@@ -127,14 +126,15 @@ def pieces() -> tuple[dict[str, Loop], list[str], Callable[[], None]]:
         decide = _internal("keyturn._decision", "decide")
         store, membership = authenticator.store, authenticator.membership
         clock, cache, rules = authenticator.clock, authenticator.cache, authenticator.rules
-        memo = authenticator._principals
+        targets = (membership, store)  # indexed by Step.via (argon2 never runs: warm key)
 
         def drive() -> object:
-            flow = decide(request, clock(), cache, rules, memo)
+            flow = decide(request, clock(), cache, rules)
             answer: Any = None
             try:
                 while True:
-                    answer = flow.send(answer).ask(store, membership)
+                    step = flow.send(answer)
+                    answer = step.ask(targets[step.via])
             except StopIteration as done:
                 return done.value
 
@@ -318,7 +318,7 @@ def run(settings: Settings) -> Report:
         keyturn
         - get("Authenticator.authenticate_async (async driver, whole decision)")
         - get("header scan into AuthRequest (asgi._read)")
-        - get("path guard (_route_path + Paths.guarded)")
+        - get("path guard (Paths.read)")
     )
     driver = get("Authenticator.authenticate_async (async driver, whole decision)") - get(
         "decide() driven inline (no driver, no _finish)"

@@ -28,7 +28,7 @@ from bench._world import (
     unknown_token,
     wrong_secret,
 )
-from keyturn import Authenticator, AuthError, AuthRequest, Principal
+from keyturn import Authenticator, AuthRequest, Principal, Refusal
 from keyturn.asgi import ApiKeyMiddleware
 
 __all__ = ["run"]
@@ -105,7 +105,7 @@ def run(settings: Settings) -> Report:
     )
     try:
         # The warm key's one cold verification, then the outcome of each path.
-        outcomes: dict[str, Principal | AuthError] = {
+        outcomes: dict[str, Principal | Refusal] = {
             name: authenticator.authenticate(request) for name, request in requests.items()
         }
         for name, outcome in outcomes.items():

@@ -7,8 +7,8 @@ cost on the memory, SQLite and PostgreSQL stores, through both drivers:
 - ``authenticate()`` (the WSGI driver). With the default ``timeout=5`` a blocking store is
   called through a watchdog thread so the timeout can be enforced, unless it bounds its own
   calls (SQLite does); ``timeout=None`` calls it in the caller's thread.
-- ``authenticate_async()`` (the ASGI driver): SQLite through one worker-thread trip for the
-  whole decision, PostgreSQL through its async pool on the event loop.
+- ``authenticate_async()`` (the ASGI driver): SQLite through one trip to a call thread per
+  read (argon2 has threads of its own), PostgreSQL through its async pool on the event loop.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def run(settings: Settings) -> Report:
             request(token),
             True,
         )
-        variants["sqlite: authenticate_async() (one thread trip)"] = (
+        variants["sqlite: authenticate_async() (a thread per read)"] = (
             authenticator(sqlite.keys, sqlite.membership),
             request(token),
             False,

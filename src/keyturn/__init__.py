@@ -9,6 +9,7 @@ from keyturn._hashing import KEY_PROFILE, SecretVerifier, VerifiedTokenCache
 from keyturn._lifecycle import custom_date_bounds, expiry_for
 from keyturn._model import (
     ApiKey,
+    Clock,
     CreatedKey,
     CustomDate,
     KeyInfo,
@@ -21,9 +22,9 @@ from keyturn._model import (
     Status,
 )
 from keyturn._token import SecretInfo, describe_secret
-from keyturn.authenticator import AuditEvent, AuditHook, Authenticator, Clock
+from keyturn.authenticator import AuditEvent, AuditHook, Authenticator
 from keyturn.errors import (
-    AuthError,
+    Conflict,
     DuplicateKey,
     InvalidExpiry,
     InvalidKeyName,
@@ -32,20 +33,28 @@ from keyturn.errors import (
     KeyNotRevocable,
     KeyturnError,
     MissingPrincipal,
+    NotAKeyDatabase,
     NotFound,
+    OrganizationConflict,
     PermissionDenied,
     Reason,
+    Refusal,
+    SchemaTooNew,
     ScopeNotReachable,
     ServiceUnavailable,
+    StoreUnreachable,
     Unauthorized,
+    UnknownOrganization,
 )
 from keyturn.manager import AsyncKeyManager, KeyManager
 from keyturn.protocols import (
     AsyncKeyStore,
     AsyncMembershipProvider,
     ConsoleMembership,
+    Database,
     KeyStore,
     MembershipProvider,
+    WritableMembership,
 )
 
 __all__ = [
@@ -56,13 +65,14 @@ __all__ = [
     "AsyncMembershipProvider",
     "AuditEvent",
     "AuditHook",
-    "AuthError",
     "AuthRequest",
     "Authenticator",
     "Clock",
+    "Conflict",
     "ConsoleMembership",
     "CreatedKey",
     "CustomDate",
+    "Database",
     "DuplicateKey",
     "InvalidExpiry",
     "InvalidKeyName",
@@ -77,12 +87,16 @@ __all__ = [
     "Lifetime",
     "MembershipProvider",
     "MissingPrincipal",
+    "NotAKeyDatabase",
     "NotFound",
     "Organization",
+    "OrganizationConflict",
     "PermissionDenied",
     "Policy",
     "Principal",
     "Reason",
+    "Refusal",
+    "SchemaTooNew",
     "Scope",
     "ScopeKind",
     "ScopeNotReachable",
@@ -90,8 +104,11 @@ __all__ = [
     "SecretVerifier",
     "ServiceUnavailable",
     "Status",
+    "StoreUnreachable",
     "Unauthorized",
+    "UnknownOrganization",
     "VerifiedTokenCache",
+    "WritableMembership",
     "custom_date_bounds",
     "describe_secret",
     "expiry_for",

@@ -2,13 +2,24 @@
 
 Rules of this file (keep them):
 
-1. Everything that decides whether a request passes is here, or in the pure modules it calls
-   (``_token``, ``_lifecycle``). The middleware translates a request into an
-   :class:`AuthRequest` and the outcome into a response; it decides nothing.
+1. Whether a request passes is decided here, or in the pure modules named below; every
+   other file only carries a request in or an outcome out:
+
+   - ``_target.py``: which requests are guarded at all (the canonical path under the prefix);
+   - this file: the credential, the header syntax, the organization, the Inactive reach
+     rule (:func:`reach_question`, which the console's :class:`~keyturn.KeyManager` uses
+     too), the policy's 403 and the service headers it carries (``Refusal.principal``),
+     and the mapping of a failing store or provider to 503 (:func:`unavailable`);
+   - ``_token.py``: the key layout and checksum; ``_lifecycle.py``: a key's status;
+     ``_hashing.py``: whether a secret matches its hash.
+
+   ``authenticator.py`` answers the steps; ``_web.py``, ``asgi.py`` and ``wsgi.py``
+   translate a request into an :class:`AuthRequest` and the outcome into a response.
 2. No I/O and no framework. :func:`decide` is a generator: it yields small step objects (read
    a key, verify a secret, resolve an organization, get a role) and receives their answers.
-   The sync and async drivers in ``authenticator.py`` run it; neither holds any logic.
-3. Argon2 is a yielded step (:class:`VerifySecret`), so an async driver runs it off the loop.
+   It mutates nothing it is given. The sync and async drivers in ``authenticator.py`` run
+   it; neither holds any logic.
+3. Argon2 is a yielded step (:class:`VerifySecret`), so the drivers run it off the caller.
 4. The order of checks is fixed (D4): credential (401), then ``x-organization-id`` syntax (400),
    then organization resolution and reach (404), then the application's role policy (403).
    A refusal carries the precise :class:`~keyturn.errors.Reason` for logs, never the client.
@@ -16,23 +27,27 @@ Rules of this file (keep them):
 
 from __future__ import annotations
 
+import functools
+import inspect
 import re
 from collections.abc import Callable, Generator, Sequence
 from datetime import datetime
+from types import NoneType
 from typing import Any, ClassVar, Final, NamedTuple
 
 import attrs
 
 from keyturn import _token
-from keyturn._hashing import VerifiedTokenCache, fingerprint
+from keyturn._hashing import Overloaded, VerifiedTokenCache, fingerprint
 from keyturn._lifecycle import derive_status
-from keyturn._model import Principal, Status
+from keyturn._model import ApiKey, Organization, Principal, Scope, Status
 from keyturn.errors import (
-    AuthError,
     InvalidRequest,
     NotFound,
     PermissionDenied,
     Reason,
+    Refusal,
+    ServiceUnavailable,
     Unauthorized,
 )
 
@@ -43,14 +58,15 @@ __all__ = [
     "Policy",
     "Rules",
     "Step",
+    "WrongAnswer",
     "decide",
+    "reach_question",
+    "unavailable",
 ]
 
 DEFAULT_ORGANIZATION: Final = "default"
 DEFAULT_ORGANIZATION_PATTERN: Final = r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}"
 _HTTP_WHITESPACE: Final = " \t"
-_SECRET_START: Final = len(_token.PREFIX) + _token.ID_LENGTH
-_SECRET_END: Final = _SECRET_START + _token.SECRET_LENGTH
 
 
 class AuthRequest(NamedTuple):
@@ -94,32 +110,50 @@ class Rules:
 # --- the steps the decision yields ------------------------------------------------------
 
 
+# Who answers a step: the index of Step.via.
+MEMBERSHIP: Final = 0
+STORE: Final = 1
+ARGON2: Final = 2
+
+
 class Step:
-    """A question for the key store (``uses_store``) or the membership provider."""
+    """A question for the membership provider, the key store or argon2 (``via``).
+
+    ``method`` names the method that answers it, ``answers`` the types its answer may have:
+    the drivers check every answer, so a provider that returns a coroutine by mistake is a
+    503, never a pass.
+    """
 
     __slots__ = ()
-    uses_store: ClassVar[bool] = False
+    via: ClassVar[int] = MEMBERSHIP
+    method: ClassVar[str]
+    answers: ClassVar[tuple[type, ...]]
 
-    def ask(self, store: Any, membership: Any) -> Any:
-        """Put the question to the store or provider (sync or async flavour alike)."""
+    def ask(self, target: Any) -> Any:
+        """Put the question to *target*, the store or the provider (sync or async alike)."""
         raise NotImplementedError
 
 
 class GetKey(Step):
     __slots__ = ("key_id",)
-    uses_store = True
+    via = STORE
+    method = "get_key"
+    answers = (ApiKey, NoneType)
 
     def __init__(self, key_id: str) -> None:
         self.key_id = key_id
 
-    def ask(self, store: Any, membership: Any) -> Any:
-        return store.get_key(self.key_id)
+    def ask(self, target: Any) -> Any:
+        return target.get_key(self.key_id)
 
 
 class VerifySecret(Step):
     """Run argon2; answered with ``None`` (it matches) or the :class:`Reason` it does not."""
 
     __slots__ = ("account_id", "digest", "secret", "secret_hash")
+    via = ARGON2
+    method = "argon2"
+    answers = (Reason, NoneType)
 
     def __init__(
         self, digest: bytes, secret_hash: str, secret: str, account_id: str | None = None
@@ -135,44 +169,86 @@ class VerifySecret(Step):
 
 class GetOrganization(Step):
     __slots__ = ("organization_id",)
+    method = "get_organization"
+    answers = (Organization, NoneType)
 
     def __init__(self, organization_id: str) -> None:
         self.organization_id = organization_id
 
-    def ask(self, store: Any, membership: Any) -> Any:
-        return membership.get_organization(self.organization_id)
+    def ask(self, target: Any) -> Any:
+        return target.get_organization(self.organization_id)
 
 
 class GetDefaultOrganization(Step):
     __slots__ = ("tenant_id",)
+    method = "get_default_organization"
+    answers = (Organization, NoneType)
 
     def __init__(self, tenant_id: str) -> None:
         self.tenant_id = tenant_id
 
-    def ask(self, store: Any, membership: Any) -> Any:
-        return membership.get_default_organization(self.tenant_id)
+    def ask(self, target: Any) -> Any:
+        return target.get_default_organization(self.tenant_id)
 
 
 class GetRole(Step):
     __slots__ = ("account_id", "organization_id")
+    method = "get_role"
+    answers = (str, NoneType)
 
     def __init__(self, account_id: str, organization_id: str) -> None:
         self.account_id = account_id
         self.organization_id = organization_id
 
-    def ask(self, store: Any, membership: Any) -> Any:
-        return membership.get_role(self.account_id, self.organization_id)
+    def ask(self, target: Any) -> Any:
+        return target.get_role(self.account_id, self.organization_id)
 
 
 class ReachesTenant(Step):
     __slots__ = ("account_id", "tenant_id")
+    method = "reaches_tenant"
+    answers = (bool,)
 
     def __init__(self, account_id: str, tenant_id: str) -> None:
         self.account_id = account_id
         self.tenant_id = tenant_id
 
-    def ask(self, store: Any, membership: Any) -> Any:
-        return membership.reaches_tenant(self.account_id, self.tenant_id)
+    def ask(self, target: Any) -> Any:
+        return target.reaches_tenant(self.account_id, self.tenant_id)
+
+
+class WrongAnswer(TypeError):
+    """A store or provider answered a step with a value of the wrong type."""
+
+    def __init__(self, step: Step, answer: object) -> None:
+        if inspect.iscoroutine(answer):
+            answer.close()  # never awaited, on purpose: no warning about it
+        expected = " or ".join(t.__name__ for t in step.answers)
+        super().__init__(f"{step.method}() answered {type(answer).__name__}, not {expected}")
+        self.method = step.method
+
+
+def reach_question(account_id: str, scope: Scope) -> GetRole | ReachesTenant:
+    """The question whose answer says whether *account_id* still reaches *scope* (D11).
+
+    A key whose creator no longer reaches its scope is Inactive: an organization scope is
+    reached with a role there, a tenant scope with a role in any of its organizations. The
+    answer is truthy exactly when the scope is reached (a role, or ``True``).
+    """
+    if scope.organization_id is None:
+        return ReachesTenant(account_id, scope.tenant_id)
+    return GetRole(account_id, scope.organization_id)
+
+
+def unavailable(exc: Exception, retry_after: int) -> ServiceUnavailable:
+    """The 503 for a store or provider that failed, timed out, or for argon2 shedding (D15)."""
+    if isinstance(exc, Overloaded):
+        reason = Reason.OVERLOADED
+    elif isinstance(exc, TimeoutError):
+        reason = Reason.BACKEND_TIMEOUT
+    else:
+        reason = Reason.BACKEND_ERROR
+    return ServiceUnavailable(reason, retry_after=retry_after)
 
 
 # --- header parsing -----------------------------------------------------------------------
@@ -185,7 +261,7 @@ def bearer_token(values: Sequence[str]) -> str | Reason:
     if not values:
         return Reason.MISSING
     if len(values) > 1:
-        return Reason.NOT_BEARER
+        return Reason.AUTHORIZATION_REPEATED
     scheme, _, rest = values[0].strip(_HTTP_WHITESPACE).partition(" ")
     token = rest.lstrip(" ")  # RFC 6750: 1*SP between scheme and token
     if scheme.lower() != "bearer" or not token:
@@ -193,48 +269,62 @@ def bearer_token(values: Sequence[str]) -> str | Reason:
     return token
 
 
-def organization_header(
-    values: Sequence[str], pattern: re.Pattern[str], key_id: str | None = None
-) -> str | InvalidRequest | None:
-    """The organization named by ``x-organization-id``, ``None`` if absent, or a 400 (D8)."""
+def organization_header(values: Sequence[str], pattern: re.Pattern[str]) -> str | Reason | None:
+    """The organization named by ``x-organization-id``, ``None`` if absent, or why not (D8)."""
     if isinstance(values, str):
         raise TypeError("AuthRequest.organization is a tuple of header values, not a str")
     if not values:
         return None
     if len(values) > 1:
-        return InvalidRequest(
-            Reason.ORG_HEADER_INVALID, "Send exactly one x-organization-id header.", key_id=key_id
-        )
+        return Reason.ORG_HEADER_REPEATED
     value = values[0].strip(_HTTP_WHITESPACE)
     if value == DEFAULT_ORGANIZATION or pattern.fullmatch(value):
         return value
-    return InvalidRequest(Reason.ORG_HEADER_INVALID, key_id=key_id)
+    return Reason.ORG_HEADER_INVALID
 
 
-_MISSING_ORGANIZATION: Final = (
-    "A tenant-scoped key needs the x-organization-id header: an organization id or 'default'."
-)
+_MESSAGES: Final = {
+    Reason.ORG_HEADER_MISSING: (
+        "A tenant-scoped key needs the x-organization-id header: an organization id or 'default'."
+    ),
+    Reason.ORG_HEADER_REPEATED: "Send exactly one x-organization-id header.",
+}
+
+
+def _bad_header(reason: Reason, key_id: str) -> InvalidRequest:
+    return InvalidRequest(reason, _MESSAGES.get(reason), key_id=key_id)
+
+
+@functools.lru_cache(maxsize=10_000)
+def _principal(
+    account_id: str,
+    key_id: str,
+    key_name: str,
+    tenant_id: str,
+    scope_organization_id: str | None,
+    organization_id: str,
+    role: str,
+) -> Principal:
+    # Principals are immutable values: the warm path builds none, and a changed record
+    # (another name, role or organization) is another entry, never a stale one.
+    return Principal(
+        account_id=account_id,
+        key_id=key_id,
+        key_name=key_name,
+        scope=Scope(tenant_id=tenant_id, organization_id=scope_organization_id),
+        organization_id=organization_id,
+        tenant_id=tenant_id,
+        role=role,
+    )
 
 
 # --- the decision -------------------------------------------------------------------------
 
 
-PrincipalMemo = dict[tuple[str | None, ...], Principal]
-_MEMO_SIZE: Final = 10_000
-
-
 def decide(
-    request: AuthRequest,
-    now: datetime,
-    cache: VerifiedTokenCache,
-    rules: Rules,
-    principals: PrincipalMemo,
-) -> Generator[Step, Any, Principal | AuthError]:
-    """Decide one request; yields steps, returns a :class:`Principal` or the refusal.
-
-    *principals* remembers the immutable principals already built, keyed by every field
-    they are made of, so the warm path builds none and a changed record is never hidden.
-    """
+    request: AuthRequest, now: datetime, cache: VerifiedTokenCache, rules: Rules
+) -> Generator[Step, Any, Principal | Refusal]:
+    """Decide one request; yields steps, returns a :class:`Principal` or the refusal."""
     # 1. The credential: any failure here is the same 401 to the client.
     token = bearer_token(request.authorization)
     if isinstance(token, Reason):
@@ -247,15 +337,13 @@ def decide(
         parsed = _token.parse(token)
         if isinstance(parsed, Reason):
             return Unauthorized(parsed)
-    key_id = token[len(_token.PREFIX) : _SECRET_START]
+    key_id, secret = _token.split(token)
 
     key = yield GetKey(key_id)
     if key is None:
         return Unauthorized(Reason.UNKNOWN_KEY, key_id=key_id)
     if verified != fingerprint(key.secret_hash):
-        failure = yield VerifySecret(
-            digest, key.secret_hash, token[_SECRET_START:_SECRET_END], key.account_id
-        )
+        failure = yield VerifySecret(digest, key.secret_hash, secret, key.account_id)
         if failure is not None:
             return Unauthorized(failure, key_id=key_id)
 
@@ -267,16 +355,16 @@ def decide(
 
     scope = key.scope
     account_id = key.account_id
-    target = organization_header(request.organization, rules.organization_pattern, key_id)
+    target = organization_header(request.organization, rules.organization_pattern)
 
     if scope.organization_id is not None:
         # 2-3. An organization-scoped key works in its own organization only (D9, D10).
         organization_id = scope.organization_id
-        role = yield GetRole(account_id, organization_id)
+        role = yield reach_question(account_id, scope)  # its role there, or Inactive
         if role is None:
             return Unauthorized(Reason.INACTIVE, key_id=key_id)
-        if isinstance(target, InvalidRequest):
-            return target
+        if isinstance(target, Reason):
+            return _bad_header(target, key_id)
         if target == DEFAULT_ORGANIZATION:
             default = yield GetDefaultOrganization(scope.tenant_id)
             if default is None or default.id != organization_id:
@@ -296,44 +384,36 @@ def decide(
                 role = yield GetRole(account_id, organization.id)
         if role is None:
             # Inactive (401) outranks a bad header (400) and an unreachable organization (404).
-            if not (yield ReachesTenant(account_id, scope.tenant_id)):
+            if not (yield reach_question(account_id, scope)):
                 return Unauthorized(Reason.INACTIVE, key_id=key_id)
             if target is None:
-                return InvalidRequest(
-                    Reason.ORG_HEADER_MISSING, _MISSING_ORGANIZATION, key_id=key_id
-                )
-            if isinstance(target, InvalidRequest):
-                return target
+                return _bad_header(Reason.ORG_HEADER_MISSING, key_id)
+            if isinstance(target, Reason):
+                return _bad_header(target, key_id)
             if organization is None or organization.tenant_id != scope.tenant_id:
                 return NotFound(Reason.ORG_NOT_FOUND, key_id=key_id)
             return NotFound(Reason.ORG_NOT_REACHABLE, key_id=key_id)
         assert organization is not None
         organization_id = organization.id
 
-    memo = (
+    principal = _principal(
+        account_id,
         key_id,
         key.name,
-        account_id,
         scope.tenant_id,
         scope.organization_id,
         organization_id,
         role,
     )
-    principal = principals.get(memo)
-    if principal is None:
-        principal = Principal(
-            account_id=account_id,
-            key_id=key_id,
-            key_name=key.name,
-            scope=scope,
-            organization_id=organization_id,
-            tenant_id=scope.tenant_id,
-            role=role,
-        )
-        if len(principals) >= _MEMO_SIZE:
-            principals.clear()  # rare, and rebuilding costs one record per key
-        principals[memo] = principal
-    # 4. The application's own rule on roles, if it has one.
-    if rules.policy is not None and not rules.policy(principal, request):
-        return PermissionDenied(Reason.POLICY, key_id=key_id, principal=principal)
+    # 4. The application's own rule on roles, if it has one. Its 403 names the organization
+    # the request reached, so the response carries the service headers (D16).
+    if rules.policy is not None:
+        allowed: object = rules.policy(principal, request)
+        if allowed is not True:
+            if allowed is False:
+                return PermissionDenied(Reason.POLICY, key_id=key_id, principal=principal)
+            if inspect.iscoroutine(allowed):
+                allowed.close()
+            # Like a policy that raises: a bug, so a 500, never a pass (D15).
+            raise TypeError(f"the policy must return a bool, got {type(allowed).__name__}")
     return principal

@@ -1,4 +1,4 @@
-"""The records: keys, scopes, statuses, organizations, principals. Pure; no I/O.
+"""The records: keys, scopes, statuses, organizations, principals; and the clock. No I/O.
 
 Every record is a frozen attrs class with keyword-only fields. Only :class:`CreatedKey`
 ever holds a secret, and its repr shows the hint instead.
@@ -7,7 +7,8 @@ ever holds a secret, and its repr shows the hint instead.
 from __future__ import annotations
 
 import enum
-from datetime import date, datetime, timedelta
+from collections.abc import Callable
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -15,6 +16,7 @@ import attrs
 
 __all__ = [
     "ApiKey",
+    "Clock",
     "CreatedKey",
     "CustomDate",
     "KeyInfo",
@@ -25,7 +27,15 @@ __all__ = [
     "Scope",
     "ScopeKind",
     "Status",
+    "utc_now",
 ]
+
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    """The default :data:`Clock`: the current time in UTC."""
+    return datetime.now(UTC)
 
 
 def _aware(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:

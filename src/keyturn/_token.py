@@ -36,6 +36,7 @@ __all__ = [
     "hint_of",
     "is_key_id",
     "parse",
+    "split",
 ]
 
 PREFIX: Final = "rma_"
@@ -61,8 +62,7 @@ class ParsedToken:
 
     def __init__(self, token: str) -> None:
         self.token = token
-        self.key_id = token[len(PREFIX) : _ID_END]
-        self.secret = token[_ID_END:_BODY_END]
+        self.key_id, self.secret = split(token)
 
     @property
     def hint(self) -> str:
@@ -99,6 +99,12 @@ def parse(text: str) -> ParsedToken | Reason:
     if _checksum(text[:_BODY_END]) != text[_BODY_END:]:
         return Reason.BAD_CHECKSUM
     return ParsedToken(text)
+
+
+def split(token: str) -> tuple[str, str]:
+    """The key id and the secret of a key string of :data:`TOKEN_LENGTH` (the one place that
+    knows the layout); :func:`parse` checks shape and checksum first."""
+    return token[len(PREFIX) : _ID_END], token[_ID_END:_BODY_END]
 
 
 def hint_of(token: str) -> str:

@@ -30,16 +30,14 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final
+
+from keyturn._model import utc_now
 
 __all__ = ["UsageRecorder"]
 
 log: Final = logging.getLogger("keyturn")
-
-
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 _threaded: weakref.WeakSet[UsageRecorder] = weakref.WeakSet()  # recorders with a thread
@@ -68,7 +66,7 @@ class UsageRecorder:
         store: Any,
         *,
         interval: float = 60.0,
-        clock: Callable[[], datetime] = _utc_now,
+        clock: Callable[[], datetime] = utc_now,
         timer: Callable[[], float] = time.monotonic,
         max_keys: int = 100_000,
         max_pending: int = 10_000,

@@ -1,8 +1,8 @@
-"""What the ASGI and WSGI middleware share: their configuration, and how a refusal looks.
+"""What the ASGI and WSGI middleware share: configuration, header names, rendering.
 
 Nothing here decides whether a request passes (that is ``_decision.py``) or which requests
-are guarded (that is ``_target.py``): this module only renders the outcome, identically for
-both adapters.
+are guarded (``_target.py``): this module holds the one header vocabulary of both adapters,
+checks their configuration once, and renders an outcome identically for both.
 """
 
 from __future__ import annotations
@@ -15,16 +15,18 @@ from typing import Final, Generic, TypeVar
 from keyturn._model import Principal
 from keyturn._target import Paths, PublicPaths
 from keyturn.authenticator import Authenticator
-from keyturn.errors import AuthError, InvalidRequest, PermissionDenied, Reason
+from keyturn.errors import InvalidRequest, Reason, Refusal
 
 __all__ = [
+    "AUTHORIZATION_HEADER",
     "DEFAULT_PREFIX",
     "DEFAULT_REALM",
-    "ORGANIZATION_HEADER",
+    "ORGANIZATION_ID_HEADER",
     "PRINCIPAL_KEY",
     "SERVICE_HEADER_NAMES",
-    "TENANT_HEADER",
-    "Guard",
+    "SERVICE_ORGANIZATION_HEADER",
+    "SERVICE_TENANT_HEADER",
+    "MiddlewareConfig",
     "Paths",
     "PublicPaths",
     "refusal",
@@ -37,19 +39,30 @@ log: Final = logging.getLogger("keyturn")
 PRINCIPAL_KEY: Final = "keyturn.principal"
 DEFAULT_PREFIX: Final = "/managed-agents/v1/"
 DEFAULT_REALM: Final = "agents-api"
-ORGANIZATION_HEADER: Final = "service-organization-id"
-TENANT_HEADER: Final = "service-tenant-id"
-SERVICE_HEADER_NAMES: Final = frozenset({ORGANIZATION_HEADER, TENANT_HEADER})
+# The header vocabulary, lower-case (ASGI encodes it; WSGI derives its environ keys).
+AUTHORIZATION_HEADER: Final = "authorization"
+ORGANIZATION_ID_HEADER: Final = "x-organization-id"  # request: where the client aims
+SERVICE_ORGANIZATION_HEADER: Final = "service-organization-id"  # response: where it ran
+SERVICE_TENANT_HEADER: Final = "service-tenant-id"
+SERVICE_HEADER_NAMES: Final = frozenset({SERVICE_ORGANIZATION_HEADER, SERVICE_TENANT_HEADER})
 # The realm sits inside a quoted string of WWW-Authenticate: printable ASCII but '"' and '\'.
 _REALM: Final = re.compile(r"[ !#-\[\]-~]+")
 
 App = TypeVar("App")
 
 
-class Guard(Generic[App]):
+class MiddlewareConfig(Generic[App]):
     """The configuration both middlewares share; each adds its own ``__call__``.
 
     Everything is checked here, at startup, rather than as a 500 on the first request.
+
+    :param app: the application to wrap.
+    :param authenticator: the :class:`~keyturn.Authenticator` that decides; its options
+        carry the store, the membership provider, the role policy and the audit hook.
+    :param prefix: the path prefix to protect (the bare prefix without ``/`` included).
+    :param public_paths: exact paths, or a predicate on the path, exempt under the prefix.
+    :param realm: the realm of ``WWW-Authenticate: Bearer realm="..."``.
+    :param strip_authorization: remove the ``Authorization`` header before the app sees it.
     """
 
     def __init__(
@@ -64,7 +77,7 @@ class Guard(Generic[App]):
     ) -> None:
         if not isinstance(authenticator, Authenticator):
             raise TypeError(
-                "authenticator must be an keyturn.Authenticator, e.g. "
+                "authenticator must be a keyturn.Authenticator, e.g. "
                 f"Authenticator(db.keys, db.membership); got {type(authenticator).__name__}"
             )
         if not _REALM.fullmatch(realm):
@@ -76,9 +89,7 @@ class Guard(Generic[App]):
         self.strip_authorization = strip_authorization
 
 
-def refusal(
-    error: AuthError, realm: str, method: str = "GET"
-) -> tuple[list[tuple[str, str]], bytes]:
+def refusal(error: Refusal, realm: str, method: str = "GET") -> tuple[list[tuple[str, str]], bytes]:
     """The headers and JSON body of the middleware's own refusal (D6, D7, D16).
 
     A refusal to HEAD has the headers of the GET refusal and no body (D24): a body there
@@ -89,14 +100,17 @@ def refusal(
     if method.upper() == "HEAD":
         body = b""
     headers += error.headers(realm)
-    if isinstance(error, PermissionDenied) and error.principal is not None:
-        headers += service_headers(error.principal)  # the request did reach an organization
+    if error.principal is not None:  # the decision says the request reached an organization
+        headers += service_headers(error.principal)
     return headers, body
 
 
 def service_headers(principal: Principal) -> list[tuple[str, str]]:
     """The response headers naming where the request ran: canonical ids, never request text."""
-    return [(ORGANIZATION_HEADER, principal.organization_id), (TENANT_HEADER, principal.tenant_id)]
+    return [
+        (SERVICE_ORGANIZATION_HEADER, principal.organization_id),
+        (SERVICE_TENANT_HEADER, principal.tenant_id),
+    ]
 
 
 def unreadable(root: str, path: str) -> InvalidRequest:

@@ -76,58 +76,54 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any, Final
 
-try:
-    from starlette.requests import HTTPConnection
-except ImportError as exc:
-    raise ImportError("keyturn.asgi needs Starlette: pip install 'keyturn[asgi]'") from exc
-
 from keyturn._decision import AuthRequest
 from keyturn._model import Principal
 from keyturn._target import UNREADABLE
 from keyturn._web import (
-    ORGANIZATION_HEADER,
+    AUTHORIZATION_HEADER,
+    ORGANIZATION_ID_HEADER,
     PRINCIPAL_KEY,
     SERVICE_HEADER_NAMES,
-    TENANT_HEADER,
-    Guard,
+    SERVICE_ORGANIZATION_HEADER,
+    SERVICE_TENANT_HEADER,
+    MiddlewareConfig,
     refusal,
     unreadable,
 )
-from keyturn.errors import AuthError, MissingPrincipal
+from keyturn.errors import MissingPrincipal, Refusal
 
-__all__ = ["ApiKeyMiddleware", "current_principal", "principal"]
+__all__ = ["ApiKeyMiddleware", "current_principal", "principal"]  # noqa: F822 -- see __getattr__
 
 log: Final = logging.getLogger("keyturn")
 
-Scope = MutableMapping[str, Any]
+ASGIScope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+ASGIApp = Callable[[ASGIScope, Receive, Send], Awaitable[None]]
 
 _AUTHENTICATED: Final = frozenset({"http", "websocket"})
 _RESPONSE_STARTS: Final = frozenset(
     {"http.response.start", "websocket.accept", "websocket.http.response.start"}
 )
+# The shared header names as ASGI sends them; comparing lengths first spares lower-casing
+# every other header name.
+_AUTHORIZATION: Final = AUTHORIZATION_HEADER.encode("ascii")
+_ORGANIZATION_ID: Final = ORGANIZATION_ID_HEADER.encode("ascii")
+_READ_LENGTHS: Final = frozenset({len(_AUTHORIZATION), len(_ORGANIZATION_ID)})
 _SERVICE_NAMES: Final = frozenset(name.encode("ascii") for name in SERVICE_HEADER_NAMES)
 _SERVICE_LENGTHS: Final = frozenset(len(name) for name in _SERVICE_NAMES)
-_ORGANIZATION_HEADER: Final = ORGANIZATION_HEADER.encode("ascii")
-_TENANT_HEADER: Final = TENANT_HEADER.encode("ascii")
+_SERVICE_ORGANIZATION: Final = SERVICE_ORGANIZATION_HEADER.encode("ascii")
+_SERVICE_TENANT: Final = SERVICE_TENANT_HEADER.encode("ascii")
 
 
-class ApiKeyMiddleware(Guard[ASGIApp]):
+class ApiKeyMiddleware(MiddlewareConfig[ASGIApp]):
     """Authenticate requests under *prefix* with personal API keys.
 
-    :param app: the ASGI application to wrap.
-    :param authenticator: the :class:`~keyturn.Authenticator` that decides; its options
-        carry the store, the membership provider, the role policy and the audit hook.
-    :param prefix: the path prefix to protect (the bare prefix without ``/`` included).
-    :param public_paths: exact paths, or a predicate on the path, exempt under the prefix.
-    :param realm: the realm of ``WWW-Authenticate: Bearer realm="..."``.
-    :param strip_authorization: remove the ``Authorization`` header before the app sees it.
+    Takes the arguments of :class:`~keyturn._web.MiddlewareConfig`; *app* is an ASGI app.
     """
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "lifespan":
             await self.app(scope, receive, self._flush_at_shutdown(send))
@@ -145,15 +141,16 @@ class ApiKeyMiddleware(Guard[ASGIApp]):
             return
         request, credentials = _read(scope, path)
         outcome = await self.authenticator.authenticate_async(request)
-        if isinstance(outcome, AuthError):
+        del request  # no frame of ours on the stack while the app runs holds the key
+        if isinstance(outcome, Refusal):
             await self._refuse(outcome, scope, send)
             return
         scope.setdefault("state", {})[PRINCIPAL_KEY] = outcome
         if self.strip_authorization and credentials:
             kept = list(scope["headers"])
-            for line in credentials:
-                kept.remove(line)
+            kept.remove(credentials[0])  # a request that passed sent exactly one
             scope["headers"] = kept
+        del credentials
         await self._call_app(outcome, scope, receive, send)
 
     def _flush_at_shutdown(self, send: Send) -> Send:
@@ -166,12 +163,12 @@ class ApiKeyMiddleware(Guard[ASGIApp]):
         return send_after_usage
 
     async def _call_app(
-        self, caller: Principal, scope: Scope, receive: Receive, send: Send
+        self, caller: Principal, scope: ASGIScope, receive: Receive, send: Send
     ) -> None:
         # Encoded now, so a provider id that is no header value fails before the app runs.
         extra = [
-            (_ORGANIZATION_HEADER, caller.organization_id.encode("latin-1")),
-            (_TENANT_HEADER, caller.tenant_id.encode("latin-1")),
+            (_SERVICE_ORGANIZATION, caller.organization_id.encode("latin-1")),
+            (_SERVICE_TENANT, caller.tenant_id.encode("latin-1")),
         ]
         started = False
 
@@ -179,8 +176,7 @@ class ApiKeyMiddleware(Guard[ASGIApp]):
             nonlocal started
             if message["type"] in _RESPONSE_STARTS:
                 started = True
-                # The app's own service headers are dropped (ours are the canonical ones);
-                # the length test spares lower-casing every other header name.
+                # The app's own service headers are dropped (ours are the canonical ones).
                 headers = [
                     line
                     for line in message.get("headers", ())
@@ -204,7 +200,7 @@ class ApiKeyMiddleware(Guard[ASGIApp]):
                 await send({"type": "http.response.body", "body": b"Internal Server Error"})
             raise
 
-    async def _refuse(self, error: AuthError, scope: Scope, send: Send) -> None:
+    async def _refuse(self, error: Refusal, scope: ASGIScope, send: Send) -> None:
         headers, body = refusal(error, self.realm, scope.get("method", "GET"))
         if scope["type"] == "http":
             kind = "http.response"
@@ -218,21 +214,21 @@ class ApiKeyMiddleware(Guard[ASGIApp]):
         await send({"type": f"{kind}.body", "body": body})
 
 
-def _read(scope: Scope, path: str) -> tuple[AuthRequest, list[Any]]:
+def _read(scope: ASGIScope, path: str) -> tuple[AuthRequest, list[Any]]:
     """The decision's input, and the raw ``Authorization`` lines (to hide from the app)."""
     authorization: tuple[str, ...] = ()
     organization: tuple[str, ...] = ()
     credentials = []
     for line in scope["headers"]:
+        # Servers may pass the client's spelling of a name through: compare lower-cased.
         name = line[0]
-        # Servers may pass the client's spelling of a name through: compare lower-cased,
-        # but only names of the right length.
-        if len(name) == 13:
-            if name.lower() == b"authorization":
+        if len(name) in _READ_LENGTHS:
+            name = name.lower()
+            if name == _AUTHORIZATION:
                 authorization += (line[1].decode("latin-1"),)
                 credentials.append(line)
-        elif len(name) == 17 and name.lower() == b"x-organization-id":
-            organization += (line[1].decode("latin-1"),)
+            elif name == _ORGANIZATION_ID:
+                organization += (line[1].decode("latin-1"),)
     # What the router dispatches on: the upper-cased method (a WebSocket handshake is a GET).
     method = scope.get("method", "GET").upper()
     return AuthRequest(authorization, organization, method, path), credentials
@@ -248,14 +244,26 @@ def principal(request_or_scope: Mapping[str, Any]) -> Principal:
     """
     found = (request_or_scope.get("state") or {}).get(PRINCIPAL_KEY)
     if not isinstance(found, Principal):
-        raise MissingPrincipal(
-            "this request carries no keyturn principal: its path is outside the "
-            "middleware's prefix or among its public paths, or ApiKeyMiddleware is "
-            "not installed in front of this app"
-        )
+        raise MissingPrincipal
     return found
 
 
-def current_principal(connection: HTTPConnection) -> Principal:
-    """:func:`principal` as a FastAPI dependency: ``Depends(current_principal)``."""
-    return principal(connection)
+def __getattr__(name: str) -> Any:
+    # current_principal is for FastAPI, which finds the request to pass by the parameter's
+    # annotation: Starlette is imported when it is asked for, not with this module.
+    if name != "current_principal":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        from starlette.requests import HTTPConnection
+    except ImportError as exc:
+        raise ImportError(
+            "keyturn.asgi.current_principal needs Starlette: pip install 'keyturn[asgi]'"
+        ) from exc
+
+    def current_principal(connection: HTTPConnection) -> Principal:
+        """:func:`principal` as a FastAPI dependency: ``Depends(current_principal)``."""
+        return principal(connection)
+
+    current_principal.__annotations__ = {"connection": HTTPConnection, "return": Principal}
+    globals()[name] = current_principal
+    return current_principal

@@ -3,8 +3,19 @@
 It holds what lives as long as the process (the verified-token cache, the argon2 pool, the
 rules) and two drivers for the one decision in ``_decision.py``: :meth:`~Authenticator.
 authenticate` (sync, for WSGI and scripts) and :meth:`~Authenticator.authenticate_async`
-(for ASGI). Neither driver decides anything; each only answers the decision's questions,
-and turns a failing store or provider into 503 (D15), never into 401.
+(for ASGI). Neither driver decides anything: each is a loop that sends the decision the
+answers to its questions. *How* a question is answered is chosen once, at construction, by
+:class:`_Answers`:
+
+- argon2 (:class:`~keyturn._decision.VerifySecret`) runs on the verifier's own threads;
+- a store or provider that says it never blocks (``nonblocking = True``) is called in place;
+- an async one is awaited; a sync one that may block runs on a pool of threads of our own
+  under ``authenticate_async``, and in place under ``authenticate`` -- on that pool too when
+  the timeout must be enforced for it (it does not say ``enforces_timeout = True``).
+
+So a request whose token is already verified never waits behind argon2, in any mode.
+``timeout`` is a deadline per request: the store and provider together must answer within
+that many seconds, or the request gets 503; a failing one gets 503 too (D15), never 401.
 
 Usage, without any web framework::
 
@@ -26,9 +37,10 @@ import enum
 import functools
 import inspect
 import logging
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime
 from typing import Any, Final
 
 import attrs
@@ -37,27 +49,21 @@ from keyturn._decision import (
     DEFAULT_ORGANIZATION_PATTERN,
     AuthRequest,
     Policy,
-    PrincipalMemo,
     Rules,
     Step,
-    VerifySecret,
+    WrongAnswer,
     decide,
+    unavailable,
 )
-from keyturn._hashing import Overloaded, SecretVerifier, VerifiedTokenCache
-from keyturn._model import Principal
+from keyturn._hashing import SecretVerifier, VerifiedTokenCache
+from keyturn._model import Clock, Principal, utc_now
 from keyturn._usage import UsageRecorder
-from keyturn.errors import AuthError, Reason, ServiceUnavailable
+from keyturn.errors import Reason, Refusal, ServiceUnavailable
 from keyturn.protocols import AsyncKeyStore, AsyncMembershipProvider, KeyStore, MembershipProvider
 
-__all__ = ["AuditEvent", "AuditHook", "Authenticator", "Clock", "utc_now"]
+__all__ = ["AuditEvent", "AuditHook", "Authenticator"]
 
 log: Final = logging.getLogger("keyturn")
-
-Clock = Callable[[], datetime]
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 @attrs.frozen(kw_only=True)
@@ -68,7 +74,7 @@ class AuditEvent:
     method: str
     path: str
     principal: Principal | None  # set when the request passed
-    error: AuthError | None  # set when it was refused; error.reason says exactly why
+    error: Refusal | None  # set when it was refused; error.reason says exactly why
 
     @property
     def allowed(self) -> bool:
@@ -79,8 +85,8 @@ AuditHook = Callable[[AuditEvent], None]
 
 
 class _Mode(enum.Enum):
-    INLINE = "inline"  # a sync object that never blocks: call it on the loop
-    THREAD = "thread"  # a sync object that may block: call it in a worker thread
+    INLINE = "inline"  # a sync object that never blocks: call it in place
+    THREAD = "thread"  # a sync object that may block
     AWAIT = "await"  # an async object
 
 
@@ -90,20 +96,12 @@ def _mode_of(obj: object, probe: str) -> _Mode:
     return _Mode.INLINE if getattr(obj, "nonblocking", False) else _Mode.THREAD
 
 
-_DIRECTORY_METHODS: Final = (
-    "get_organization",
-    "get_default_organization",
-    "get_role",
-    "reaches_tenant",
-)
-
-
 def _require(obj: object, name: str, kind: str, methods: tuple[str, ...]) -> None:
     # Said now, not as a 503 on every request later.
     missing = [method for method in methods if not callable(getattr(obj, method, None))]
     if missing:
         hint = ""
-        if hasattr(obj, "keys") and hasattr(obj, "membership"):  # a whole SQL database
+        if hasattr(obj, "keys") and hasattr(obj, "membership"):  # a whole database
             hint = "; pass db.keys as the store and db.membership as the membership"
         raise TypeError(
             f"{name} must be {kind} (see keyturn.protocols); {type(obj).__name__} "
@@ -111,15 +109,132 @@ def _require(obj: object, name: str, kind: str, methods: tuple[str, ...]) -> Non
         )
 
 
-def _watched(obj: object, mode: _Mode, timeout: float | None) -> bool:
-    return (
-        timeout is not None and mode is _Mode.THREAD and not getattr(obj, "enforces_timeout", False)
-    )
+def _require_sync(hook: object, name: str) -> None:
+    # An async hook returns a coroutine: truthy for a policy (every request allowed), and
+    # never run for an audit hook. Said now, at startup.
+    if hook is not None and (
+        inspect.iscoroutinefunction(hook)
+        or inspect.iscoroutinefunction(getattr(hook, "__call__", None))  # noqa: B004
+    ):
+        raise TypeError(f"{name} must be a plain function, not an async one: it is called inline")
 
 
 def _loggable(text: str, limit: int = 200) -> str:
     """Request text for a log line: quoted and escaped, so one line, and never unbounded."""
     return repr(text[:limit]) + ("..." if len(text) > limit else "")
+
+
+class _Answers:
+    """How each step is answered: decided once, from the store, the provider and the timeout.
+
+    ``sync[step.via]`` answers a step for the sync driver; the async driver calls
+    ``sync[step.via]`` where ``inline[step.via]`` (it never blocks), else awaits
+    ``in_loop[step.via]``. Each takes the step and the request's deadline.
+    """
+
+    def __init__(
+        self,
+        store: object,
+        membership: object,
+        verifier: SecretVerifier,
+        cache: VerifiedTokenCache,
+        timeout: float | None,
+    ) -> None:
+        targets = (membership, store)
+        modes = (_mode_of(membership, "get_role"), _mode_of(store, "get_key"))
+        self.is_async = _Mode.AWAIT in modes
+        self.inline = (*(mode is _Mode.INLINE for mode in modes), False)
+        # None: no deadline to keep, as no call can block.
+        self.timeout = None if all(self.inline[:2]) else timeout
+        # Blocking calls run on threads of our own (started on first use): calls stuck in a
+        # hung backend must not starve argon2, nor the event loop's default executor.
+        self.calls = ThreadPoolExecutor(16, thread_name_prefix="keyturn-call")
+
+        def verify(step: Any) -> Future[Any]:
+            return verifier.submit(
+                cache, step.digest, step.secret_hash, step.secret, step.account_id
+            )
+
+        def verify_here(step: Any, deadline: float | None) -> Any:
+            return verify(step).result()
+
+        async def verify_in_loop(step: Any, deadline: float | None) -> Any:
+            # shield: a cancelled request must not cancel a verification others wait on
+            return await asyncio.shield(asyncio.wrap_future(verify(step)))
+
+        self.sync = (
+            *(
+                # The sync driver bounds a blocking call with a pool thread, unless the
+                # object bounds its own calls (``enforces_timeout``, as SQLite does).
+                _on_thread(target, self.calls)
+                if timeout is not None
+                and mode is _Mode.THREAD
+                and not getattr(target, "enforces_timeout", False)
+                else _in_place(target)
+                for mode, target in zip(modes, targets, strict=True)
+            ),
+            verify_here,
+        )
+        self.in_loop = (
+            *(
+                _awaited(target) if mode is _Mode.AWAIT else _in_executor(target, self.calls)
+                for mode, target in zip(modes, targets, strict=True)
+            ),
+            verify_in_loop,
+        )
+
+
+Answer = Callable[[Step, float | None], Any]
+AsyncAnswer = Callable[[Step, float | None], Awaitable[Any]]
+
+
+def _in_place(target: object) -> Answer:
+    def answer(step: Step, deadline: float | None) -> Any:
+        return _checked(step, step.ask(target))
+
+    return answer
+
+
+def _on_thread(target: object, calls: ThreadPoolExecutor) -> Answer:
+    def answer(step: Step, deadline: float | None) -> Any:
+        if deadline is None:
+            return _checked(step, step.ask(target))
+        call = calls.submit(step.ask, target)
+        try:
+            return _checked(step, call.result(max(0.0, deadline - time.monotonic())))
+        except TimeoutError:
+            call.cancel()  # if still queued, it must not hit the store once that is back
+            raise
+
+    return answer
+
+
+def _awaited(target: object) -> AsyncAnswer:
+    async def answer(step: Step, deadline: float | None) -> Any:
+        async with asyncio.timeout(_remaining(deadline)):
+            return _checked(step, await step.ask(target))
+
+    return answer
+
+
+def _in_executor(target: object, calls: ThreadPoolExecutor) -> AsyncAnswer:
+    async def answer(step: Step, deadline: float | None) -> Any:
+        # A wait cut by the timeout cancels the call too, if it is still queued.
+        call = functools.partial(contextvars.copy_context().run, step.ask, target)
+        async with asyncio.timeout(_remaining(deadline)):
+            return _checked(step, await asyncio.get_running_loop().run_in_executor(calls, call))
+
+    return answer
+
+
+def _remaining(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+def _checked(step: Step, answer: Any) -> Any:
+    if isinstance(answer, step.answers):
+        return answer
+    raise WrongAnswer(step, answer)
 
 
 class Authenticator:
@@ -128,12 +243,12 @@ class Authenticator:
     :param store: a :class:`~keyturn.protocols.KeyStore` or its async twin.
     :param membership: a :class:`~keyturn.protocols.MembershipProvider` or its async twin.
     :param organization_pattern: what a valid organization id looks like (D8).
-    :param policy: ``policy(principal, request) -> bool``; ``False`` refuses with 403.
+    :param policy: ``policy(principal, request) -> bool``; ``False`` refuses with 403. A
+        plain function: an ``async def`` one is refused here.
     :param audit: called with an :class:`AuditEvent` after every decision; its failures are
-        logged and never change the outcome.
-    :param timeout: seconds the store and provider may take to answer before the request
-        gets 503: per call, or per request where a blocking store answers the whole decision
-        in one worker-thread trip (``authenticate_async`` over a sync store).
+        logged and never change the outcome. A plain function, like the policy.
+    :param timeout: seconds the store and provider together may take to answer one request
+        before it gets 503 (argon2 is bounded by the verifier instead); ``None``: no bound.
     :param retry_after: the ``Retry-After`` seconds sent with a 503.
     :param clock: returns the current UTC time; injectable for tests.
     :param usage_interval: seconds between two ``last_used_at`` writes for one key, made
@@ -158,7 +273,14 @@ class Authenticator:
         if timeout is not None and timeout <= 0:
             raise ValueError(f"timeout must be positive seconds or None, got {timeout!r}")
         _require(store, "store", "a KeyStore", ("get_key",))
-        _require(membership, "membership", "a MembershipProvider", _DIRECTORY_METHODS)
+        _require(
+            membership,
+            "membership",
+            "a MembershipProvider",
+            ("get_organization", "get_default_organization", "get_role", "reaches_tenant"),
+        )
+        _require_sync(policy, "policy")
+        _require_sync(audit, "audit")
         self.store = store
         self.membership = membership
         self.rules = Rules(organization_pattern=organization_pattern, policy=policy)
@@ -168,158 +290,87 @@ class Authenticator:
         self.clock = clock
         self.cache = cache if cache is not None else VerifiedTokenCache()
         self.verifier = verifier if verifier is not None else SecretVerifier()
-        self._store_mode = _mode_of(store, "get_key")
-        self._directory_mode = _mode_of(membership, "get_role")
-        # The sync driver bounds a blocking call with a watchdog thread, unless the object
-        # bounds its own calls (``enforces_timeout = True``, as the SQLite store does).
-        self._store_watched = _watched(store, self._store_mode, timeout)
-        self._directory_watched = _watched(membership, self._directory_mode, timeout)
-        modes = {self._store_mode, self._directory_mode}
-        self._hop = _Mode.THREAD in modes and _Mode.AWAIT not in modes
-        self._principals: PrincipalMemo = {}
+        self._answers = _Answers(store, membership, self.verifier, self.cache, timeout)
         # A store without mark_used (a read-only double) simply has no usage recorded.
         self.usage = (
             UsageRecorder(store, interval=usage_interval, clock=clock)
             if usage_interval is not None and hasattr(store, "mark_used")
             else None
         )
-        # Blocking store and provider calls run on threads of our own (started on first use):
-        # calls stuck in a hung backend must not starve the event loop's default executor,
-        # which the application and the loop itself rely on.
-        self._calls = ThreadPoolExecutor(16, thread_name_prefix="keyturn-call")
-        self._closed = False
+        self.closed = False
 
     def __repr__(self) -> str:
         return f"Authenticator(store={self.store!r}, membership={self.membership!r})"
 
-    # --- the sync driver -------------------------------------------------------------------
-
-    def authenticate(self, request: AuthRequest) -> Principal | AuthError:
-        """Decide *request*, calling the store and provider in this thread."""
-        if _Mode.AWAIT in (self._store_mode, self._directory_mode):
+    def authenticate(self, request: AuthRequest) -> Principal | Refusal:
+        """Decide *request*, calling the store and provider from this thread."""
+        answers = self._answers
+        if answers.is_async:
             raise TypeError(
                 "this Authenticator has an async store or provider: use authenticate_async()"
             )
-        if self._closed:
+        if self.closed:
             return self._finish(request, self._shutting_down())
-        return self._finish(request, self._run(request, watch=True))
-
-    def _run(self, request: AuthRequest, watch: bool) -> Principal | AuthError:
-        """The decision, its questions answered in this thread (*watch*: bound blocking ones)."""
-        flow = decide(request, self.clock(), self.cache, self.rules, self._principals)
+        flow = decide(request, self.clock(), self.cache, self.rules)
+        deadline = None if answers.timeout is None else time.monotonic() + answers.timeout
         answer: Any = None
         try:
             while True:
                 step = flow.send(answer)
                 try:
-                    answer = self._answer(step, watch)
+                    answer = answers.sync[step.via](step, deadline)
                 except Exception as exc:
                     flow.close()
-                    return self._failure(exc)
-        except StopIteration as done:
-            outcome: Principal | AuthError = done.value
-            return outcome
-
-    def _answer(self, step: Step, watch: bool) -> Any:
-        if type(step) is VerifySecret:
-            return self._verify(step).result()
-        if not (watch and (self._store_watched if step.uses_store else self._directory_watched)):
-            return step.ask(self.store, self.membership)
-        call = self._calls.submit(step.ask, self.store, self.membership)
-        try:
-            return call.result(self.timeout)
-        except TimeoutError:
-            call.cancel()  # if still queued, it must not hit the store once that is back
-            raise
-
-    # --- the async driver ------------------------------------------------------------------
-
-    async def authenticate_async(self, request: AuthRequest) -> Principal | AuthError:
-        """Decide *request* without blocking the event loop (argon2 runs in threads)."""
-        if self._closed:
-            return self._finish(request, self._shutting_down())
-        if self._hop:
-            return await self._authenticate_in_thread(request)
-        flow = decide(request, self.clock(), self.cache, self.rules, self._principals)
-        answer: Any = None
-        try:
-            while True:
-                step = flow.send(answer)
-                try:
-                    # A step that never blocks is answered right here: no coroutine, no await.
-                    if type(step) is VerifySecret:
-                        answer = await self._verify_async(step)
-                    elif (
-                        self._store_mode if step.uses_store else self._directory_mode
-                    ) is _Mode.INLINE:
-                        answer = step.ask(self.store, self.membership)
-                    else:
-                        answer = await self._call_async(step)
-                except Exception as exc:
-                    flow.close()
-                    return self._finish(request, self._failure(exc))
+                    return self._finish(request, self._unavailable(exc))
         except StopIteration as done:
             return self._finish(request, done.value)
 
-    async def _authenticate_in_thread(self, request: AuthRequest) -> Principal | AuthError:
-        # Blocking sync store or provider, no async one: the whole decision takes one trip
-        # to a worker thread instead of one per question. The timeout bounds the trip; a
-        # trip cut by it is cancelled too, if it is still queued. The outcome is audited here,
-        # so a trip that ends after its request got 503 is neither audited nor counted a use.
-        call = functools.partial(contextvars.copy_context().run, self._run, request, False)
+    async def authenticate_async(self, request: AuthRequest) -> Principal | Refusal:
+        """Decide *request* without blocking the event loop (argon2 runs in threads)."""
+        answers = self._answers
+        if self.closed:
+            return self._finish(request, self._shutting_down())
+        flow = decide(request, self.clock(), self.cache, self.rules)
+        deadline = None if answers.timeout is None else time.monotonic() + answers.timeout
+        answer: Any = None
         try:
-            async with asyncio.timeout(self.timeout):
-                outcome = await asyncio.get_running_loop().run_in_executor(self._calls, call)
-        except TimeoutError as exc:
-            outcome = self._failure(exc)
-        return self._finish(request, outcome)
-
-    async def _verify_async(self, step: VerifySecret) -> Any:
-        # shield: a cancelled request must not cancel a verification others are waiting on
-        return await asyncio.shield(asyncio.wrap_future(self._verify(step)))
-
-    async def _call_async(self, step: Step) -> Any:
-        mode = self._store_mode if step.uses_store else self._directory_mode
-        async with asyncio.timeout(self.timeout):
-            if mode is _Mode.AWAIT:
-                return await step.ask(self.store, self.membership)
-            # A wait cut by the timeout cancels the call too, if it is still queued.
-            call = functools.partial(
-                contextvars.copy_context().run, step.ask, self.store, self.membership
-            )
-            return await asyncio.get_running_loop().run_in_executor(self._calls, call)
+            while True:
+                step = flow.send(answer)
+                try:
+                    if answers.inline[step.via]:  # never blocks: no coroutine, no await
+                        answer = answers.sync[step.via](step, None)
+                    else:
+                        answer = await answers.in_loop[step.via](step, deadline)
+                except Exception as exc:
+                    flow.close()
+                    return self._finish(request, self._unavailable(exc))
+        except StopIteration as done:
+            return self._finish(request, done.value)
 
     # --- shared by both drivers ------------------------------------------------------------
-
-    def _verify(self, step: VerifySecret) -> Any:
-        return self.verifier.submit(
-            self.cache, step.digest, step.secret_hash, step.secret, step.account_id
-        )
 
     def _shutting_down(self) -> ServiceUnavailable:
         # Requests still arriving during a graceful shutdown: retry, on another instance.
         return ServiceUnavailable(Reason.CLOSED, retry_after=self.retry_after)
 
-    def _failure(self, exc: Exception) -> ServiceUnavailable:
-        if isinstance(exc, Overloaded):
-            reason = Reason.OVERLOADED
+    def _unavailable(self, exc: Exception) -> ServiceUnavailable:
+        outcome = unavailable(exc, self.retry_after)
+        if outcome.reason is Reason.OVERLOADED:
             log.warning("shedding a request: too many secret verifications in flight")
-        elif isinstance(exc, TimeoutError):
-            reason = Reason.BACKEND_TIMEOUT
+        elif outcome.reason is Reason.BACKEND_TIMEOUT:
             log.warning("key store or membership provider timed out after %ss", self.timeout)
+        elif isinstance(exc, WrongAnswer):
+            log.error("the key store or membership provider is broken: %s", exc)
         else:
-            reason = Reason.BACKEND_ERROR
             log.error(
                 "key store or membership provider failed: %s", type(exc).__name__, exc_info=exc
             )
-        return ServiceUnavailable(reason, retry_after=self.retry_after)
+        return outcome
 
-    def _finish(
-        self, request: AuthRequest, outcome: Principal | AuthError
-    ) -> Principal | AuthError:
+    def _finish(self, request: AuthRequest, outcome: Principal | Refusal) -> Principal | Refusal:
         principal: Principal | None
-        error: AuthError | None
-        if isinstance(outcome, AuthError):
+        error: Refusal | None
+        if isinstance(outcome, Refusal):
             principal, error = None, outcome
             if log.isEnabledFor(logging.INFO):
                 log.info(
@@ -371,12 +422,12 @@ class Authenticator:
         self.close()
 
     def close(self) -> None:
-        """Stop the worker threads (argon2, bounded calls, pending ``last_used_at`` writes).
+        """Stop the worker threads (argon2, store calls, pending ``last_used_at`` writes).
 
         Requests decided after this get 503 ``service_unavailable`` with ``Retry-After``.
         """
-        self._closed = True
+        self.closed = True
         self.verifier.close()
         if self.usage is not None:
             self.usage.close()
-        self._calls.shutdown(wait=False, cancel_futures=True)
+        self._answers.calls.shutdown(wait=False, cancel_futures=True)

@@ -39,21 +39,24 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
 from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING, Any, Final, TextIO, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, TextIO
 from zoneinfo import ZoneInfo
 
 from keyturn import _token
 from keyturn._decision import DEFAULT_ORGANIZATION, DEFAULT_ORGANIZATION_PATTERN
 from keyturn._model import CustomDate, KeyInfo, Lifetime, Organization, Scope, ScopeKind, Status
-from keyturn.errors import InvalidExpiry, InvalidKeyName, KeyNotFound, KeyturnError
+from keyturn.errors import (
+    InvalidExpiry,
+    InvalidKeyName,
+    InvalidStoreURL,
+    KeyNotFound,
+    KeyturnError,
+)
 from keyturn.manager import KeyManager
 from keyturn.stores import open_database, redact_url
 
 if TYPE_CHECKING:
-    from keyturn.stores.postgres import PostgresDatabase
-    from keyturn.stores.sqlite import SQLiteDatabase
-
-    Database: TypeAlias = SQLiteDatabase | PostgresDatabase
+    from keyturn.protocols import Database
 
 __all__ = ["main"]
 
@@ -82,8 +85,7 @@ class CommandError(Exception):
 
 
 def db_init(db: Database, args: argparse.Namespace, out: TextIO) -> None:
-    with _reported(RuntimeError):
-        version = db.create_schema()
+    version = db.create_schema()
     print(f"The store {redact_url(args.url)} is ready (schema version {version}).", file=out)
 
 
@@ -103,8 +105,7 @@ def org_add(db: Database, args: argparse.Namespace, out: TextIO) -> None:
             f"x-organization-id cannot name {org!r}: an organization id is a letter or digit, "
             "then up to 127 letters, digits and _.:-"
         )
-    with _reported(ValueError):  # the tenant already has a default organization
-        db.membership.add_organization(org, tenant_id=tenant, default=args.default)
+    db.membership.add_organization(org, tenant_id=tenant, default=args.default)
     default = ", its default organization" if args.default else ""
     print(f"Organization {org} is in tenant {tenant}{default}.", file=out)
 
@@ -137,8 +138,7 @@ def org_remove(db: Database, args: argparse.Namespace, out: TextIO) -> None:
 
 def member_add(db: Database, args: argparse.Namespace, out: TextIO) -> None:
     _organization(db, args.organization)
-    with _reported(LookupError):  # removed meanwhile
-        db.membership.add_member(args.account, args.organization, role=args.role)
+    db.membership.add_member(args.account, args.organization, role=args.role)
     print(f"{args.account} has the role {args.role} in {args.organization}.", file=out)
 
 
@@ -282,7 +282,7 @@ def _organization(db: Database, organization_id: str) -> Organization:
     return organization
 
 
-def _members(db: Database, organization_id: str) -> list[tuple[str, str]]:
+def _members(db: Database, organization_id: str) -> Sequence[tuple[str, str]]:
     return db.membership.members_of(_organization(db, organization_id).id)
 
 
@@ -301,17 +301,6 @@ def _inactivated(db: Database, accounts: Sequence[str], out: TextIO) -> Iterator
     if lost:
         print("These keys are now Inactive (they work again if the role comes back):", file=out)
         _key_table(lost, out)
-
-
-@contextmanager
-def _reported(*kinds: type[Exception], status: int = 1) -> Iterator[None]:
-    """ADAPTER, until the stores raise KeyturnError subclasses for these: *kinds*, raised
-    by the one store call inside, are the operator's to fix (a conflict, a missing
-    organization, a schema too new, a bad URL), so they are reported, not shown as bugs."""
-    try:
-        yield
-    except kinds as exc:
-        raise CommandError(str(exc), status) from None
 
 
 def _warn(message: str) -> None:
@@ -415,11 +404,16 @@ def _open(url: str, *, init: bool) -> Database:
             )
     elif url.startswith(("postgresql://", "postgres://")):
         _reach_postgres(url)
-    with _reported(ValueError, status=2):  # the URL names no store
+    try:
         db = open_database(url)
+    except (InvalidStoreURL, ImportError) as exc:  # no such store, or its extra is missing
+        raise CommandError(str(exc), 2) from None
     if not init:
-        with _reported(RuntimeError):  # a schema newer than this keyturn
-            ready = db.schema_version() > 0
+        try:
+            ready = db.schema_version() > 0  # SchemaTooNew goes to main() like any KeyturnError
+        except BaseException:
+            db.close()
+            raise
         if not ready:
             db.close()
             raise CommandError(

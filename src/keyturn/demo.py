@@ -24,7 +24,7 @@ import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -34,9 +34,9 @@ from keyturn import (
     KeyManager,
     KeyStore,
     Lifetime,
-    MembershipProvider,
     Scope,
     Status,
+    WritableMembership,
 )
 from keyturn.stores import open_database, redact_url
 
@@ -56,23 +56,13 @@ KEY_NAMES = ("demo: tenant", "demo: research")
 MODELS = ("agent-small", "agent-large")
 
 
-class Membership(MembershipProvider, Protocol):
-    """A membership provider that can also be filled in, as the library's own are."""
-
-    def add_organization(self, organization_id: str, *, tenant_id: str, default: bool = ...) -> Any:
-        """Add an organization; ``default=True`` makes it the tenant's ``default``."""
-
-    def add_member(self, account_id: str, organization_id: str, *, role: str) -> None:
-        """Give the account a role in the organization."""
-
-
 @attrs.frozen(kw_only=True)
 class DemoKeys:
     tenant: CreatedKey
     organization: CreatedKey
 
 
-def seed(store: KeyStore, membership: Membership) -> DemoKeys:
+def seed(store: KeyStore, membership: WritableMembership) -> DemoKeys:
     """Create the demo tenant, organizations and user, and two fresh keys for that user.
 
     A secret cannot be shown twice, so a rerun replaces the demo's keys: the ones an earlier

@@ -68,13 +68,13 @@ from keyturn._web import (
     DEFAULT_REALM,
     PRINCIPAL_KEY,
     SERVICE_HEADER_NAMES,
-    Guard,
+    MiddlewareConfig,
     refusal,
     service_headers,
     unreadable,
 )
 from keyturn.authenticator import Authenticator
-from keyturn.errors import AuthError, MissingPrincipal
+from keyturn.errors import MissingPrincipal, Refusal
 
 __all__ = ["ApiKeyMiddleware", "principal"]
 
@@ -86,7 +86,7 @@ _SETTINGS: Final = frozenset(
 _built: dict[str, Authenticator] = {}  # STORE_URL -> its Authenticator, one per process
 
 
-class ApiKeyMiddleware(Guard[GetResponse]):
+class ApiKeyMiddleware(MiddlewareConfig[GetResponse]):
     """Authenticate requests under ``settings.KEYTURN["PREFIX"]`` with personal API keys."""
 
     sync_capable = True
@@ -120,10 +120,10 @@ class ApiKeyMiddleware(Guard[GetResponse]):
         path = self._path(request)
         if path is None:
             return self.app(request)
-        if isinstance(path, AuthError):
+        if isinstance(path, Refusal):
             return self._refuse(path, request)
         outcome = self.authenticator.authenticate(_read(request, path))
-        if isinstance(outcome, AuthError):
+        if isinstance(outcome, Refusal):
             return self._refuse(outcome, request)
         self._admit(request, outcome)
         response = self.app(request)
@@ -134,10 +134,10 @@ class ApiKeyMiddleware(Guard[GetResponse]):
         path = self._path(request)
         if path is None:
             return await self._next(request)
-        if isinstance(path, AuthError):
+        if isinstance(path, Refusal):
             return self._refuse(path, request)
         outcome = await self.authenticator.authenticate_async(_read(request, path))
-        if isinstance(outcome, AuthError):
+        if isinstance(outcome, Refusal):
             return self._refuse(outcome, request)
         self._admit(request, outcome)
         return _with_service_headers(await self._next(request), outcome)
@@ -153,13 +153,13 @@ class ApiKeyMiddleware(Guard[GetResponse]):
         if self.strip_authorization and request.META.pop("HTTP_AUTHORIZATION", None) is not None:
             request.__dict__.pop("headers", None)  # request.headers is cached: read it anew
 
-    def _path(self, request: HttpRequest) -> str | AuthError | None:
+    def _path(self, request: HttpRequest) -> str | Refusal | None:
         """The canonical path to guard the request under (see ``_target``), or ``None``."""
         root = request.META.get("SCRIPT_NAME", "")
         path = self.paths.read(root, request.path_info)
         return unreadable(root, request.path_info) if path is UNREADABLE else path
 
-    def _refuse(self, error: AuthError, request: HttpRequest) -> HttpResponse:
+    def _refuse(self, error: Refusal, request: HttpRequest) -> HttpResponse:
         headers, body = refusal(error, self.realm, request.method or "GET")
         response = HttpResponse(body, status=error.status, reason=HTTPStatus(error.status).phrase)
         for name, value in headers:
@@ -228,9 +228,5 @@ def principal(request: HttpRequest) -> Principal:
     """
     found = request.META.get(PRINCIPAL_KEY)
     if not isinstance(found, Principal):
-        raise MissingPrincipal(
-            "this request carries no keyturn principal: its path is outside the "
-            "middleware's prefix or among its public paths, or keyturn.django.ApiKeyMiddleware "
-            "is not in settings.MIDDLEWARE"
-        )
+        raise MissingPrincipal
     return found

@@ -1,14 +1,19 @@
-"""Every error keyturn raises or answers with.
+"""Every refusal keyturn answers with, and every error it raises.
 
-Two families share one base, :class:`KeyturnError`:
+Two families, and only the second are exceptions:
 
-- :class:`AuthError` and its subclasses are the refusals of a request. Each knows its HTTP
-  status, its ``code`` for the JSON body, a client-safe ``message`` and the headers to send.
-  The precise :class:`Reason` (why a 401 was a 401) is kept on the error for logs and the
-  audit hook, and never sent to the client: every 401 looks the same.
-- The console errors (:class:`InvalidKeyName`, :class:`InvalidExpiry`, :class:`KeyNotFound`,
-  ...) are raised by :class:`~keyturn.KeyManager` and also subclass the builtin a caller
-  would naturally catch (``ValueError``, ``LookupError``, ``PermissionError``).
+- :class:`Refusal` and its subclasses (:class:`Unauthorized`, :class:`InvalidRequest`,
+  :class:`NotFound`, :class:`PermissionDenied`, :class:`ServiceUnavailable`) are *returned*
+  by :meth:`~keyturn.Authenticator.authenticate`, never raised: they are not exceptions, so
+  ``except Unauthorized:`` is a type error, not a silent no-op. Each knows its HTTP status,
+  its ``code`` for the JSON body, a client-safe ``message`` and the headers to send. The
+  precise :class:`Reason` (why a 401 was a 401) is kept for logs and the audit hook, and
+  never sent to the client: every 401 looks the same. Test for success with
+  ``isinstance(outcome, Principal)``.
+- :class:`KeyturnError` is the base of every exception keyturn raises. Each also subclasses
+  the builtin a caller would naturally catch (``ValueError``, ``LookupError``,
+  ``PermissionError``, ``RuntimeError``): the console errors raised by
+  :class:`~keyturn.KeyManager`, and the store errors raised by :mod:`keyturn.stores`.
 
 No message ever contains a secret or text taken from a request.
 """
@@ -22,21 +27,28 @@ if TYPE_CHECKING:
     from keyturn._model import Principal
 
 __all__ = [
-    "AuthError",
+    "Conflict",
     "DuplicateKey",
     "InvalidExpiry",
     "InvalidKeyName",
     "InvalidRequest",
+    "InvalidStoreURL",
     "KeyNotFound",
     "KeyNotRevocable",
     "KeyturnError",
     "MissingPrincipal",
+    "NotAKeyDatabase",
     "NotFound",
+    "OrganizationConflict",
     "PermissionDenied",
     "Reason",
+    "Refusal",
+    "SchemaTooNew",
     "ScopeNotReachable",
     "ServiceUnavailable",
+    "StoreUnreachable",
     "Unauthorized",
+    "UnknownOrganization",
 ]
 
 
@@ -44,7 +56,8 @@ class Reason(enum.Enum):
     """Why a request was refused: for logs and the audit hook, never for the client."""
 
     MISSING = "missing"  # no Authorization header
-    NOT_BEARER = "not_bearer"  # another scheme, no token, or two Authorization headers
+    NOT_BEARER = "not_bearer"  # another scheme, or no token
+    AUTHORIZATION_REPEATED = "authorization_repeated"  # more than one Authorization header
     MALFORMED = "malformed"  # not the shape of a key
     BAD_CHECKSUM = "bad_checksum"  # the shape of a key, but mistyped
     UNKNOWN_KEY = "unknown_key"  # no key with that id
@@ -55,6 +68,7 @@ class Reason(enum.Enum):
     INACTIVE = "inactive"  # the creator no longer reaches the key's tenant or organization
     ORG_HEADER_MISSING = "org_header_missing"
     ORG_HEADER_INVALID = "org_header_invalid"
+    ORG_HEADER_REPEATED = "org_header_repeated"  # more than one x-organization-id header
     ORG_NOT_FOUND = "org_not_found"  # unknown organization, or another tenant's
     ORG_NOT_REACHABLE = "org_not_reachable"  # the creator has no role there
     ORG_NOT_KEYS_OWN = "org_not_keys_own"  # an organization-scoped key aimed elsewhere
@@ -67,26 +81,39 @@ class Reason(enum.Enum):
 
 
 class KeyturnError(Exception):
-    """Base of every exception keyturn raises."""
+    """Base of every exception keyturn raises (a :class:`Refusal` is returned, not raised)."""
 
 
-class AuthError(KeyturnError):
-    """A refused request, ready to be rendered as an HTTP response."""
+class Refusal:
+    """A refused request, ready to be rendered as an HTTP response. Returned, never raised.
 
+    *principal* is set when the request did reach an organization (a policy's 403): the
+    response then carries the service headers naming it (spec section 5).
+    """
+
+    __slots__ = ("key_id", "message", "principal", "reason")
     status: ClassVar[int]
     code: ClassVar[str]
     default_message: ClassVar[str]
 
     def __init__(
-        self, reason: Reason, message: str | None = None, *, key_id: str | None = None
+        self,
+        reason: Reason,
+        message: str | None = None,
+        *,
+        key_id: str | None = None,
+        principal: Principal | None = None,
     ) -> None:
         self.reason = reason
         self.message = message or self.default_message
         self.key_id = key_id  # the presented key's id, once it parsed: for logs, not clients
-        super().__init__(self.message)
+        self.principal = principal
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(reason={self.reason.value!r}, key_id={self.key_id!r})"
+
+    def __str__(self) -> str:
+        return self.message
 
     def body(self) -> dict[str, dict[str, str]]:
         """The JSON body: ``{"error": {"code": ..., "message": ...}}``."""
@@ -97,9 +124,10 @@ class AuthError(KeyturnError):
         return []
 
 
-class Unauthorized(AuthError):
+class Unauthorized(Refusal):
     """401: the key is missing, mistyped, unknown, expired, revoked or inactive."""
 
+    __slots__ = ()
     status = 401
     code = "unauthorized"
     default_message = "A valid API key is required: send it as 'Authorization: Bearer <key>'."
@@ -112,48 +140,40 @@ class Unauthorized(AuthError):
         return [("www-authenticate", challenge)]
 
 
-class InvalidRequest(AuthError):
+class InvalidRequest(Refusal):
     """400: the ``x-organization-id`` header is missing or is not an organization id."""
 
+    __slots__ = ()
     status = 400
     code = "invalid_request"
     default_message = "The x-organization-id header must be an organization id or 'default'."
 
 
-class NotFound(AuthError):
+class NotFound(Refusal):
     """404: the organization does not exist for this key and its creator."""
 
+    __slots__ = ()
     status = 404
     code = "not_found"
     default_message = "The organization named by x-organization-id was not found."
 
 
-class PermissionDenied(AuthError):
+class PermissionDenied(Refusal):
     """403: the application's role policy refused the creator's role (an extension).
 
-    The request did reach an organization, so *principal* says which one, and the
-    response carries the service headers (spec section 5).
+    The request did reach an organization: *principal* says which one.
     """
 
+    __slots__ = ()
     status = 403
     code = "permission_denied"
     default_message = "The key's account does not have a role that allows this request."
 
-    def __init__(
-        self,
-        reason: Reason,
-        message: str | None = None,
-        *,
-        key_id: str | None = None,
-        principal: Principal | None = None,
-    ) -> None:
-        super().__init__(reason, message, key_id=key_id)
-        self.principal = principal
 
-
-class ServiceUnavailable(AuthError):
+class ServiceUnavailable(Refusal):
     """503: keys cannot be checked right now; the client should retry with the same key."""
 
+    __slots__ = ("retry_after",)
     status = 503
     code = "service_unavailable"
     default_message = "API keys cannot be checked right now; retry shortly with the same key."
@@ -196,8 +216,46 @@ class KeyNotRevocable(KeyturnError, ValueError):
     """The key is already Expired or Revoked; those states are final."""
 
 
-class DuplicateKey(KeyturnError, ValueError):
+# --- store errors -----------------------------------------------------------------------
+
+
+class Conflict(KeyturnError, ValueError):
+    """A store was asked to add something that already exists differently."""
+
+
+class DuplicateKey(Conflict):
     """A key store was asked to add a key id it already holds."""
+
+
+class OrganizationConflict(Conflict):
+    """The organization exists with other values, or its tenant already has a default."""
+
+
+class UnknownOrganization(KeyturnError, LookupError):
+    """No organization with that id: add it first."""
+
+
+class SchemaTooNew(KeyturnError, RuntimeError):
+    """The database holds a keyturn schema newer than this version knows: upgrade keyturn."""
+
+
+class StoreUnreachable(KeyturnError, ConnectionError):
+    """The database server refused the connection or could not be reached.
+
+    *reason* is the driver's one-line account, without the password.
+    """
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class NotAKeyDatabase(KeyturnError, ValueError):
+    """The file is not a SQLite database, or one holding other tables and no keyturn schema."""
+
+
+class InvalidStoreURL(KeyturnError, ValueError):
+    """The store URL names no store keyturn can open (see :func:`keyturn.stores.open_database`)."""
 
 
 # --- application errors -----------------------------------------------------------------
@@ -209,3 +267,10 @@ class MissingPrincipal(KeyturnError, LookupError):
     A bug in the application's setup, not the client's fault: the path lies outside the
     middleware's prefix or among its public paths, or the middleware is not installed.
     """
+
+    def __init__(self) -> None:
+        super().__init__(
+            "this request carries no keyturn principal: its path is outside the "
+            "middleware's prefix or among its public paths, or ApiKeyMiddleware is "
+            "not installed in front of this app"
+        )

@@ -18,10 +18,12 @@ from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 
 from keyturn import _token
+from keyturn._decision import reach_question
 from keyturn._hashing import hash_secret
 from keyturn._lifecycle import DEFAULT_LIFETIME, derive_status, expiry_for, validate_name
 from keyturn._model import (
     ApiKey,
+    Clock,
     CreatedKey,
     CustomDate,
     KeyInfo,
@@ -29,8 +31,8 @@ from keyturn._model import (
     Scope,
     ScopeKind,
     Status,
+    utc_now,
 )
-from keyturn.authenticator import Clock, utc_now
 from keyturn.errors import DuplicateKey, KeyNotFound, KeyNotRevocable, ScopeNotReachable
 from keyturn.protocols import (
     AsyncKeyStore,
@@ -215,9 +217,8 @@ class KeyManager:
             yield _info(key, derive_status(key, now, reaches_scope=reach[key.scope]))
 
     def _reaches(self, account_id: str, scope: Scope) -> bool:
-        if scope.organization_id is None:
-            return self.membership.reaches_tenant(account_id, scope.tenant_id)
-        return self.membership.get_role(account_id, scope.organization_id) is not None
+        # The decision's own Inactive rule, asked of the same provider.
+        return bool(reach_question(account_id, scope).ask(self.membership))
 
 
 def _refuse_async(store: object, membership: object) -> None:

@@ -2,16 +2,21 @@
 
 Implement these with your own tables (or use :mod:`keyturn.stores`). Both come in a sync
 flavour, for the WSGI middleware and scripts, and an async twin for the ASGI middleware.
-The async middleware also accepts the sync flavour: it calls it in a worker thread, or
+The async middleware also accepts the sync flavour: it calls it on threads of its own, or
 directly when the object says it never blocks (``nonblocking = True``, as the in-memory
-implementations do). The sync middleware bounds each blocking call with a watchdog thread
-(the Authenticator's ``timeout``), unless the object says it bounds its own calls
+implementations do). The sync middleware calls it in place, on a thread of its own only to
+keep the Authenticator's ``timeout``, unless the object says it bounds its own calls
 (``enforces_timeout = True``, as the SQLite store does with its busy timeout).
+
+The stores keyturn ships also satisfy :class:`WritableMembership` (what the ``keyturn``
+command and the demo use to add organizations and members) and :class:`Database` (one
+database holding both: what :func:`keyturn.stores.open_database` returns).
 
 Contract, for every method: answer from committed state (a revoke committed anywhere must
 be seen by the next call), return ``None``/``False`` for "not there", and raise for "cannot
 answer right now" -- keyturn turns a raise into 503, never into 401, so that a client does
-not throw away a good key while your database is down.
+not throw away a good key while your database is down. Answers are type-checked: a value of
+another type (a coroutine from a sync wrapper around an async function, say) is a 503 too.
 """
 
 from __future__ import annotations
@@ -26,8 +31,11 @@ __all__ = [
     "AsyncKeyStore",
     "AsyncMembershipProvider",
     "ConsoleMembership",
+    "Database",
     "KeyStore",
+    "LeakRecordingStore",
     "MembershipProvider",
+    "WritableMembership",
 ]
 
 
@@ -66,6 +74,68 @@ class MembershipProvider(Protocol):
 
     def reaches_tenant(self, account_id: str, tenant_id: str) -> bool:
         """Whether the account holds a role in at least one organization of the tenant."""
+
+
+@runtime_checkable
+class WritableMembership(MembershipProvider, Protocol):
+    """A :class:`MembershipProvider` that can also be written, as keyturn's own stores can."""
+
+    def add_organization(
+        self, organization_id: str, *, tenant_id: str, default: bool = False
+    ) -> Organization:
+        """Add an organization; ``default=True`` makes it the tenant's ``default`` one.
+
+        :raises OrganizationConflict: it exists differently, or the tenant has a default.
+        """
+
+    def add_member(self, account_id: str, organization_id: str, *, role: str) -> None:
+        """Give the account a role in the organization (replacing any previous role).
+
+        :raises UnknownOrganization: there is no such organization.
+        """
+
+    def remove_member(self, account_id: str, organization_id: str) -> None:
+        """Take the account's role in the organization away (nothing if it had none)."""
+
+    def organizations(self) -> Sequence[Organization]:
+        """Every organization, by tenant and id."""
+
+    def remove_organization(self, organization_id: str) -> bool:
+        """Remove the organization and its memberships; ``False`` if there was none."""
+
+    def members_of(self, organization_id: str) -> Sequence[tuple[str, str]]:
+        """The ``(account_id, role)`` pairs of the organization, by account."""
+
+
+class LeakRecordingStore(KeyStore, Protocol):
+    """A :class:`KeyStore` that also keeps leak reports, as keyturn's own stores do
+    (see :mod:`keyturn.leaks`)."""
+
+    def report_leak(self, key_id: str, url: str, at: datetime) -> bool:
+        """Record that the key was found in public at *url*; ``False`` if already recorded."""
+
+    def leaked_keys(self) -> Sequence[ApiKey]:
+        """Every key reported leaked, most recently reported first."""
+
+
+@runtime_checkable
+class Database(Protocol):
+    """One database holding keyturn's tables: a key store and a writable membership."""
+
+    @property
+    def keys(self) -> LeakRecordingStore: ...
+
+    @property
+    def membership(self) -> WritableMembership: ...
+
+    def create_schema(self) -> int:
+        """Create or upgrade the tables (idempotent); returns the schema version."""
+
+    def schema_version(self) -> int:
+        """The schema version in the database; 0 when it holds no keyturn tables."""
+
+    def close(self) -> None:
+        """Release the database's connections."""
 
 
 @runtime_checkable

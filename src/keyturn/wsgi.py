@@ -79,14 +79,16 @@ from keyturn._decision import AuthRequest
 from keyturn._model import Principal
 from keyturn._target import UNREADABLE
 from keyturn._web import (
+    AUTHORIZATION_HEADER,
+    ORGANIZATION_ID_HEADER,
     PRINCIPAL_KEY,
     SERVICE_HEADER_NAMES,
-    Guard,
+    MiddlewareConfig,
     refusal,
     service_headers,
     unreadable,
 )
-from keyturn.errors import AuthError, MissingPrincipal
+from keyturn.errors import MissingPrincipal, Refusal
 
 if TYPE_CHECKING:
     from _typeshed import OptExcInfo
@@ -96,16 +98,18 @@ __all__ = ["ApiKeyMiddleware", "principal"]
 log: Final = logging.getLogger("keyturn")
 
 
-class ApiKeyMiddleware(Guard[WSGIApplication]):
+def _environ_key(header: str) -> str:
+    return "HTTP_" + header.upper().replace("-", "_")
+
+
+_AUTHORIZATION: Final = _environ_key(AUTHORIZATION_HEADER)
+_ORGANIZATION_ID: Final = _environ_key(ORGANIZATION_ID_HEADER)
+
+
+class ApiKeyMiddleware(MiddlewareConfig[WSGIApplication]):
     """Authenticate requests under *prefix* with personal API keys.
 
-    :param app: the WSGI application to wrap.
-    :param authenticator: the :class:`~keyturn.Authenticator` that decides; its options
-        carry the store, the membership provider, the role policy and the audit hook.
-    :param prefix: the path prefix to protect (the bare prefix without ``/`` included).
-    :param public_paths: exact paths, or a predicate on the path, exempt under the prefix.
-    :param realm: the realm of ``WWW-Authenticate: Bearer realm="..."``.
-    :param strip_authorization: remove ``HTTP_AUTHORIZATION`` before the app sees it.
+    Takes the arguments of :class:`~keyturn._web.MiddlewareConfig`; *app* is a WSGI app.
     """
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
@@ -120,18 +124,19 @@ class ApiKeyMiddleware(Guard[WSGIApplication]):
             return _refuse(error, self.realm, method, start_response)
 
         request = AuthRequest(
-            authorization=_values(environ, "HTTP_AUTHORIZATION"),
-            organization=_values(environ, "HTTP_X_ORGANIZATION_ID"),
+            authorization=_values(environ, _AUTHORIZATION),
+            organization=_values(environ, _ORGANIZATION_ID),
             method=method.upper(),  # what the router dispatches on
             path=path,
         )
         outcome = self.authenticator.authenticate(request)
-        if isinstance(outcome, AuthError):
+        del request  # no frame of ours on the stack while the app runs holds the key
+        if isinstance(outcome, Refusal):
             return _refuse(outcome, self.realm, method, start_response)
 
         environ[PRINCIPAL_KEY] = outcome
         if self.strip_authorization:
-            environ.pop("HTTP_AUTHORIZATION", None)
+            environ.pop(_AUTHORIZATION, None)
         extra = service_headers(outcome)
 
         started = False
@@ -159,9 +164,7 @@ class ApiKeyMiddleware(Guard[WSGIApplication]):
             return [b"Internal Server Error"]
 
 
-def _refuse(
-    error: AuthError, realm: str, method: str, start_response: StartResponse
-) -> list[bytes]:
+def _refuse(error: Refusal, realm: str, method: str, start_response: StartResponse) -> list[bytes]:
     headers, body = refusal(error, realm, method)
     start_response(f"{error.status} {HTTPStatus(error.status).phrase}", headers)
     return [body] if body else []
@@ -197,9 +200,5 @@ def principal(request_or_environ: _HasEnviron | Mapping[str, Any]) -> Principal:
     )
     found = environ.get(PRINCIPAL_KEY)
     if not isinstance(found, Principal):
-        raise MissingPrincipal(
-            "this request carries no keyturn principal: its path is outside the "
-            "middleware's prefix or among its public paths, or ApiKeyMiddleware is "
-            "not wrapped around this app"
-        )
+        raise MissingPrincipal
     return found

@@ -7,10 +7,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from keyturn import Authenticator, AuthError, AuthRequest, Principal
+from keyturn import Authenticator, AuthRequest, Principal, Refusal
 from tests.core.world import World, make_world
 
-Decide = Callable[[AuthRequest], Principal | AuthError]
+Decide = Callable[[AuthRequest], Principal | Refusal]
 
 
 @pytest.fixture

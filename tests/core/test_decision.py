@@ -16,13 +16,13 @@ import pytest
 from keyturn import (
     AuditEvent,
     Authenticator,
-    AuthError,
     AuthRequest,
     InvalidRequest,
     NotFound,
     PermissionDenied,
     Principal,
     Reason,
+    Refusal,
     SecretVerifier,
     ServiceUnavailable,
     Unauthorized,
@@ -36,12 +36,12 @@ from tests.core.world import DEFAULT_SCOPE, RESEARCH_SCOPE, TENANT_SCOPE, World,
 MakeDecide = Callable[..., Decide]
 
 
-def passes(outcome: Principal | AuthError) -> Principal:
+def passes(outcome: Principal | Refusal) -> Principal:
     assert isinstance(outcome, Principal), outcome
     return outcome
 
 
-def refused(outcome: Principal | AuthError, kind: type[AuthError], reason: Reason) -> AuthError:
+def refused(outcome: Principal | Refusal, kind: type[Refusal], reason: Reason) -> Refusal:
     assert isinstance(outcome, kind), outcome
     assert outcome.reason is reason, outcome
     return outcome
@@ -107,45 +107,18 @@ def test_tenant_key_runs_in_the_named_organization(
     )
 
 
-@pytest.mark.parametrize("scheme", ["Bearer", "bearer", "BEARER", "bEaReR"])
-@pytest.mark.parametrize("gap", [" ", "  ", "    "])
-def test_scheme_is_case_insensitive_and_spaces_may_repeat(
-    world: World, decide: Decide, scheme: str, gap: str
-) -> None:
-    """D5: the scheme is case-insensitive; one or more spaces may precede the token."""
-    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
-    passes(decide(AuthRequest(authorization=(f"{scheme}{gap}{created.secret}",))))
-
-
 # --- 401: the credential ------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("authorization", "reason"),
-    [
-        ((), Reason.MISSING),
-        (("",), Reason.NOT_BEARER),
-        (("Bearer",), Reason.NOT_BEARER),
-        (("Bearer   ",), Reason.NOT_BEARER),
-        (("Basic dXNlcjpwYXNz",), Reason.NOT_BEARER),
-        (("Token rma_x",), Reason.NOT_BEARER),
-        (("Bearer\trma_x",), Reason.NOT_BEARER),
-        (("Bearer rma_short",), Reason.MALFORMED),
-        (("Bearer " + "A" * 50,), Reason.MALFORMED),
-    ],
-)
-def test_malformed_credentials_are_401(
-    decide: Decide, authorization: tuple[str, ...], reason: Reason
-) -> None:
-    """Missing, other schemes, empty or not a key: 401, with the precise reason kept."""
-    refused(decide(AuthRequest(authorization=authorization)), Unauthorized, reason)
 
 
 def test_two_authorization_headers_are_refused(world: World, decide: Decide) -> None:
     """D5: two Authorization headers are refused even when both carry the valid key."""
     created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
     value = f"Bearer {created.secret}"
-    refused(decide(AuthRequest(authorization=(value, value))), Unauthorized, Reason.NOT_BEARER)
+    refused(
+        decide(AuthRequest(authorization=(value, value))),
+        Unauthorized,
+        Reason.AUTHORIZATION_REPEATED,
+    )
 
 
 def test_extra_parts_after_the_token_are_refused(world: World, decide: Decide) -> None:
@@ -231,10 +204,10 @@ def test_invalid_key_with_malformed_organization_header_is_401(decide: Decide) -
 def test_challenge_carries_invalid_token_only_when_a_key_was_sent(decide: Decide) -> None:
     """D6: WWW-Authenticate names the realm, and invalid_token only if a credential came."""
     missing = decide(AuthRequest())
-    assert isinstance(missing, AuthError)
+    assert isinstance(missing, Refusal)
     assert missing.headers() == [("www-authenticate", 'Bearer realm="agents-api"')]
     wrong = decide(bearer("rma_nope"))
-    assert isinstance(wrong, AuthError)
+    assert isinstance(wrong, Refusal)
     assert wrong.headers(realm="x") == [
         ("www-authenticate", 'Bearer realm="x", error="invalid_token"')
     ]
@@ -261,33 +234,6 @@ def test_every_401_looks_the_same_to_the_client(world: World, decide: Decide) ->
 # --- 400: x-organization-id ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "header",
-    [
-        "",
-        "   ",
-        "a,b",
-        "org research",
-        "org/research",
-        "-leading",
-        "ünïcode",
-        "x" * 129,
-        "a\r\nb",
-        "a\x00",
-    ],
-)
-def test_tenant_key_with_an_invalid_organization_header_is_400(
-    world: World, decide: Decide, header: str
-) -> None:
-    """D8: a value that is neither an organization id nor `default` is 400 naming the header."""
-    created = world.manager.create("alice", name="ci", scope=TENANT_SCOPE)
-    error = refused(
-        decide(bearer(created.secret, header)), InvalidRequest, Reason.ORG_HEADER_INVALID
-    )
-    assert error.status == 400
-    assert "x-organization-id" in error.message
-
-
 def test_tenant_key_without_organization_header_is_400(world: World, decide: Decide) -> None:
     """The spec: a tenant-scoped key that sent no x-organization-id gets 400 invalid_request."""
     created = world.manager.create("alice", name="ci", scope=TENANT_SCOPE)
@@ -302,7 +248,7 @@ def test_two_organization_headers_are_400(world: World, decide: Decide) -> None:
     request = AuthRequest(
         authorization=(f"Bearer {created.secret}",), organization=("default", "default")
     )
-    refused(decide(request), InvalidRequest, Reason.ORG_HEADER_INVALID)
+    refused(decide(request), InvalidRequest, Reason.ORG_HEADER_REPEATED)
 
 
 def test_organization_key_with_a_malformed_header_is_400(world: World, decide: Decide) -> None:
@@ -380,7 +326,7 @@ def test_a_key_is_verified_by_argon2_once(world: World) -> None:
     auth = Authenticator(world.store, world.membership, clock=world.clock)
     for _ in range(5):
         passes(auth.authenticate(bearer(created.secret)))
-    assert asyncio.run(auth.authenticate_async(bearer(created.secret)))
+    passes(asyncio.run(auth.authenticate_async(bearer(created.secret))))
     assert auth.verifier.runs == 1
     assert len(auth.cache) == 1
     auth.close()
@@ -403,7 +349,7 @@ def test_cache_never_resurrects_a_replaced_hash(world: World, decide: Decide) ->
     passes(decide(bearer(created.secret)))
     old = world.store.get_key(created.info.key_id)
     assert old is not None
-    world.store._keys[old.key_id] = attrs.evolve(old, secret_hash=hash_secret("x" * 28))
+    world.store.edit(attrs.evolve(old, secret_hash=hash_secret("x" * 28)))
     refused(decide(bearer(created.secret)), Unauthorized, Reason.WRONG_SECRET)
 
 
@@ -442,7 +388,7 @@ def test_concurrent_first_requests_share_one_verification_async(world: World) ->
     created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
     auth = Authenticator(world.store, world.membership, clock=world.clock)
 
-    async def burst() -> list[Principal | AuthError]:
+    async def burst() -> list[Principal | Refusal]:
         return await asyncio.gather(
             *(auth.authenticate_async(bearer(created.secret)) for _ in range(32))
         )
@@ -464,7 +410,7 @@ def test_absurd_hash_parameters_are_refused_before_running_argon2(
     absurd = (
         "$argon2id$v=19$m=4294967295,t=4294967295,p=255$c2FsdHNhbHRzYWx0$aGFzaGhhc2hoYXNoaGFzaA"
     )
-    world.store._keys[old.key_id] = attrs.evolve(old, secret_hash=absurd)
+    world.store.edit(attrs.evolve(old, secret_hash=absurd))
     # Run, argon2 with those parameters would not end (or fail to allocate): an answer at all
     # is the proof.
     refused(decide(bearer(created.secret)), Unauthorized, Reason.UNVERIFIABLE)
@@ -553,10 +499,14 @@ class GatedStore:
     def __init__(self, inner: Any, gate: threading.Event) -> None:
         self.inner, self.gate = inner, gate
         self.used: list[str] = []
+        self.answered = threading.Event()
 
     def get_key(self, key_id: str) -> Any:
         self.gate.wait(10)
-        return self.inner.get_key(key_id)
+        try:
+            return self.inner.get_key(key_id)
+        finally:
+            self.answered.set()
 
     def mark_used(self, key_id: str, at: Any) -> None:
         self.used.append(key_id)
@@ -585,7 +535,7 @@ def test_a_decision_cut_by_the_timeout_is_audited_once(world: World, asynchronou
     )
     refused(outcome, ServiceUnavailable, Reason.BACKEND_TIMEOUT)
     gate.set()
-    auth._calls.shutdown(wait=True)  # the abandoned call runs to its end
+    assert store.answered.wait(10)  # the abandoned call runs to its end
     auth.close()  # and any last_used_at write it queued is made
     assert [event.allowed for event in events] == [False]
     assert store.used == []
@@ -738,7 +688,7 @@ def test_principal_memo_never_hides_a_changed_record(world: World, decide: Decid
     old = world.store.get_key(created.info.key_id)
     assert old is not None
     world.membership.add_member("bob", "org_research", role="member")
-    world.store._keys[old.key_id] = attrs.evolve(old, account_id="bob", name="renamed")
+    world.store.edit(attrs.evolve(old, account_id="bob", name="renamed"))
     principal = passes(decide(bearer(created.secret)))
     assert (principal.account_id, principal.key_name) == ("bob", "renamed")
 
@@ -764,8 +714,8 @@ def test_a_whole_database_passed_as_the_store_gets_a_hint(tmp_path: Any) -> None
         with pytest.raises(TypeError, match=r"pass db\.keys as the store"):
             Authenticator(db, db.membership)  # type: ignore[arg-type]
         with Authenticator(db.keys, db.membership) as auth:  # a context manager closes it
-            assert not auth._closed
-        assert auth._closed
+            assert not auth.closed
+        assert auth.closed
 
 
 class AsyncUsageStore:

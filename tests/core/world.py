@@ -1,5 +1,5 @@
 """A small world for the core tests: one tenant with three organizations, a second tenant,
-two users and a settable clock."""
+two users and a settable clock (the one clock of the whole test suite)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import attrs
 
-from keyturn import AuthRequest, KeyManager, Scope
+from keyturn import ApiKey, AuthRequest, KeyManager, Scope
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 
 START = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
@@ -29,17 +29,32 @@ class Clock:
         self.now += delta
 
 
+class EditableKeyStore(MemoryKeyStore):
+    """The memory store, whose records a test may rewrite in place, as a custom store might."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.edits: dict[str, ApiKey] = {}
+
+    def edit(self, key: ApiKey) -> None:
+        """From now on, answer *key* for its id, whatever was stored."""
+        self.edits[key.key_id] = key
+
+    def get_key(self, key_id: str) -> ApiKey | None:
+        return self.edits.get(key_id) or super().get_key(key_id)
+
+
 @attrs.define
 class World:
     clock: Clock
-    store: MemoryKeyStore
+    store: EditableKeyStore
     membership: MemoryMembership
     manager: KeyManager
 
 
 def make_world() -> World:
     clock = Clock()
-    store, membership = MemoryKeyStore(), MemoryMembership()
+    store, membership = EditableKeyStore(), MemoryMembership()
     membership.add_organization("org_default", tenant_id="acme", default=True)
     membership.add_organization("org_research", tenant_id="acme")
     membership.add_organization("org_sales", tenant_id="acme")

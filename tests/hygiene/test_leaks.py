@@ -42,7 +42,7 @@ from keyturn import (
     _token,
 )
 from keyturn.cli import main
-from keyturn.errors import AuthError
+from keyturn.errors import Refusal
 from keyturn.leaks import (
     ASGILeakEndpoint,
     LeakReport,
@@ -175,7 +175,7 @@ def test_revoke_true_revokes_and_authentication_then_refuses() -> None:
     assert world.manager.list("alice")[0].status is Status.REVOKED
     with Authenticator(world.store, world.membership) as auth:
         outcome = auth.authenticate(AuthRequest(authorization=(f"Bearer {world.created.secret}",)))
-    assert isinstance(outcome, AuthError) and outcome.reason is Reason.REVOKED
+    assert isinstance(outcome, Refusal) and outcome.reason is Reason.REVOKED
 
 
 def test_false_positives_junk_never_reaches_the_store() -> None:

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from keyturn import Authenticator, AuthRequest, KeyManager, Principal, Scope, _hashing
-from keyturn.errors import AuthError, Reason
+from keyturn.errors import Reason, Refusal
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 from keyturn.stores.sqlite import SQLiteDatabase
 from tests.adversarial.support import key_of, random_secret, split
@@ -70,7 +70,7 @@ class Scene:
         return sequence
 
 
-def outcome(result: Principal | AuthError) -> str:
+def outcome(result: Principal | Refusal) -> str:
     if isinstance(result, Principal):
         return "pass"
     return f"{result.status} {result.reason.value}"
@@ -90,7 +90,7 @@ def run(mode: str, authenticator: Authenticator, keys: list[str]) -> list[str]:
     """Decide every request at once: concurrently on one loop, or from 32 threads."""
     if mode.endswith("async"):
 
-        async def all_at_once() -> list[Principal | AuthError]:
+        async def all_at_once() -> list[Principal | Refusal]:
             return await asyncio.gather(
                 *(authenticator.authenticate_async(request(k)) for k in keys)
             )

@@ -19,7 +19,7 @@ from typing import Any
 import attrs
 import pytest
 
-from keyturn import Authenticator, AuthError, AuthRequest, Principal
+from keyturn import Authenticator, AuthRequest, Principal, Refusal
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 from keyturn.stores.sqlite import SQLiteDatabase
 
@@ -165,7 +165,7 @@ class Backend:
     def authenticator(self, **options: Any) -> Authenticator:
         return Authenticator(self.native_keys, self.native_membership, **options)
 
-    def decide(self, auth: Authenticator, request: AuthRequest) -> Principal | AuthError:
+    def decide(self, auth: Authenticator, request: AuthRequest) -> Principal | Refusal:
         """Run one request through the driver that suits the store."""
         if self.runner is None:
             return auth.authenticate(request)
@@ -190,7 +190,13 @@ def backend(request: pytest.FixtureRequest, sqlite_path: Path) -> Iterator[Backe
             name,
             store,
             MemoryMembership(),
-            dump=lambda: repr([attrs.asdict(key) for key in store._keys.values()]),
+            dump=lambda: repr(
+                [
+                    attrs.asdict(key)
+                    for account in ("alice", "bob")
+                    for key in store.keys_of(account)
+                ]
+            ),
             persistent=False,
         )
     elif name == "sqlite":

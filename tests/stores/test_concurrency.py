@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from keyturn import Authenticator, AuthError, AuthRequest, KeyManager, Principal, Reason, Scope
+from keyturn import Authenticator, AuthRequest, KeyManager, Principal, Reason, Refusal, Scope
 from keyturn.stores.sqlite import SQLiteDatabase
 from tests.stores.conftest import Backend
 from tests.stores.test_contract import make_key
@@ -44,7 +44,7 @@ class Tally:
                 if started_after_revoke:
                     self.passed_after_revoke.append(1)
                 return False
-            if not (isinstance(outcome, AuthError) and outcome.reason is Reason.REVOKED):
+            if not (isinstance(outcome, Refusal) and outcome.reason is Reason.REVOKED):
                 self.unexpected.append(outcome)
             return True
 

@@ -19,16 +19,18 @@ from hypothesis import strategies as st
 
 from keyturn import (
     ApiKey,
-    AuthError,
     AuthRequest,
     DuplicateKey,
     KeyManager,
     Leaked,
     Organization,
+    OrganizationConflict,
     Principal,
     Reason,
+    Refusal,
     Scope,
     Status,
+    UnknownOrganization,
 )
 from tests.stores.conftest import Backend
 
@@ -270,7 +272,7 @@ def test_a_tenant_has_at_most_one_default(backend: Backend) -> None:
     """A second default in a tenant is refused; re-adding the same one is harmless."""
     world(backend)
     membership = backend.membership
-    with pytest.raises(ValueError, match="default"):
+    with pytest.raises(OrganizationConflict, match="default"):
         membership.add_organization("org_second", tenant_id="acme", default=True)
     assert membership.get_organization("org_second") is None
     membership.add_organization("org_default", tenant_id="acme", default=True)
@@ -280,7 +282,7 @@ def test_a_tenant_has_at_most_one_default(backend: Backend) -> None:
 def test_an_organization_cannot_change_on_re_adding(backend: Backend) -> None:
     """Adding an existing id with another tenant or default flag is refused."""
     world(backend)
-    with pytest.raises(ValueError, match="differently"):
+    with pytest.raises(OrganizationConflict, match="differently"):
         backend.membership.add_organization("org_research", tenant_id="globex")
     assert backend.membership.get_organization("org_research").tenant_id == "acme"
 
@@ -294,7 +296,7 @@ def test_roles(backend: Backend) -> None:
     assert membership.get_role("alice", "org_research") == "admin"
     assert membership.get_role("alice", "org_globex") is None
     assert membership.get_role("bob", "org_research") is None
-    with pytest.raises(LookupError):
+    with pytest.raises(UnknownOrganization):
         membership.add_member("alice", "org_nope", role="admin")
     with pytest.raises(ValueError, match="role"):
         membership.add_member("alice", "org_research", role="")
@@ -342,12 +344,12 @@ def test_console_and_authentication_end_to_end(backend: Backend) -> None:
 
         manager.revoke("alice", tenant_key.info.key_id)
         refused = backend.decide(auth, bearer(tenant_key.secret, "default"))
-        assert isinstance(refused, AuthError)
+        assert isinstance(refused, Refusal)
         assert (refused.status, refused.reason) == (401, Reason.REVOKED)
 
         backend.membership.remove_member("alice", "org_research")
         refused = backend.decide(auth, bearer(research_key.secret))
-        assert isinstance(refused, AuthError)
+        assert isinstance(refused, Refusal)
         assert (refused.status, refused.reason) == (401, Reason.INACTIVE)
     finally:
         auth.close()

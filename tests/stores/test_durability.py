@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from keyturn import Authenticator, AuthError, AuthRequest, KeyManager, Principal, Reason, Scope
+from keyturn import Authenticator, AuthRequest, KeyManager, Principal, Reason, Refusal, Scope
 from keyturn.cli import main
 from keyturn.stores import open_database
 
@@ -90,7 +90,7 @@ def test_a_revoke_in_another_process_refuses_the_next_request_here(store_url: st
         assert isinstance(auth.authenticate(request), Principal)  # warm: verified-token cache
         cli(store_url, "keys", "revoke", "--as", "alice", key_id)
         refused = auth.authenticate(request)
-        assert isinstance(refused, AuthError)
+        assert isinstance(refused, Refusal)
         assert (refused.status, refused.reason) == (401, Reason.REVOKED)
     finally:
         auth.close()

@@ -11,7 +11,15 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
-from keyturn import Authenticator, AuthRequest, Reason, ServiceUnavailable, _token
+from keyturn import (
+    Authenticator,
+    AuthRequest,
+    Reason,
+    SchemaTooNew,
+    ServiceUnavailable,
+    StoreUnreachable,
+    _token,
+)
 from keyturn.stores import open_database
 from keyturn.stores._sql import SCHEMA_VERSION
 from keyturn.stores.memory import MemoryMembership
@@ -107,9 +115,9 @@ def test_a_newer_schema_is_refused(make_postgres_schema: Callable[[], str]) -> N
         db.create_schema()
         with psycopg.connect(url, autocommit=True) as connection:
             connection.execute("INSERT INTO keyturn_schema_version (version) VALUES (99)")
-        with pytest.raises(RuntimeError, match="upgrade keyturn"):
+        with pytest.raises(SchemaTooNew, match="upgrade keyturn"):
             db.create_schema()
-        with pytest.raises(RuntimeError, match="upgrade keyturn"):
+        with pytest.raises(SchemaTooNew, match="upgrade keyturn"):
             db.schema_version()
 
 
@@ -154,3 +162,13 @@ def test_a_database_that_is_down_gives_503_not_401() -> None:
     finally:
         auth.close()
         db.close()
+
+
+def test_a_server_that_refuses_fails_the_schema_calls_at_once() -> None:
+    """create_schema() and schema_version() report a refused connection, not a pool timeout."""
+    with PostgresDatabase("postgresql://postgres:hunter2@127.0.0.1:1/nothing", timeout=60) as db:
+        with pytest.raises(StoreUnreachable, match="refused") as caught:
+            db.schema_version()
+        with pytest.raises(StoreUnreachable, match="refused"):
+            db.create_schema()
+    assert isinstance(caught.value, ConnectionError) and "hunter2" not in str(caught.value)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from keyturn import KeyturnError, NotAKeyDatabase, SchemaTooNew
 from keyturn.stores import _sql, open_database
 from keyturn.stores.sqlite import SQLiteDatabase
 from tests.stores.test_contract import make_key
@@ -63,7 +64,7 @@ def test_a_newer_schema_is_refused(sqlite_path: Path) -> None:
     raw.execute("INSERT INTO keyturn_schema_version (version) VALUES (99)")
     raw.commit()
     raw.close()
-    with SQLiteDatabase(sqlite_path) as db, pytest.raises(RuntimeError, match="upgrade keyturn"):
+    with SQLiteDatabase(sqlite_path) as db, pytest.raises(SchemaTooNew, match="upgrade keyturn"):
         db.keys.get_key("NoSuchKey123")
 
 
@@ -105,7 +106,7 @@ def test_threads_share_a_few_connections(sqlite_path: Path) -> None:
         for thread in threads:
             thread.join(30)
         assert errors == []
-        assert 1 <= len(db._opened) <= 8
+        assert 1 <= db.connections <= 8
 
 
 def test_two_processes_worth_of_first_use_migrate_once(sqlite_path: Path) -> None:
@@ -175,3 +176,40 @@ def test_a_version_1_file_is_upgraded_with_its_keys(sqlite_path: Path) -> None:
         key = db.keys.get_key("OldKeyId1234")
         assert key is not None and key.name == "old" and key.leaked is None
         assert db.keys.leaked_keys() == []
+
+
+def test_a_file_with_other_tables_is_not_made_a_key_database(sqlite_path: Path) -> None:
+    """keyturn never adds its tables to another application's SQLite file."""
+    with sqlite3.connect(sqlite_path) as other:
+        other.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY)")
+    other.close()
+    with SQLiteDatabase(sqlite_path) as db:
+        with pytest.raises(NotAKeyDatabase, match="other tables"):
+            db.create_schema()
+        with pytest.raises(NotAKeyDatabase):
+            db.membership.add_organization("org_a", tenant_id="acme")
+    with sqlite3.connect(sqlite_path) as other:
+        tables = other.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    other.close()
+    assert tables == [("invoices",)]
+
+
+def test_a_file_that_is_no_database_is_refused(sqlite_path: Path) -> None:
+    """A file of other bytes is refused with a typed error, and left as it was."""
+    sqlite_path.write_bytes(b"not a database, just some text\n" * 100)
+    with SQLiteDatabase(sqlite_path) as db, pytest.raises(NotAKeyDatabase) as caught:
+        db.schema_version()
+    assert isinstance(caught.value, KeyturnError) and isinstance(caught.value, ValueError)
+    assert sqlite_path.read_bytes().startswith(b"not a database")
+
+
+def test_store_errors_are_typed_and_natural(sqlite_path: Path) -> None:
+    """Store errors are KeyturnErrors and the builtin a caller would catch."""
+    assert issubclass(SchemaTooNew, KeyturnError) and issubclass(SchemaTooNew, RuntimeError)
+    with SQLiteDatabase(sqlite_path) as db:
+        db.membership.add_organization("org_a", tenant_id="acme", default=True)
+        with pytest.raises(ValueError, match="differently") as conflict:
+            db.membership.add_organization("org_a", tenant_id="globex")
+        with pytest.raises(LookupError) as unknown:
+            db.membership.add_member("alice", "org_nowhere", role="admin")
+    assert isinstance(conflict.value, KeyturnError) and isinstance(unknown.value, KeyturnError)

@@ -340,5 +340,5 @@ def test_bad_options(world: World, options: dict[str, Any], error: type[Exceptio
 @pytest.mark.parametrize("middleware", [ApiKeyMiddleware, WsgiMiddleware], ids=["asgi", "wsgi"])
 def test_an_authenticator_of_the_wrong_kind_is_refused_at_startup(middleware: Any) -> None:
     """Anything but an Authenticator fails when the middleware is built, not on a request."""
-    with pytest.raises(TypeError, match=r"must be an keyturn\.Authenticator"):
+    with pytest.raises(TypeError, match=r"must be a keyturn\.Authenticator"):
         middleware(lambda *args: None, authenticator=object())

@@ -12,7 +12,7 @@ import importlib.util
 import json
 import sys
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
@@ -31,6 +31,7 @@ from keyturn import ApiKey, Authenticator, AuthRequest, KeyManager, Principal, S
 from keyturn import asgi as keyturn_asgi
 from keyturn import wsgi as keyturn_wsgi
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
+from tests.core.world import Clock
 
 MODELS = "/managed-agents/v1/models"
 WHOAMI = "/managed-agents/v1/whoami"
@@ -41,19 +42,6 @@ PUBLIC = "/managed-agents/v1/public"  # a public path under the prefix
 HEALTHZ = "/healthz"  # outside the prefix
 EPOCH = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-
-class ManualClock:
-    """A clock that moves only when told to."""
-
-    def __init__(self, now: datetime) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, delta: timedelta) -> None:
-        self.now += delta
 
 
 class BreakableStore(MemoryKeyStore):
@@ -92,7 +80,7 @@ class World:
     store: BreakableStore
     membership: BreakableMembership
     manager: KeyManager
-    clock: ManualClock
+    clock: Clock
     keys: dict[str, str]  # name -> full key string
     key_ids: dict[str, str]
     calls: list[str] = attrs.Factory(list)  # paths that reached a test app
@@ -121,7 +109,7 @@ def _mistype(key: str) -> str:
 
 
 def make_world() -> World:
-    clock = ManualClock(EPOCH)
+    clock = Clock(EPOCH)
     store, membership = BreakableStore(), BreakableMembership()
     membership.add_organization("org_main", tenant_id="acme", default=True)
     membership.add_organization("org_research", tenant_id="acme")

@@ -1,4 +1,4 @@
-"""Key stores and membership memberships that ship with keyturn.
+"""Key stores and membership providers that ship with keyturn.
 
 - :mod:`keyturn.stores.memory`: dicts in the process; tests, examples, demos.
 - :mod:`keyturn.stores.sqlite`: one file, nothing to start; the embedded default.
@@ -11,10 +11,10 @@ may use it too::
     db = open_database("postgresql://app@127.0.0.1:5432/app")
     auth = Authenticator(db.keys, db.membership)
 
-Each is a *database*: ``.keys`` (a :class:`~keyturn.protocols.KeyStore`), ``.membership``
-(a :class:`~keyturn.protocols.MembershipProvider` with ``add_organization``,
-``add_member`` and ``remove_member``), ``create_schema()``, ``schema_version()`` and
-``close()``. Importing this package imports no database driver.
+Each is a :class:`~keyturn.protocols.Database`: ``.keys`` (a
+:class:`~keyturn.protocols.KeyStore`), ``.membership`` (a
+:class:`~keyturn.protocols.WritableMembership`), ``create_schema()``, ``schema_version()``
+and ``close()``. Importing this package imports no database driver.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Final
 from urllib.parse import unquote
+
+from keyturn.errors import InvalidStoreURL
 
 if TYPE_CHECKING:
     from keyturn.stores.postgres import PostgresDatabase
@@ -36,28 +38,25 @@ _POSTGRES = ("postgresql://", "postgres://")
 def open_database(url: str) -> SQLiteDatabase | PostgresDatabase:
     """Open the database named by *url*: ``sqlite:///path`` or ``postgresql://...``.
 
-    :raises ValueError: the URL names no supported store.
+    :raises InvalidStoreURL: the URL names no supported store.
+    :raises ImportError: the store's extra is not installed.
     """
     if url.startswith(_SQLITE):
         from keyturn.stores.sqlite import SQLiteDatabase
 
         return SQLiteDatabase(url.removeprefix(_SQLITE))
     if url.startswith(_POSTGRES):
-        try:
-            from keyturn.stores.postgres import PostgresDatabase
-        except ImportError as exc:
-            raise ValueError(
-                "a postgresql:// store needs psycopg: pip install 'keyturn[postgres]'"
-            ) from exc
+        from keyturn.stores.postgres import PostgresDatabase  # says which extra it needs
+
         return PostgresDatabase(url)
     if url.startswith("sqlite:"):
-        raise ValueError(
+        raise InvalidStoreURL(
             f"a SQLite store URL has three slashes before a relative path, four before an "
             f"absolute one: sqlite:///keyturn.sqlite3 or sqlite:////var/lib/keyturn.sqlite3, "
             f"got {url!r}"
         )
     scheme = url.partition(":")[0] if ":" in url else url
-    raise ValueError(
+    raise InvalidStoreURL(
         f"unsupported store URL scheme {scheme!r}: use sqlite:///path/to/file.sqlite3 "
         "or postgresql://user@host:port/database"
     )

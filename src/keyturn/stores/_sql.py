@@ -17,12 +17,18 @@ Rules of this file:
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final, NamedTuple, Protocol, TypeVar
 
 from keyturn._model import ApiKey, Leaked, Organization, Scope
-from keyturn.errors import DuplicateKey
+from keyturn.errors import (
+    DuplicateKey,
+    NotAKeyDatabase,
+    OrganizationConflict,
+    SchemaTooNew,
+    UnknownOrganization,
+)
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -32,6 +38,7 @@ __all__ = [
     "Query",
     "SQLKeyStore",
     "SQLMembership",
+    "drive",
 ]
 
 T = TypeVar("T")
@@ -52,10 +59,33 @@ Op = Generator[Query, Any, T]
 
 
 class Dialect(NamedTuple):
-    """What differs between the databases: the type of an instant column, a catalog query."""
+    """What differs between the databases: the type of an instant column, catalog queries."""
 
     timestamp: str  # column type for instants
     has_version_table: str  # one row, one column: truthy when keyturn_schema_version exists
+    # One row, one column: truthy when the database holds tables that are not keyturn's.
+    # None where sharing a database with the application's tables is normal (PostgreSQL).
+    has_foreign_tables: str | None = None
+
+
+def drive(execute: Callable[[Query], Any], op: Op[T]) -> T:
+    """Run *op*, sending each query to *execute* (which returns a DB-API cursor).
+
+    The sync driver of every store; the async one is its twin in ``postgres.py``.
+    """
+    answer: Any = None
+    try:
+        while True:
+            query = op.send(answer)
+            cursor = execute(query)
+            if query.fetch == ONE:
+                answer = cursor.fetchone()
+            elif query.fetch == ALL:
+                answer = cursor.fetchall()
+            else:
+                answer = cursor.rowcount
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
 
 
 # --- the schema ---------------------------------------------------------------------------
@@ -113,10 +143,20 @@ _INSERT_VERSION: Final = "INSERT INTO keyturn_schema_version (version) VALUES (%
 
 
 def migrate(dialect: Dialect) -> Op[int]:
-    """Bring the schema up to :data:`SCHEMA_VERSION`; the driver runs it in one transaction."""
+    """Bring the schema up to :data:`SCHEMA_VERSION`; the driver runs it in one transaction.
+
+    :raises NotAKeyDatabase: the database has no keyturn schema but other tables (SQLite).
+    :raises SchemaTooNew: the schema is newer than this version of keyturn knows.
+    """
+    current = yield from schema_version(dialect)
+    if current == 0 and dialect.has_foreign_tables is not None:
+        (foreign,) = yield Query(dialect.has_foreign_tables, (), ONE)
+        if foreign:
+            raise NotAKeyDatabase(
+                "this database holds other tables and no keyturn schema: "
+                "point keyturn at a file of its own"
+            )
     yield Query(_CREATE_VERSION_TABLE, (), COUNT)
-    (current,) = yield Query(_SELECT_VERSION, (), ONE)
-    _check_version(current)
     for version in range(current + 1, SCHEMA_VERSION + 1):
         for statement in MIGRATIONS[version - 1]:
             yield Query(statement.format(timestamp=dialect.timestamp), (), COUNT)
@@ -136,7 +176,7 @@ def schema_version(dialect: Dialect) -> Op[int]:
 
 def _check_version(version: int) -> None:
     if version > SCHEMA_VERSION:
-        raise RuntimeError(
+        raise SchemaTooNew(
             f"the database holds keyturn schema version {version}, newer than the "
             f"{SCHEMA_VERSION} this version of keyturn knows: upgrade keyturn"
         )
@@ -308,11 +348,13 @@ def add_organization(organization: Organization) -> Op[Organization]:
     if not inserted:
         known = _organization((yield Query(_SELECT_ORGANIZATION, (organization.id,), ONE)))
         if known is None:
-            raise ValueError(
+            raise OrganizationConflict(
                 f"tenant {organization.tenant_id!r} already has a default organization"
             )
         if known != organization:
-            raise ValueError(f"organization {organization.id!r} already exists differently")
+            raise OrganizationConflict(
+                f"organization {organization.id!r} already exists differently"
+            )
     return organization
 
 
@@ -321,7 +363,7 @@ def add_member(account_id: str, organization_id: str, role: str) -> Op[None]:
         raise ValueError("role must be a non-empty string")
     added = yield Query(_UPSERT_MEMBERSHIP, (account_id, role, organization_id), COUNT)
     if not added:
-        raise LookupError(f"no organization {organization_id!r}: add it first")
+        raise UnknownOrganization(f"no organization {organization_id!r}: add it first")
 
 
 def remove_member(account_id: str, organization_id: str) -> Op[None]:
@@ -402,11 +444,13 @@ class AsyncRunner(Protocol):
 
 
 class SQLKeyStore:
-    """A :class:`~keyturn.protocols.KeyStore` over a SQL database's driver."""
+    """A :class:`~keyturn.protocols.KeyStore` in a SQL database: ``db.keys``."""
 
     def __init__(self, database: Any) -> None:
         self.database = database
         self._run: Runner = database.run
+        # SQLite bounds its own calls (busy timeout): no watchdog thread around them.
+        self.enforces_timeout: bool = getattr(database, "enforces_timeout", False)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.database!r})"
@@ -436,15 +480,18 @@ class SQLKeyStore:
 
 
 class SQLMembership:
-    """A :class:`~keyturn.protocols.MembershipProvider` over a SQL database's driver.
+    """A :class:`~keyturn.protocols.WritableMembership` in a SQL database: ``db.membership``.
 
-    The tables are a reference: replace this class with your own provider over your own
-    tables whenever your application already knows who belongs where.
+    Tables ``keyturn_organizations`` (``id``, ``tenant_id``, ``is_default``; at most one
+    default per tenant) and ``keyturn_memberships`` (``account_id``, ``organization_id``,
+    ``role``). A reference implementation: replace it with a provider over your own tables
+    whenever your application already knows who belongs where.
     """
 
     def __init__(self, database: Any) -> None:
         self.database = database
         self._run: Runner = database.run
+        self.enforces_timeout: bool = getattr(database, "enforces_timeout", False)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.database!r})"
@@ -454,7 +501,7 @@ class SQLMembership:
     ) -> Organization:
         """Add an organization; ``default=True`` makes it the tenant's ``default`` one.
 
-        :raises ValueError: it exists with other values, or the tenant already has a default.
+        :raises OrganizationConflict: it exists differently, or the tenant has a default.
         """
         organization = Organization(id=organization_id, tenant_id=tenant_id, is_default=default)
         return self._run(add_organization(organization))
@@ -462,7 +509,7 @@ class SQLMembership:
     def add_member(self, account_id: str, organization_id: str, *, role: str) -> None:
         """Give *account_id* a *role* in the organization (replacing any previous role).
 
-        :raises LookupError: there is no such organization.
+        :raises UnknownOrganization: there is no such organization.
         """
         self._run(add_member(account_id, organization_id, role))
 

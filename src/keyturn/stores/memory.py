@@ -20,7 +20,7 @@ from datetime import datetime
 import attrs
 
 from keyturn._model import ApiKey, Leaked, Organization
-from keyturn.errors import DuplicateKey
+from keyturn.errors import DuplicateKey, OrganizationConflict, UnknownOrganization
 
 __all__ = ["MemoryKeyStore", "MemoryMembership"]
 
@@ -90,7 +90,7 @@ def _reported(key: ApiKey) -> tuple[datetime, str]:
 
 
 class MemoryMembership:
-    """A :class:`~keyturn.protocols.MembershipProvider` in dicts: tenants, organizations, roles."""
+    """A :class:`~keyturn.protocols.WritableMembership` in dicts: organizations and roles."""
 
     nonblocking = True
 
@@ -115,9 +115,13 @@ class MemoryMembership:
         with self._lock:
             known = self._organizations.get(organization_id)
             if known is not None and known != organization:
-                raise ValueError(f"organization {organization_id!r} already exists differently")
+                raise OrganizationConflict(
+                    f"organization {organization_id!r} already exists differently"
+                )
             if default and self._defaults.get(tenant_id, organization).id != organization_id:
-                raise ValueError(f"tenant {tenant_id!r} already has a default organization")
+                raise OrganizationConflict(
+                    f"tenant {tenant_id!r} already has a default organization"
+                )
             self._organizations[organization_id] = organization
             if default:
                 self._defaults[tenant_id] = organization
@@ -130,7 +134,7 @@ class MemoryMembership:
         with self._lock:
             organization = self._organizations.get(organization_id)
             if organization is None:
-                raise LookupError(f"no organization {organization_id!r}: add it first")
+                raise UnknownOrganization(f"no organization {organization_id!r}: add it first")
             if (account_id, organization_id) not in self._roles:
                 self._reach[account_id, organization.tenant_id] += 1
             self._roles[account_id, organization_id] = role

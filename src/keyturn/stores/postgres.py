@@ -2,7 +2,7 @@
 
 Install the extra (``pip install 'keyturn[postgres]'``: psycopg 3 and its pool). A
 :class:`PostgresDatabase` owns a connection pool and gives the key store (``.keys``) and
-the membership membership (``.membership``); :class:`AsyncPostgresDatabase` is its twin for
+the membership provider (``.membership``); :class:`AsyncPostgresDatabase` is its twin for
 the ASGI middleware::
 
     from keyturn.stores.postgres import PostgresDatabase
@@ -29,11 +29,13 @@ on its next request. Instants are ``timestamptz`` and come back as UTC datetimes
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from types import TracebackType
 from typing import Any, Final, TypeVar
 
 try:
-    from psycopg import AsyncConnection, Connection
+    from psycopg import AsyncConnection, Connection, Cursor, OperationalError
     from psycopg.conninfo import conninfo_to_dict
     from psycopg_pool import AsyncConnectionPool, ConnectionPool
 except ImportError as exc:
@@ -41,16 +43,10 @@ except ImportError as exc:
         "the PostgreSQL store needs psycopg: pip install 'keyturn[postgres]'"
     ) from exc
 
+from keyturn.errors import StoreUnreachable
 from keyturn.stores import _sql
 
-__all__ = [
-    "AsyncPostgresDatabase",
-    "AsyncPostgresKeyStore",
-    "AsyncPostgresMembership",
-    "PostgresDatabase",
-    "PostgresKeyStore",
-    "PostgresMembership",
-]
+__all__ = ["AsyncPostgresDatabase", "PostgresDatabase"]
 
 T = TypeVar("T")
 
@@ -60,26 +56,6 @@ _DIALECT: Final = _sql.Dialect(
 )
 # Serializes create_schema() across instances: the bytes of "keyturn" as a bigint.
 _MIGRATION_LOCK: Final = "SELECT pg_advisory_xact_lock(7017280452245743993)"
-
-
-class PostgresKeyStore(_sql.SQLKeyStore):
-    """A :class:`~keyturn.protocols.KeyStore` on PostgreSQL; get it as ``db.keys``."""
-
-
-class PostgresMembership(_sql.SQLMembership):
-    """A :class:`~keyturn.protocols.MembershipProvider` on PostgreSQL: ``db.membership``.
-
-    Tables ``keyturn_organizations`` (at most one default per tenant, by a partial unique
-    index) and ``keyturn_memberships``. A reference: replace it with your own tables.
-    """
-
-
-class AsyncPostgresKeyStore(_sql.AsyncSQLKeyStore):
-    """The async twin of :class:`PostgresKeyStore`: ``adb.keys``."""
-
-
-class AsyncPostgresMembership(_sql.AsyncSQLMembership):
-    """The async twin of :class:`PostgresMembership`: ``adb.membership``."""
 
 
 def _describe(pool: ConnectionPool[Any] | AsyncConnectionPool[Any]) -> str:
@@ -126,8 +102,8 @@ class PostgresDatabase:
         if pool is None:
             pool = ConnectionPool(conninfo, open=True, **_pool_options(min_size, max_size, timeout))
         self.pool: ConnectionPool[Any] = pool
-        self.keys = PostgresKeyStore(self)
-        self.membership = PostgresMembership(self)
+        self.keys = _sql.SQLKeyStore(self)
+        self.membership = _sql.SQLMembership(self)
 
     def __repr__(self) -> str:
         return f"PostgresDatabase({_describe(self.pool)!r})"
@@ -145,13 +121,29 @@ class PostgresDatabase:
 
     def create_schema(self) -> int:
         """Create or upgrade the tables (idempotent, safe to run concurrently); the version."""
-        with self.pool.connection() as connection, connection.transaction():
+        with self._admin() as connection, connection.transaction():
             connection.execute(_MIGRATION_LOCK)
-            return _drive(connection, _sql.migrate(_DIALECT))
+            return _sql.drive(functools.partial(_execute, connection), _sql.migrate(_DIALECT))
 
     def schema_version(self) -> int:
         """The schema version in the database; 0 when ``create_schema()`` never ran."""
-        return self.run(_sql.schema_version(_DIALECT))
+        with self._admin() as connection:
+            return _sql.drive(
+                functools.partial(_execute, connection), _sql.schema_version(_DIALECT)
+            )
+
+    def _admin(self) -> contextlib.AbstractContextManager[Connection[Any]]:
+        # The administrative calls (deploy time, the keyturn command) connect on their own:
+        # a server that refuses answers at once, not after the pool's wait for a connection.
+        if not self._owns_pool:
+            return self.pool.connection()
+        try:
+            return Connection.connect(str(self.pool.conninfo), autocommit=True)
+        except OperationalError as exc:
+            reason = (str(exc).splitlines() or [""])[0]
+            raise StoreUnreachable(
+                f"cannot connect to PostgreSQL ({_describe(self.pool)}): {reason}", reason=reason
+            ) from None
 
     def close(self) -> None:
         """Close the pool, unless it was passed in."""
@@ -161,7 +153,7 @@ class PostgresDatabase:
     def run(self, op: _sql.Op[T]) -> T:
         """Run one operation of :mod:`keyturn.stores._sql` on a pooled connection."""
         with self.pool.connection() as connection:
-            return _drive(connection, op)
+            return _sql.drive(functools.partial(_execute, connection), op)
 
 
 class AsyncPostgresDatabase:
@@ -187,8 +179,8 @@ class AsyncPostgresDatabase:
                 conninfo, open=False, **_pool_options(min_size, max_size, timeout)
             )
         self.pool: AsyncConnectionPool[Any] = pool
-        self.keys = AsyncPostgresKeyStore(self)
-        self.membership = AsyncPostgresMembership(self)
+        self.keys = _sql.AsyncSQLKeyStore(self)
+        self.membership = _sql.AsyncSQLMembership(self)
 
     def __repr__(self) -> str:
         return f"AsyncPostgresDatabase({_describe(self.pool)!r})"
@@ -231,23 +223,11 @@ class AsyncPostgresDatabase:
             return await _drive_async(connection, op)
 
 
-# --- the two drivers: the only difference between sync and async is `await` ----------------
+def _execute(connection: Connection[Any], query: _sql.Query) -> Cursor[Any]:
+    return connection.execute(query.sql, query.params)
 
 
-def _drive(connection: Connection[Any], op: _sql.Op[T]) -> T:
-    answer: Any = None
-    try:
-        while True:
-            query = op.send(answer)
-            cursor = connection.execute(query.sql, query.params)
-            if query.fetch == _sql.ONE:
-                answer = cursor.fetchone()
-            elif query.fetch == _sql.ALL:
-                answer = cursor.fetchall()
-            else:
-                answer = cursor.rowcount
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+# --- the async driver: _sql.drive with `await` ---------------------------------------------
 
 
 async def _drive_async(connection: AsyncConnection[Any], op: _sql.Op[T]) -> T:

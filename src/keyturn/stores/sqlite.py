@@ -1,7 +1,7 @@
 """The SQLite key store and membership: one file, nothing to start, the embedded default.
 
 One :class:`SQLiteDatabase` is one file; it gives the key store (``.keys``) and the
-membership membership (``.membership``)::
+membership provider (``.membership``)::
 
     from keyturn import Authenticator, KeyManager
     from keyturn.stores.sqlite import SQLiteDatabase
@@ -38,9 +38,10 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Final, TypeVar
 
+from keyturn.errors import NotAKeyDatabase
 from keyturn.stores import _sql
 
-__all__ = ["SQLiteDatabase", "SQLiteKeyStore", "SQLiteMembership"]
+__all__ = ["SQLiteDatabase"]
 
 T = TypeVar("T")
 
@@ -50,26 +51,11 @@ _DIALECT: Final = _sql.Dialect(
         "SELECT count(*) FROM sqlite_master "
         "WHERE type = 'table' AND name = 'keyturn_schema_version'"
     ),
+    has_foreign_tables=(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' "
+        "AND name NOT LIKE 'keyturn\\_%' ESCAPE '\\' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"
+    ),
 )
-
-
-class SQLiteKeyStore(_sql.SQLKeyStore):
-    """A :class:`~keyturn.protocols.KeyStore` in a SQLite file; get it as ``db.keys``."""
-
-    # Reads never wait under WAL and writes wait at most the busy timeout: the sync
-    # middleware needs no watchdog thread around these calls.
-    enforces_timeout = True
-
-
-class SQLiteMembership(_sql.SQLMembership):
-    """A :class:`~keyturn.protocols.MembershipProvider` in a SQLite file: ``db.membership``.
-
-    Tables ``keyturn_organizations`` (``id``, ``tenant_id``, ``is_default``; at most one
-    default per tenant) and ``keyturn_memberships`` (``account_id``, ``organization_id``,
-    ``role``). A reference implementation: replace it with a provider over your own tables.
-    """
-
-    enforces_timeout = True
 
 
 class SQLiteDatabase:
@@ -77,7 +63,13 @@ class SQLiteDatabase:
 
     :param path: the database file; created, with its tables, on first use.
     :param timeout: seconds a write waits for another writer (SQLite's ``busy_timeout``).
+    :raises NotAKeyDatabase: on first use, when the file is not a SQLite database, or holds
+        other tables and no keyturn schema (keyturn never adds its tables to another file).
     """
+
+    # Reads never wait under WAL and writes wait at most the busy timeout: the sync
+    # middleware needs no watchdog thread around these calls.
+    enforces_timeout = True
 
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 5.0) -> None:
         self.path = os.fspath(path)
@@ -88,10 +80,10 @@ class SQLiteDatabase:
                 "for a database in memory use keyturn.stores.memory"
             )
         self.timeout = timeout
-        self.keys = SQLiteKeyStore(self)
-        self.membership = SQLiteMembership(self)
+        self.keys = _sql.SQLKeyStore(self)
+        self.membership = _sql.SQLMembership(self)
         self._idle: list[sqlite3.Connection] = []  # lent out LIFO; list ops are atomic
-        self._opened: list[sqlite3.Connection] = []
+        self.connections = 0  # opened so far: at most one per thread using it at once
         self._lock = threading.Lock()  # guards opening connections and the schema check
         self._schema_ready = False
         self._closed = False
@@ -112,39 +104,50 @@ class SQLiteDatabase:
 
     def create_schema(self) -> int:
         """Create or upgrade the tables now (idempotent); returns the schema version."""
-        return self.run(_sql.schema_version(_DIALECT))  # the first connection migrates
+        connection = self._lend()
+        try:
+            return _migrate(connection)
+        finally:
+            self._give_back(connection)
 
     def schema_version(self) -> int:
         """The schema version in the file (created on first use, so never 0 here)."""
         return self.run(_sql.schema_version(_DIALECT))
 
     def close(self) -> None:
-        """Close every connection; the database cannot be used afterwards."""
-        with self._lock:
-            self._closed = True
-            idle, self._idle = self._idle, []
-            for connection in idle:
-                self._opened.remove(connection)
-        # A connection lent out is closed when it comes back: closing it under a running
-        # statement crashes the interpreter (sqlite3 is not safe against that).
-        for connection in idle:
-            connection.close()
+        """Close every connection; the database cannot be used afterwards.
+
+        A connection still in use by another thread is closed when that call ends.
+        """
+        self._closed = True
+        self._close_idle()
 
     def run(self, op: _sql.Op[T]) -> T:
         """Run one operation of :mod:`keyturn.stores._sql` on a lent connection."""
-        with self._lock:  # close() must never take a connection that is being lent
-            connection = self._idle.pop() if self._idle else None
-        if connection is None:
-            connection = self._connect()
+        connection = self._lend()
         try:
-            return _drive(connection, op)
+            return _sql.drive(functools.partial(_execute, connection), op)
         finally:
-            with self._lock:
-                if self._closed:
-                    self._opened.remove(connection)
-                    connection.close()
-                else:
-                    self._idle.append(connection)
+            self._give_back(connection)
+
+    def _lend(self) -> sqlite3.Connection:
+        try:
+            return self._idle.pop()
+        except IndexError:
+            return self._connect()
+
+    def _give_back(self, connection: sqlite3.Connection) -> None:
+        self._idle.append(connection)
+        if self._closed:  # close() ran during this call: it could not close this one
+            self._close_idle()
+
+    def _close_idle(self) -> None:
+        while True:
+            try:
+                connection = self._idle.pop()
+            except IndexError:
+                return
+            connection.close()
 
     def _connect(self) -> sqlite3.Connection:
         with self._lock:
@@ -165,10 +168,15 @@ class SQLiteDatabase:
                 if not self._schema_ready:
                     _migrate(connection)
                     self._schema_ready = True
+            except sqlite3.DatabaseError as exc:
+                connection.close()
+                if getattr(exc, "sqlite_errorname", "") == "SQLITE_NOTADB":
+                    raise NotAKeyDatabase(f"{self.path!r} is not a SQLite database") from None
+                raise
             except BaseException:
                 connection.close()
                 raise
-            self._opened.append(connection)
+            self.connections += 1
             return connection
 
 
@@ -198,28 +206,17 @@ def _param(value: Any) -> Any:
     return value
 
 
-def _drive(connection: sqlite3.Connection, op: _sql.Op[T]) -> T:
-    answer: Any = None
-    try:
-        while True:
-            query = op.send(answer)
-            cursor = connection.execute(_qmark(query.sql), [_param(p) for p in query.params])
-            if query.fetch == _sql.ONE:
-                answer = cursor.fetchone()
-            elif query.fetch == _sql.ALL:
-                answer = cursor.fetchall()
-            else:
-                answer = cursor.rowcount
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+def _execute(connection: sqlite3.Connection, query: _sql.Query) -> sqlite3.Cursor:
+    return connection.execute(_qmark(query.sql), [_param(p) for p in query.params])
 
 
-def _migrate(connection: sqlite3.Connection) -> None:
+def _migrate(connection: sqlite3.Connection) -> int:
     # BEGIN IMMEDIATE takes the write lock first, so two processes never migrate at once.
     connection.execute("BEGIN IMMEDIATE")
     try:
-        _drive(connection, _sql.migrate(_DIALECT))
+        version = _sql.drive(functools.partial(_execute, connection), _sql.migrate(_DIALECT))
     except BaseException:
         connection.execute("ROLLBACK")
         raise
     connection.execute("COMMIT")
+    return version
