@@ -6,7 +6,7 @@ timeout). WSGI has no shutdown event: whoever creates the authenticator closes i
 server stops, as ``main()`` does. Every path under ``/managed-agents/v1/`` needs a key;
 ``/healthz`` does not.
 
-Serve it as it is (``pip install 'keyturn[wsgi]'``), on the standard library's server::
+Serve it as it is (``pip install 'keyturn[wsgi]' werkzeug``), on the standard library's server::
 
     keyturn db init --store sqlite:///keyturn.sqlite3
     KEYTURN_STORE_URL=sqlite:///keyturn.sqlite3 PORT=8000 python examples/werkzeug_app.py

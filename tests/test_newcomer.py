@@ -1,9 +1,10 @@
 """A newcomer's first hour, scripted: the built wheel in a clean environment with one extra,
 the ``keyturn`` command, and an example served by a real server, as the README tells it.
 
-The environment holds the wheel with ``[wsgi]`` and nothing else: the Werkzeug example is
-served by the standard library's server, so no package beyond the extra is needed. Every
-process started here is bounded by a timeout and stopped by its PID.
+The environment holds the wheel with ``[wsgi]`` (which adds nothing: the WSGI adapter needs
+only the core) and Werkzeug, as the Werkzeug example's docstring says to install; the
+example is served by the standard library's server. Every process started here is bounded
+by a timeout and stopped by its PID.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ class Newcomer:
 
 @pytest.fixture(scope="module")
 def newcomer(environments: Environments, tmp_path_factory: pytest.TempPathFactory) -> Newcomer:
-    return Newcomer(environments.python(["keyturn[wsgi]"]), tmp_path_factory.mktemp("newcomer"))
+    return Newcomer(environments.python(["keyturn[wsgi]", "werkzeug"]), tmp_path_factory.mktemp("newcomer"))
 
 
 def test_missing_extras_name_what_to_install(newcomer: Newcomer) -> None:
