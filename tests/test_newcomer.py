@@ -70,7 +70,9 @@ class Newcomer:
 
 @pytest.fixture(scope="module")
 def newcomer(environments: Environments, tmp_path_factory: pytest.TempPathFactory) -> Newcomer:
-    return Newcomer(environments.python(["keyturn[wsgi]", "werkzeug"]), tmp_path_factory.mktemp("newcomer"))
+    return Newcomer(
+        environments.python(["keyturn[wsgi]", "werkzeug"]), tmp_path_factory.mktemp("newcomer")
+    )
 
 
 def test_missing_extras_name_what_to_install(newcomer: Newcomer) -> None:
