@@ -38,6 +38,7 @@ NAME: Final = "breakdown"
 TITLE: Final = "Breakdown: the warm ASGI request (organization key), piece by piece"
 ROOT: Final = Path(__file__).resolve().parents[1]
 EMPTY: Final = "(empty call)"
+GUARD: Final = "path guard (Paths.read: root path joined, decoded, matched)"
 Loop = Callable[[int], object]  # runs a piece n times
 
 
@@ -94,11 +95,11 @@ def pieces() -> tuple[dict[str, Loop], list[str], Callable[[], None]]:
     add("request: keyturn, tenant key", lambda: whole(tenant.app, tenant.request))
 
     def guard() -> Loop:
-        route = _internal("keyturn.asgi", "_route_path")
         paths = ApiKeyMiddleware(bare.app, authenticator=authenticator).paths
-        return _repeat(lambda: paths.guarded(route(scope)))
+        root, path = scope.get("root_path", ""), scope["path"]
+        return _repeat(lambda: paths.read(root, path))
 
-    add("path guard (_route_path + Paths.guarded)", guard)
+    add(GUARD, guard)
 
     def read() -> Loop:
         scan = _internal("keyturn.asgi", "_read")
@@ -318,7 +319,7 @@ def run(settings: Settings) -> Report:
         keyturn
         - get("Authenticator.authenticate_async (async driver, whole decision)")
         - get("header scan into AuthRequest (asgi._read)")
-        - get("path guard (_route_path + Paths.guarded)")
+        - get(GUARD)
     )
     driver = get("Authenticator.authenticate_async (async driver, whole decision)") - get(
         "decide() driven inline (no driver, no _finish)"
