@@ -38,6 +38,7 @@ NAME: Final = "breakdown"
 TITLE: Final = "Breakdown: the warm ASGI request (organization key), piece by piece"
 ROOT: Final = Path(__file__).resolve().parents[1]
 EMPTY: Final = "(empty call)"
+GUARD: Final = "path guard (Paths.read: root path joined, decoded, matched)"
 Loop = Callable[[int], object]  # runs a piece n times
 
 
@@ -95,9 +96,10 @@ def pieces() -> tuple[dict[str, Loop], list[str], Callable[[], None]]:
 
     def guard() -> Loop:
         paths = ApiKeyMiddleware(bare.app, authenticator=authenticator).paths
-        return _repeat(lambda: paths.read(scope.get("root_path", ""), scope["path"]))
+        root, path = scope.get("root_path", ""), scope["path"]
+        return _repeat(lambda: paths.read(root, path))
 
-    add("path guard (Paths.read)", guard)
+    add(GUARD, guard)
 
     def read() -> Loop:
         scan = _internal("keyturn.asgi", "_read")
@@ -318,7 +320,7 @@ def run(settings: Settings) -> Report:
         keyturn
         - get("Authenticator.authenticate_async (async driver, whole decision)")
         - get("header scan into AuthRequest (asgi._read)")
-        - get("path guard (Paths.read)")
+        - get(GUARD)
     )
     driver = get("Authenticator.authenticate_async (async driver, whole decision)") - get(
         "decide() driven inline (no driver, no _finish)"
