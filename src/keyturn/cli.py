@@ -8,7 +8,8 @@
     keyturn keys create --as alice --name "CI deploys" --tenant acme --lifetime 7d
     keyturn keys list --as alice --status active
     keyturn keys revoke --as alice 3fZk8QmPx2Lw
-  keyturn keys leaked                 # keys a code host found in public
+    keyturn keys expiring --as alice --within 14d   # rotate these before they stop working
+    keyturn keys leaked                 # keys a code host found in public
     keyturn scan --staged   # exit 1 if the next commit adds a key
 
 The store is ``--store URL``, else ``$KEYTURN_STORE_URL``, else
@@ -228,6 +229,17 @@ def keys_revoke(db: Database, args: argparse.Namespace, out: TextIO) -> None:
         "refused from its next request on.",
         file=out,
     )
+
+
+def keys_expiring(db: Database, args: argparse.Namespace, out: TextIO) -> None:
+    infos = _manager(db).expiring(args.account, within=args.within)
+    if args.json:
+        _json([_as_json(info) for info in infos], out)
+    elif not infos:
+        print(f"{args.account} has no key expiring within {_span(args.within)}.", file=out)
+    else:
+        print(f"Expiring within {_span(args.within)}, soonest first:", file=out)
+        _key_table(infos, out)
 
 
 def keys_leaked(db: Database, args: argparse.Namespace, out: TextIO) -> None:
@@ -569,6 +581,20 @@ def _date(text: str) -> date:
     raise argparse.ArgumentTypeError(f"{text} does not exist: {month_name} {year} has {days} days")
 
 
+def _within(text: str) -> timedelta:
+    """``14d`` or ``12h``: how far ahead ``keys expiring`` looks."""
+    match = re.fullmatch(r"(\d{1,4})([dh])", text.strip().lower())
+    if match is None:
+        raise argparse.ArgumentTypeError(f"give days or hours, like 14d or 12h, not {text!r}")
+    count = int(match[1])
+    return timedelta(days=count) if match[2] == "d" else timedelta(hours=count)
+
+
+def _span(within: timedelta) -> str:
+    days, seconds = within.days, within.seconds
+    return f"{days}d" if not seconds else f"{days * 24 + seconds // 3600}h"
+
+
 def _version() -> str:
     try:
         return f"keyturn {version('keyturn')}"
@@ -683,6 +709,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = keys("revoke", keys_revoke, "revoke one of the account's keys: immediate, final")
     account(sub)
     sub.add_argument("key_id", metavar="KEY_ID", help="as shown by 'keyturn keys list'")
+    sub = keys("expiring", keys_expiring, "list the account's keys that expire soon, soonest first")
+    account(sub)
+    sub.add_argument(
+        "--within",
+        type=_within,
+        default=timedelta(days=14),
+        metavar="SPAN",
+        help="days or hours ahead, like 14d or 12h (default: 14d)",
+    )
+    as_json(sub)
     sub = keys("leaked", keys_leaked, "list every account's keys reported leaked, latest first")
     as_json(sub)
 

@@ -9,13 +9,15 @@ a thin page over these three methods::
     print(created.secret)                       # show once; it cannot be retrieved later
     manager.list("alice", status=Status.ACTIVE)  # hints, never secrets
     manager.revoke("alice", created.info.key_id)
+    manager.expiring("alice", within=timedelta(days=14))  # soonest first: rotate these
 """
 
 from __future__ import annotations
 
+import builtins
 import inspect
 from collections.abc import Iterable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from keyturn import _token
 from keyturn._decision import reach_question
@@ -178,6 +180,16 @@ class KeyManager:
         assert revoked is not None, "the store lost a key it just revoked"
         return _info(revoked, Status.REVOKED)
 
+    def expiring(self, account_id: str, *, within: timedelta) -> builtins.list[KeyInfo]:
+        """The account's keys that still work or could again (Active or Inactive) and expire
+        within *within* of the clock's now, the soonest first: the ones to rotate.
+
+        :raises ValueError: *within* is negative.
+        """
+        account_id = _account(account_id)
+        horizon = self._now() + _window(within)
+        return _expiring(self.list(account_id), horizon)
+
     def _now(self) -> datetime:
         # Stored instants are UTC (D12), whatever zone the clock answers in.
         now = self.clock()
@@ -234,6 +246,26 @@ def _refuse_async(store: object, membership: object) -> None:
                 "use AsyncKeyManager, or the sync twin (PostgresDatabase rather than "
                 "AsyncPostgresDatabase)"
             )
+
+
+def _window(within: object) -> timedelta:
+    if not isinstance(within, timedelta):
+        raise TypeError(f"within must be a timedelta (e.g. timedelta(days=14)), got {within!r}")
+    if within < timedelta(0):
+        raise ValueError(f"within must not be negative, got {within}")
+    return within
+
+
+def _expiring(infos: Iterable[KeyInfo], horizon: datetime) -> list[KeyInfo]:
+    # Active and Inactive keys have not expired yet (status is derived against now).
+    return sorted(
+        (
+            info
+            for info in infos
+            if info.status in (Status.ACTIVE, Status.INACTIVE) and info.expires_at <= horizon
+        ),
+        key=lambda info: (info.expires_at, info.key_id),
+    )
 
 
 def _info(key: ApiKey, status: Status) -> KeyInfo:
@@ -370,6 +402,12 @@ class AsyncKeyManager:
         revoked = await self.store.get_key(key_id)
         assert revoked is not None, "the store lost a key it just revoked"
         return _info(revoked, Status.REVOKED)
+
+    async def expiring(self, account_id: str, *, within: timedelta) -> builtins.list[KeyInfo]:
+        """As :meth:`KeyManager.expiring`, awaited."""
+        account_id = _account(account_id)
+        horizon = _utc(self.clock) + _window(within)
+        return _expiring(await self.list(account_id), horizon)
 
     async def _reachable(self, account_id: str, scope: Scope) -> Scope:
         if scope.organization_id is None:

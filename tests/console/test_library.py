@@ -7,7 +7,7 @@ import asyncio
 import os
 import secrets
 from collections.abc import Iterator
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -233,6 +233,24 @@ def test_async_key_manager_stores_what_it_creates_and_checks_membership() -> Non
         authenticator.close()
     assert isinstance(principal, Principal)
     assert principal.organization_id == "acme-main"
+
+
+def test_async_key_manager_lists_keys_expiring_soon() -> None:
+    """AsyncKeyManager.expiring answers as KeyManager.expiring: working keys, soonest first."""
+    store, membership = MemoryKeyStore(), MemoryMembership()
+    seed(membership)
+    manager = AsyncKeyManager(Awaited(store), Awaited(membership), clock=lambda: NOW)  # type: ignore[arg-type]
+    sync = KeyManager(store, membership, clock=lambda: NOW)
+    tenant = Scope.tenant("acme")
+
+    async def run() -> list[str]:
+        await manager.create("alice", name="week", scope=tenant, expiry=Lifetime.DAYS_7)
+        await manager.create("alice", name="day", scope=tenant, expiry=Lifetime.DAYS_1)
+        await manager.create("alice", name="month", scope=tenant, expiry=Lifetime.DAYS_30)
+        return [info.name for info in await manager.expiring("alice", within=timedelta(days=7))]
+
+    assert asyncio.run(run()) == ["day", "week"]
+    assert [i.name for i in sync.expiring("alice", within=timedelta(days=7))] == ["day", "week"]
 
 
 def test_async_key_manager_refuses_sync_stores() -> None:

@@ -5,7 +5,8 @@ Every test runs against the ASGI and the WSGI console and must pass identically.
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime
+import re
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -13,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from keyturn import KeyManager, Scope, Status
+from keyturn import KeyManager, Lifetime, Scope, Status
 from keyturn.console import Console, ConsoleSetupError, preview
 from keyturn.console._page import CSP, MAX_FORM_BYTES
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
@@ -462,3 +463,80 @@ def test_an_inactive_key_shows_as_such_and_can_be_revoked(client: Client, world:
     form = {"token": form_token(confirm.text), "key": created.info.key_id}
     assert client.post("/console/revoke", form).status == 303
     assert world.manager.list("alice")[0].status is Status.REVOKED
+
+
+def row_of(html: str, key_id: str) -> str:
+    """The list row of one key, as HTML."""
+    match = re.search(rf'<tr data-key="{key_id}">(.*?)</tr>', html, re.DOTALL)
+    assert match is not None, f"no row for {key_id}"
+    return match.group(1)
+
+
+def test_keys_expiring_within_7_days_are_marked_with_the_time_left(
+    client: Client, world: World
+) -> None:
+    """Working keys expiring within 7 days carry a text badge with the time left; others none."""
+    tenant = Scope.tenant("acme")
+    day = world.manager.create("alice", name="day", scope=tenant, expiry=Lifetime.DAYS_1)
+    week = world.manager.create("alice", name="week", scope=tenant, expiry=Lifetime.DAYS_7)
+    month = world.manager.create("alice", name="month", scope=tenant, expiry=Lifetime.DAYS_30)
+    gone = world.manager.create("alice", name="gone", scope=tenant, expiry=Lifetime.DAYS_1)
+    short = world.manager.create("alice", name="short", scope=tenant, expiry=Lifetime.HOURS_3)
+    world.manager.revoke("alice", gone.info.key_id)
+    world.clock.now += timedelta(hours=2, minutes=59, seconds=30)
+    page = client.get("/console/").text
+    assert "⏳</span> expires in 21 hours</span>" in row_of(page, day.info.key_id)
+    assert "expires in 6 days" in row_of(page, week.info.key_id)
+    assert "less than a minute" in row_of(page, short.info.key_id)
+    for quiet in (month, gone):
+        assert "badge-expiring" not in row_of(page, quiet.info.key_id)
+    world.clock.now += timedelta(minutes=1)  # "short" is Expired: nothing left to warn about
+    assert "badge-expiring" not in row_of(client.get("/console/").text, short.info.key_id)
+    confirm = client.get(f"/console/revoke?key={week.info.key_id}").text
+    assert "(expires in 6 days)" in confirm
+
+
+def test_the_expiry_warning_window_is_configurable(world: World) -> None:
+    """expiring_within widens or turns off the mark; a negative or non-timedelta one is refused."""
+    world.manager.create("alice", name="month", scope=Scope.tenant("acme"))
+    for within, marked in ((timedelta(days=30), True), (timedelta(0), False)):
+        console = Console(
+            world.manager,
+            signed_in=world.console.signed_in,
+            sign_in_url=SIGN_IN,
+            expiring_within=within,
+        )
+        client = Client("asgi", console)
+        client.account = "alice"
+        assert ("expires in 30 days" in client.get("/console/").text) is marked
+    for bad in (timedelta(days=-1), 7):
+        with pytest.raises(ConsoleSetupError, match="expiring_within"):
+            Console(
+                world.manager,
+                signed_in=world.console.signed_in,
+                sign_in_url=SIGN_IN,
+                expiring_within=bad,  # type: ignore[arg-type]
+            )
+
+
+def test_a_key_reported_leaked_shows_where_and_when_as_text(client: Client, world: World) -> None:
+    """The list and the revoke confirmation say "reported leaked at <url>, <time>", escaped,
+    with no link to the URL; once revoked, the report stays but the call to revoke goes."""
+    created = world.manager.create("alice", name="deploy", scope=Scope.tenant("acme"))
+    key_id = created.info.key_id
+    url = 'https://code.example/acme/app/blob/main/.env?a=1&b="><script>x</script>'
+    assert world.store.report_leak(key_id, url, datetime(2026, 6, 14, 9, 30, tzinfo=UTC))
+    escaped = "https://code.example/acme/app/blob/main/.env?a=1&amp;b=&#34;&gt;&lt;script&gt;"
+    page = client.get("/console/?tz=Europe/Paris").text
+    row = row_of(page, key_id)
+    assert '<span aria-hidden="true">⚠</span> Leaked</span>' in row
+    assert f'Reported leaked at <span class="url">{escaped}x&lt;/script&gt;</span>' in row
+    assert '<time datetime="2026-06-14T09:30:00+00:00">2026-06-14 11:30 CEST</time>' in row
+    assert "<script>x" not in page and "code.example" not in " ".join(re.findall("<a [^>]*>", page))
+    confirm = client.get(f"/console/revoke?key={key_id}").text
+    assert f'Reported leaked at <span class="url">{escaped}' in confirm
+    assert "revoke it now" in confirm
+    client.post("/console/revoke", {"token": form_token(confirm), "key": key_id})
+    after = client.get(f"/console/revoke?key={key_id}").text
+    assert "Reported leaked at" in after and "revoke it now" not in after
+    assert "Leaked</span>" in row_of(client.get("/console/").text, key_id)

@@ -216,3 +216,38 @@ def test_list_filters_of_the_wrong_type_are_refused(
     world.manager.create("alice", name="x", scope=TENANT_SCOPE)
     with pytest.raises(TypeError, match="must be a"):
         world.manager.list("alice", **filters)  # type: ignore[arg-type]
+
+
+def test_expiring_lists_working_keys_that_expire_within_the_window(world: World) -> None:
+    """Active and Inactive keys expiring within N days, soonest first; none past, none later."""
+    week = world.manager.create("alice", name="week", scope=TENANT_SCOPE, expiry=Lifetime.DAYS_7)
+    day = world.manager.create("alice", name="day", scope=RESEARCH_SCOPE, expiry=Lifetime.DAYS_1)
+    world.manager.create("alice", name="month", scope=TENANT_SCOPE, expiry=Lifetime.DAYS_30)
+    gone = world.manager.create("alice", name="gone", scope=TENANT_SCOPE, expiry=Lifetime.DAYS_1)
+    world.manager.revoke("alice", gone.info.key_id)
+    world.manager.create("alice", name="short", scope=TENANT_SCOPE, expiry=Lifetime.HOURS_3)
+    world.manager.create("bob", name="bobs", scope=TENANT_SCOPE, expiry=Lifetime.DAYS_1)
+    world.clock.advance(timedelta(hours=4))  # "short" is Expired now
+
+    def names(within: timedelta) -> list[str]:
+        return [info.name for info in world.manager.expiring("alice", within=within)]
+
+    assert names(timedelta(days=14)) == ["day", "week"]
+    assert names(timedelta(days=7) - timedelta(hours=4)) == ["day", "week"]  # the edge counts
+    assert names(timedelta(days=7) - timedelta(hours=4, seconds=1)) == ["day"]
+    assert names(timedelta(0)) == []
+    world.membership.remove_member("alice", "org_research")
+    expiring = world.manager.expiring("alice", within=timedelta(days=2))
+    assert [(info.name, info.status) for info in expiring] == [("day", Status.INACTIVE)]
+    assert week.info.key_id not in {info.key_id for info in expiring}
+    assert day.info.key_id == expiring[0].key_id
+
+
+def test_expiring_refuses_a_window_that_is_not_a_positive_timedelta(world: World) -> None:
+    """A negative window or a bare number of days is a typed error that says what to give."""
+    with pytest.raises(ValueError, match="must not be negative"):
+        world.manager.expiring("alice", within=timedelta(days=-1))
+    with pytest.raises(TypeError, match="timedelta"):
+        world.manager.expiring("alice", within=14)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="account_id"):
+        world.manager.expiring("", within=timedelta(days=1))

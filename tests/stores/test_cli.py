@@ -557,3 +557,31 @@ def test_membership_lists_and_removes_organizations(kind: str, tmp_path: Path) -
     assert membership.members_of("org_b") == []
     if db is not None:
         db.close()
+
+
+def test_keys_expiring_lists_the_working_keys_that_expire_soon(ready: Run) -> None:
+    """`keys expiring` lists Active keys expiring that soon, soonest first, as text or JSON."""
+    day, _ = create(ready, "--name", "day", "--tenant", "acme", "--lifetime", "1d")
+    week, _ = create(ready, "--name", "week", "--tenant", "acme", "--lifetime", "7d")
+    create(ready, "--name", "month", "--tenant", "acme", "--lifetime", "30d")
+    gone, _ = create(ready, "--name", "gone", "--tenant", "acme", "--lifetime", "1d")
+    assert ready("keys", "revoke", "--as", "alice", gone)[0] == 0
+    status, out, err = ready("keys", "expiring", "--as", "alice")
+    assert status == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "Expiring within 14d, soonest first:"
+    assert [line.split()[0] for line in lines[2:]] == [day, week]
+    status, out, _ = ready("keys", "expiring", "--as", "alice", "--within", "48h", "--json")
+    assert status == 0
+    assert [(key["key_id"], key["status"]) for key in json.loads(out)] == [(day, "Active")]
+    status, out, _ = ready("keys", "expiring", "--as", "alice", "--within", "0d")
+    assert (status, out) == (0, "alice has no key expiring within 0d.\n")
+    assert json.loads(ready("keys", "expiring", "--as", "bob", "--json")[1]) == []
+
+
+@pytest.mark.parametrize("span", ["2w", "-1d", "d", "14", "99999d"])
+def test_keys_expiring_refuses_a_span_it_cannot_read(ready: Run, span: str) -> None:
+    """A span other than days or hours (14d, 12h) is a usage error, exit 2, with an example."""
+    status, out, err = ready("keys", "expiring", "--as", "alice", f"--within={span}")
+    assert status == 2 and out == ""
+    assert "like 14d or 12h" in err

@@ -30,7 +30,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from importlib import resources
 from typing import Any, Final, Literal
 from urllib.parse import parse_qsl, urlencode
@@ -78,6 +78,7 @@ LIFETIME_CHOICES: Final[Sequence[tuple[str, str, Lifetime | None]]] = (
     (CUSTOM, "Custom date", None),
 )
 DEFAULT_LIFETIME: Final = "30d"
+EXPIRING_WITHIN: Final = timedelta(days=7)  # the list marks keys that expire this soon
 _LIFETIMES: Final = {code: lifetime for code, _, lifetime in LIFETIME_CHOICES}
 ZONES: Final = tuple(sorted(z for z in available_timezones() if "/" in z or z == "UTC"))
 _STATUS_MARKS: Final = {
@@ -284,6 +285,8 @@ class Console:
         a member there).
     :param secret: signs the form tokens; give every process of one service the same
         secret (32 random bytes). By default a random one per process.
+    :param expiring_within: the list marks Active and Inactive keys that expire this soon,
+        with the time left (default 7 days; ``timedelta(0)`` marks none).
     """
 
     def __init__(
@@ -294,6 +297,7 @@ class Console:
         sign_in_url: str,
         start_on: StartOn = "tenant",
         secret: bytes | None = None,
+        expiring_within: timedelta = EXPIRING_WITHIN,
     ) -> None:
         if not isinstance(manager, KeyManager):
             raise ConsoleSetupError(
@@ -315,11 +319,16 @@ class Console:
             )
         if secret is not None and (not isinstance(secret, bytes) or len(secret) < 16):
             raise ConsoleSetupError("secret must be at least 16 random bytes")
+        if not isinstance(expiring_within, timedelta) or expiring_within < timedelta(0):
+            raise ConsoleSetupError(
+                f"expiring_within must be a timedelta of zero or more, got {expiring_within!r}"
+            )
         self.manager = manager
         self.membership: ConsoleMembership = manager.membership
         self.signed_in = signed_in
         self.sign_in_url = sign_in_url
         self.start_on: StartOn = start_on
+        self.expiring_within = expiring_within
         self._tokens = _FormTokens(secret or secrets.token_bytes(32))
 
     def __repr__(self) -> str:
@@ -474,7 +483,7 @@ class Console:
             "preview": shown,
             "max_name": MAX_NAME_LENGTH,
             "token": self._tokens.issue(account_id, "create"),
-            "rows": [_row(info, zone) for info in keys],
+            "rows": [self._row(info, zone, now) for info in keys],
             "total": len(every_key),
             "filters": {
                 "status": wanted_status.value if wanted_status else "",
@@ -558,7 +567,7 @@ class Console:
             raise
         context = {
             "secret": created.secret,
-            "row": _row(created.info, _zone(values["tz"])),
+            "row": self._row(created.info, _zone(values["tz"]), now),
         }
         return self._render(visit, "created.html", context, status=201, account_id=account_id)
 
@@ -584,7 +593,7 @@ class Console:
             )
         zone = _zone(visit.query.get("tz", ""))
         context = {
-            "row": _row(info, zone),
+            "row": self._row(info, zone, self._now()),
             "token": self._tokens.issue(account_id, "revoke"),
         }
         return self._render(visit, "revoke.html", context, status=200, account_id=account_id)
@@ -607,6 +616,17 @@ class Console:
         return _redirect(visit.base + "?" + urlencode({"revoked": key_id}))
 
     # --- rendering ------------------------------------------------------------------------
+
+    def _row(self, info: KeyInfo, zone: ZoneInfo | None, now: datetime) -> dict[str, Any]:
+        """The view data of one key, with its expiry warning and leak report if it has them."""
+        row = _row(info, zone)
+        left = info.expires_at - now
+        if info.status in (Status.ACTIVE, Status.INACTIVE) and left <= self.expiring_within:
+            row["expiring"] = f"expires in {_time_left(left)}"
+        if info.leaked is not None:
+            at = info.leaked.at
+            row["leaked"] = {"url": info.leaked.url, "at": (local_time(at, zone), at.isoformat())}
+        return row
 
     def _render(
         self,
@@ -670,7 +690,19 @@ def _row(info: KeyInfo, zone: ZoneInfo | None) -> dict[str, Any]:
             if info.last_used_at
             else None
         ),
+        "expiring": None,
+        "leaked": None,
     }
+
+
+def _time_left(left: timedelta) -> str:
+    """``3 days``, ``5 hours``, ``12 minutes``: the largest whole unit, rounded down."""
+    seconds = max(int(left.total_seconds()), 0)
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size:
+            count = seconds // size
+            return f"{count} {unit}{'' if count == 1 else 's'}"
+    return "less than a minute"
 
 
 def _redirect(location: str) -> Page:
