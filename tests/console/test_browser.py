@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 import pytest
 
-from keyturn import Scope, Status
+from keyturn import Lifetime, Scope, Status
 from keyturn.console import local_time
 from tests.console.support import ACCOUNT_COOKIE, EDGES, World, expect, make_world, serving
 
@@ -321,3 +321,38 @@ def test_without_script_the_server_decides(browser: Any, site: Site) -> None:
     [key] = site.world.store.keys_of("alice")
     assert key.expires_at == datetime(2026, 6, 17, 12, 0, tzinfo=UTC)  # 18 June 00:00 NZST
     context.close()
+
+
+def test_keys_expiring_soon_carry_a_badge_with_the_time_left(browser: Any, site: Site) -> None:
+    """A key expiring within 7 days shows "expires in …" as text in its row; a later one not."""
+    tenant = Scope.tenant("acme")
+    soon = site.world.manager.create("alice", name="soon", scope=tenant, expiry=Lifetime.DAYS_1)
+    later = site.world.manager.create("alice", name="later", scope=tenant)
+    site.world.clock.now = NOW + timedelta(hours=5)
+    page = open_console(browser, site, width=375)
+    badge = page.locator(f"tr[data-key='{soon.info.key_id}'] .badge-expiring")
+    expect()(badge).to_have_text("⏳ expires in 19 hours")
+    expect()(badge).to_be_visible()
+    assert page.evaluate("document.documentElement.scrollWidth") <= 375
+    expect()(page.locator(f"tr[data-key='{later.info.key_id}'] .badge-expiring")).to_have_count(0)
+    page.context.close()
+
+
+def test_a_leaked_key_is_shown_and_revoked_from_its_confirmation(browser: Any, site: Site) -> None:
+    """The leak report reads as text in the list and on the confirmation; no link; one revoke."""
+    created = site.world.manager.create("alice", name="deploy", scope=Scope.tenant("acme"))
+    url = "https://code.example/acme/app/blob/main/.env"
+    site.world.store.report_leak(created.info.key_id, url, NOW - timedelta(hours=2))
+    page = open_console(browser, site, zone="UTC")
+    row = page.locator(f"tr[data-key='{created.info.key_id}']")
+    expect()(row.locator(".badge-leaked")).to_have_text("⚠ Leaked")
+    expect()(row.locator(".leak")).to_contain_text(f"Reported leaked at {url}, 2026-06-15 10:00")
+    expect()(page.locator("a[href*='code.example']")).to_have_count(0)
+    row.locator("a.revoke").click()
+    expect()(page.locator(".leak")).to_contain_text(f"Reported leaked at {url}")
+    expect()(page.locator(".leak")).to_contain_text("revoke it now")
+    page.click("button:text('Revoke “deploy”')")
+    expect()(row.locator(".status")).to_have_text("✕ Revoked")
+    expect()(row.locator(".badge-leaked")).to_have_text("⚠ Leaked")
+    assert site.world.manager.list("alice")[0].status is Status.REVOKED
+    page.context.close()
