@@ -28,7 +28,7 @@ def main() -> None:
     manager.create("alice", name="old laptop", scope=Scope.tenant("acme"), expiry=Lifetime.HOURS_3)
     manager.create("alice", name="research notebooks", scope=research)
     world.clock.now += timedelta(days=2)
-    manager.create("alice", name="CI deploys", scope=Scope.tenant("acme"))
+    ci = manager.create("alice", name="CI deploys", scope=Scope.tenant("acme"))
     gone = manager.create(
         "alice", name="staging", scope=Scope.organization("acme-main", tenant_id="acme")
     )
@@ -37,6 +37,9 @@ def main() -> None:
     manager.create("alice", name="agent on build box", scope=main, expiry=Lifetime.DAYS_7)
     world.membership.remove_member("alice", "acme-research")  # its key turns Inactive
     world.store.mark_used(gone.info.key_id, world.clock.now - timedelta(hours=1))
+    leak_url = "https://github.com/acme/deploy-scripts/blob/main/.env"  # a plainly made-up one
+    world.store.report_leak(ci.info.key_id, leak_url, world.clock.now - timedelta(minutes=40))
+    world.clock.now += timedelta(hours=2)  # the 7-day key has 6 days and 22 hours left
     OUT.mkdir(parents=True, exist_ok=True)
     with serving("asgi", world.console) as origin, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)

@@ -467,8 +467,15 @@ def test_an_inactive_key_shows_as_such_and_can_be_revoked(client: Client, world:
 
 def row_of(html: str, key_id: str) -> str:
     """The list row of one key, as HTML."""
-    match = re.search(rf'<tr data-key="{key_id}">(.*?)</tr>', html, re.DOTALL)
+    match = re.search(rf'<tr data-key="{key_id}"[^>]*>(.*?)</tr>', html, re.DOTALL)
     assert match is not None, f"no row for {key_id}"
+    return match.group(1)
+
+
+def note_of(html: str, key_id: str) -> str:
+    """The note row under one key's row (a leak report), as HTML."""
+    match = re.search(rf'<tr class="note" data-note-for="{key_id}">(.*?)</tr>', html, re.DOTALL)
+    assert match is not None, f"no note for {key_id}"
     return match.group(1)
 
 
@@ -485,7 +492,7 @@ def test_keys_expiring_within_7_days_are_marked_with_the_time_left(
     world.manager.revoke("alice", gone.info.key_id)
     world.clock.now += timedelta(hours=2, minutes=59, seconds=30)
     page = client.get("/console/").text
-    assert "⏳</span> expires in 21 hours</span>" in row_of(page, day.info.key_id)
+    assert "◔</span> expires in 21 hours</span>" in row_of(page, day.info.key_id)
     assert "expires in 6 days" in row_of(page, week.info.key_id)
     assert "less than a minute" in row_of(page, short.info.key_id)
     for quiet in (month, gone):
@@ -528,15 +535,19 @@ def test_a_key_reported_leaked_shows_where_and_when_as_text(client: Client, worl
     assert world.store.report_leak(key_id, url, datetime(2026, 6, 14, 9, 30, tzinfo=UTC))
     escaped = "https://code.example/acme/app/blob/main/.env?a=1&amp;b=&#34;&gt;&lt;script&gt;"
     page = client.get("/console/?tz=Europe/Paris").text
-    row = row_of(page, key_id)
-    assert '<span aria-hidden="true">⚠</span> Leaked</span>' in row
-    assert f'Reported leaked at <span class="url">{escaped}x&lt;/script&gt;</span>' in row
-    assert '<time datetime="2026-06-14T09:30:00+00:00">2026-06-14 11:30 CEST</time>' in row
+    assert '<span aria-hidden="true">⚠</span> Leaked</span>' in row_of(page, key_id)
+    note = note_of(page, key_id)
+    assert f'reported leaked</strong> at <span class="url">{escaped}x&lt;/script&gt;</span>' in note
+    assert '<time datetime="2026-06-14T09:30:00+00:00">2026-06-14 11:30 CEST</time>' in note
+    assert "revoke it, then create a new key" in note
     assert "<script>x" not in page and "code.example" not in " ".join(re.findall("<a [^>]*>", page))
     confirm = client.get(f"/console/revoke?key={key_id}").text
-    assert f'Reported leaked at <span class="url">{escaped}' in confirm
+    assert f'Reported leaked</strong> at <span class="url">{escaped}' in confirm
     assert "revoke it now" in confirm
     client.post("/console/revoke", {"token": form_token(confirm), "key": key_id})
     after = client.get(f"/console/revoke?key={key_id}").text
-    assert "Reported leaked at" in after and "revoke it now" not in after
-    assert "Leaked</span>" in row_of(client.get("/console/").text, key_id)
+    assert "Reported leaked</strong> at" in after and "revoke it now" not in after
+    listed = client.get("/console/").text
+    assert "Leaked</span>" in row_of(listed, key_id)
+    assert "was reported leaked" in note_of(listed, key_id)
+    assert "revoke it, then" not in note_of(listed, key_id)
