@@ -21,7 +21,8 @@ import attrs
 
 from keyturn import ApiKey, Organization, _token
 from keyturn._web import SERVICE_HEADER_NAMES
-from tests.web.web_support import MODELS, Client, Reply, World
+from tests.web.web_support import MODELS, Client, Reply
+from tests.world import World
 
 Lines = Sequence[tuple[str, str]]  # header lines as (name, value), latin-1 text
 

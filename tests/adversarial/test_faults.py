@@ -28,7 +28,8 @@ from tests.adversarial.support import (
     random_secret,
     split,
 )
-from tests.web.web_support import MODELS, PUBLIC, Reply, World
+from tests.web.web_support import MODELS, PUBLIC, Reply
+from tests.world import World
 
 ORG = "x-organization-id"
 TIMEOUT = 0.3
