@@ -19,7 +19,7 @@ import pytest
 from keyturn.asgi import ApiKeyMiddleware as AsgiMiddleware
 from keyturn.wsgi import ApiKeyMiddleware as WsgiMiddleware
 from tests.adversarial.support import SpyStore, Target, assert_refused, bearer
-from tests.web.test_servers import serve_uvicorn
+from tests.servers.loopback import serve_uvicorn
 from tests.web.web_support import MODELS, asgi_app
 from tests.world import World
 
