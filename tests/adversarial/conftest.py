@@ -23,7 +23,8 @@ from keyturn import Scope
 from keyturn import asgi as keyturn_asgi
 from tests.adversarial.support import Canary, Target
 from tests.web.conftest import client, serve  # noqa: F401 -- the same two-adapter fixtures
-from tests.web.web_support import AsgiClient, Serve, World, asgi_app, make_world
+from tests.web.web_support import AsgiClient, Serve, asgi_app, make_web_world
+from tests.world import World
 
 _watching: list[Canary] = []  # the package's canary, for the warning hook
 
@@ -83,7 +84,7 @@ def world(canary: Canary) -> Iterator[World]:
     """The web tests' world; its keys join the canary, and so, at the end, do the repr and
     str of every object made around it: keys, records, authenticators, audit events, errors.
     """
-    world = make_world()
+    world = make_web_world()
     for key in world.keys.values():
         canary.secret(key)
     created = world.manager.create("alice", name="canary", scope=Scope.tenant("acme"))

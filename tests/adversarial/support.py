@@ -21,7 +21,8 @@ import attrs
 
 from keyturn import ApiKey, Organization, _token
 from keyturn._web import SERVICE_HEADER_NAMES
-from tests.web.web_support import MODELS, Client, Reply, World
+from tests.web.web_support import MODELS, Client, Reply
+from tests.world import World
 
 Lines = Sequence[tuple[str, str]]  # header lines as (name, value), latin-1 text
 
@@ -272,6 +273,14 @@ class Gate:
     def open(self) -> None:
         self._open.set()
 
+    @contextmanager
+    def released_at_end(self) -> Iterator[None]:
+        """Open the gate when the block ends, so that no call stays stuck after the test."""
+        try:
+            yield
+        finally:
+            self.open()
+
 
 class SpyStore:
     """The world's key store behind a spy: counts reads, and fails or hangs when told to.
@@ -302,14 +311,6 @@ class SpyStore:
             key = attrs.evolve(key, secret_hash=self.hashes[key_id])
         return key
 
-    @contextmanager
-    def released_at_end(self) -> Iterator[None]:
-        """Open the gate when the block ends, so that no call stays stuck after the test."""
-        try:
-            yield
-        finally:
-            self.gate.open()
-
 
 class AsyncHangingStore:
     """An async key store whose reads of some ids never answer (until released)."""
@@ -336,14 +337,6 @@ class SpyMembership:
         self.failing: set[str] = set()
         self.hanging: set[str] = set()
         self.gate = Gate()
-
-    @contextmanager
-    def released_at_end(self) -> Iterator[None]:
-        """Open the gate when the block ends, so that no call stays stuck after the test."""
-        try:
-            yield
-        finally:
-            self.gate.open()
 
     def _ask(self, method: str, *args: str) -> Any:
         if method in self.failing:

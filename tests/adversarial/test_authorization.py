@@ -23,7 +23,7 @@ from tests.adversarial.support import (
     key_of,
     split,
 )
-from tests.web.web_support import World
+from tests.world import World
 
 
 def lines(*pairs: tuple[str, str]) -> tuple[tuple[str, str], ...]:

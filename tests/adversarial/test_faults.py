@@ -28,7 +28,8 @@ from tests.adversarial.support import (
     random_secret,
     split,
 )
-from tests.web.web_support import MODELS, PUBLIC, Reply, World
+from tests.web.web_support import MODELS, PUBLIC, Reply
+from tests.world import World
 
 ORG = "x-organization-id"
 TIMEOUT = 0.3
@@ -92,7 +93,7 @@ def test_hanging_backend_is_503_and_others_go_on(
     )
     slow = bearer(world.keys["tenant"], (ORG, "org_research"))
 
-    with store.released_at_end(), membership.released_at_end():
+    with store.gate.released_at_end(), membership.gate.released_at_end():
         order, slow_reply, fast_reply = target.race(slow, bearer(world.keys["research"]))
 
     assert order == ["fast", "slow"]
@@ -136,7 +137,7 @@ def test_calls_that_timed_out_are_not_replayed_on_recovery(
     target = attack(authenticator=world.authenticator(store=store, timeout=TIMEOUT))
     requests = [bearer(world.keys["research"])] * STALE
 
-    with store.released_at_end():
+    with store.gate.released_at_end():
         replies = target.send_many(requests)
 
     assert {reply.status for reply in replies} == {503}

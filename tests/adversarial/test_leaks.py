@@ -21,7 +21,8 @@ from keyturn import (
 )
 from keyturn._token import parse
 from tests.adversarial.support import SECRET, Canary, Target, bearer
-from tests.web.web_support import MODELS, Reply, World, admins_only_on_admin
+from tests.web.web_support import MODELS, Reply, admins_only_on_admin
+from tests.world import World
 
 
 def test_canary_finds_a_secret_and_ignores_hints(world: World) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from tests.adversarial.support import Target, assert_accepted, assert_refused, bearer
-from tests.web.web_support import World
+from tests.world import World
 
 ORG = "x-organization-id"
 

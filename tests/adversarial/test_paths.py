@@ -17,7 +17,8 @@ from flask import Flask
 from keyturn.asgi import ApiKeyMiddleware as AsgiMiddleware
 from keyturn.wsgi import ApiKeyMiddleware
 from tests.adversarial.support import Target, assert_refused, bearer
-from tests.web.web_support import PUBLIC, World, WsgiClient
+from tests.web.web_support import PUBLIC, WsgiClient
+from tests.world import World
 
 DISGUISED = {
     "leading double slash": "//managed-agents/v1/models",

@@ -15,7 +15,8 @@ import pytest
 
 from keyturn import _hashing
 from tests.adversarial.support import WORKERS, Gate, SpyStore, Target, assert_refused, bearer
-from tests.web.web_support import Reply, World
+from tests.web.web_support import Reply
+from tests.world import World
 
 ORG = "x-organization-id"
 REQUESTS = 60

@@ -19,8 +19,9 @@ import pytest
 from keyturn.asgi import ApiKeyMiddleware as AsgiMiddleware
 from keyturn.wsgi import ApiKeyMiddleware as WsgiMiddleware
 from tests.adversarial.support import SpyStore, Target, assert_refused, bearer
-from tests.web.test_servers import serve_uvicorn
-from tests.web.web_support import MODELS, World, asgi_app
+from tests.servers.loopback import serve_uvicorn
+from tests.web.web_support import MODELS, asgi_app
+from tests.world import World
 
 Message = MutableMapping[str, Any]
 SERVICE = [(b"service-organization-id", b"org_research"), (b"service-tenant-id", b"acme")]

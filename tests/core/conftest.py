@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from keyturn import Authenticator, AuthRequest, Principal, Refusal
-from tests.core.world import World, make_world
+from tests.world import World, make_world
 
 Decide = Callable[[AuthRequest], Principal | Refusal]
 

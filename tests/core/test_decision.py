@@ -31,7 +31,7 @@ from keyturn import (
 )
 from keyturn._hashing import hash_secret
 from tests.core.conftest import Decide
-from tests.core.world import DEFAULT_SCOPE, RESEARCH_SCOPE, TENANT_SCOPE, World, bearer
+from tests.world import MAIN_SCOPE, RESEARCH_SCOPE, TENANT_SCOPE, World, bearer
 
 MakeDecide = Callable[..., Decide]
 
@@ -81,17 +81,17 @@ def test_organization_key_accepts_its_own_organization_id(world: World, decide: 
 
 def test_organization_key_of_the_default_org_accepts_default(world: World, decide: Decide) -> None:
     """D9: `default` names an org-scoped key's organization when that is the default one."""
-    created = world.manager.create("alice", name="bot", scope=DEFAULT_SCOPE)
-    assert passes(decide(bearer(created.secret, "default"))).organization_id == "org_default"
+    created = world.manager.create("alice", name="bot", scope=MAIN_SCOPE)
+    assert passes(decide(bearer(created.secret, "default"))).organization_id == "org_main"
 
 
 @pytest.mark.parametrize(
     ("header", "organization", "role"),
     [
         ("org_research", "org_research", "member"),
-        ("default", "org_default", "admin"),
-        ("org_default", "org_default", "admin"),
-        ("  default\t", "org_default", "admin"),  # D8: trimmed of spaces and tabs
+        ("default", "org_main", "admin"),
+        ("org_main", "org_main", "admin"),
+        ("  default\t", "org_main", "admin"),  # D8: trimmed of spaces and tabs
     ],
 )
 def test_tenant_key_runs_in_the_named_organization(
@@ -190,8 +190,8 @@ def test_tenant_key_is_inactive_only_when_no_organization_is_reached(
     """A tenant key whose creator left every organization of the tenant is 401, any header."""
     created = world.manager.create("alice", name="ci", scope=TENANT_SCOPE)
     world.membership.remove_member("alice", "org_research")
-    passes(decide(bearer(created.secret, "default")))  # still reaches org_default
-    world.membership.remove_member("alice", "org_default")
+    passes(decide(bearer(created.secret, "default")))  # still reaches org_main
+    world.membership.remove_member("alice", "org_main")
     for header in (None, "default", "org_research", "bad header!"):
         refused(decide(bearer(created.secret, header)), Unauthorized, Reason.INACTIVE)
 
@@ -274,8 +274,8 @@ def test_custom_organization_pattern(world: World, make_decide: MakeDecide) -> N
         ("org_unknown", Reason.ORG_NOT_FOUND),
         ("DEFAULT", Reason.ORG_NOT_FOUND),  # D8: the literal is exact and lower-case
         ("0012", Reason.ORG_NOT_FOUND),
-        ("org_other_default", Reason.ORG_NOT_FOUND),  # another tenant's organization
-        ("org_sales", Reason.ORG_NOT_REACHABLE),  # alice has no role there
+        ("org_globex", Reason.ORG_NOT_FOUND),  # another tenant's organization
+        ("org_secret", Reason.ORG_NOT_REACHABLE),  # alice has no role there
     ],
 )
 def test_tenant_key_aimed_at_an_unreachable_organization_is_404(
@@ -288,7 +288,7 @@ def test_tenant_key_aimed_at_an_unreachable_organization_is_404(
     assert error.headers() == []
 
 
-@pytest.mark.parametrize("header", ["org_default", "org_sales", "org_unknown", "default"])
+@pytest.mark.parametrize("header", ["org_main", "org_secret", "org_unknown", "default"])
 def test_organization_key_aimed_elsewhere_is_404(world: World, decide: Decide, header: str) -> None:
     """An org-scoped key naming another organization (or `default`, not its own) is 404."""
     created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)

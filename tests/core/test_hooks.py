@@ -10,7 +10,7 @@ import pytest
 
 from keyturn import Authenticator, AuthRequest, Principal, Reason, ServiceUnavailable
 from tests.core.conftest import Decide
-from tests.core.world import DEFAULT_SCOPE, RESEARCH_SCOPE, TENANT_SCOPE, World, bearer
+from tests.world import MAIN_SCOPE, RESEARCH_SCOPE, TENANT_SCOPE, World, bearer
 
 
 async def async_policy(principal: Principal, request: AuthRequest) -> bool:
@@ -71,8 +71,8 @@ class Wrapped:
 
 # method -> (scope of the key, x-organization-id) that makes the decision ask it
 ASKED_BY = {
-    "get_key": (DEFAULT_SCOPE, None),
-    "get_role": (DEFAULT_SCOPE, None),
+    "get_key": (MAIN_SCOPE, None),
+    "get_role": (MAIN_SCOPE, None),
     "get_organization": (TENANT_SCOPE, "org_research"),
     "get_default_organization": (TENANT_SCOPE, "default"),
     "reaches_tenant": (TENANT_SCOPE, None),

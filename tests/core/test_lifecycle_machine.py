@@ -9,14 +9,14 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
 
 from keyturn import Authenticator, KeyNotFound, KeyNotRevocable, Lifetime, Principal, Scope, Status
-from tests.core.world import bearer, make_world
+from tests.world import bearer, make_world
 
 SCOPES = {
     "tenant": Scope.tenant("acme"),
     "research": Scope.organization("org_research", tenant_id="acme"),
-    "default": Scope.organization("org_default", tenant_id="acme"),
+    "default": Scope.organization("org_main", tenant_id="acme"),
 }
-MEMBERSHIPS = {"research": ("org_research", "member"), "default": ("org_default", "admin")}
+MEMBERSHIPS = {"research": ("org_research", "member"), "default": ("org_main", "admin")}
 
 
 class Model:

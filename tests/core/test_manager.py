@@ -22,7 +22,7 @@ from keyturn import (
     _token,
 )
 from keyturn._hashing import check_secret
-from tests.core.world import RESEARCH_SCOPE, TENANT_SCOPE, World
+from tests.world import RESEARCH_SCOPE, TENANT_SCOPE, World
 
 
 def test_create_returns_the_secret_once_and_stores_only_a_hash(world: World) -> None:
@@ -92,8 +92,8 @@ def test_invalid_inputs_raise_typed_errors(world: World) -> None:
         ("alice", Scope.tenant("globex"), "reaches no organization of tenant 'globex'"),
         (
             "alice",
-            Scope.organization("org_sales", tenant_id="acme"),
-            "no role in organization 'org_sales'",
+            Scope.organization("org_secret", tenant_id="acme"),
+            "no role in organization 'org_secret'",
         ),
         (
             "alice",

@@ -28,7 +28,7 @@ from keyturn import (
     _token,
 )
 from keyturn._decision import Rules, decide
-from tests.core.world import START
+from tests.world import START
 
 TOKEN = _token.generate()
 TENANT_KEY = ApiKey(

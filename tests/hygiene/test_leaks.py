@@ -12,18 +12,12 @@ import hashlib
 import io
 import json
 import logging
-import socket
-import threading
-import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
-import waitress  # type: ignore[import-untyped]
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from hypothesis import given, settings
@@ -52,6 +46,7 @@ from keyturn.leaks import (
 )
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 from keyturn.stores.sqlite import SQLiteDatabase
+from tests.servers.loopback import serve_uvicorn, serve_waitress
 
 NOW = datetime(2026, 11, 24, 6, 30, tzinfo=UTC)
 URL = "https://github.com/octo/app/blob/5f2c/.env"
@@ -555,40 +550,6 @@ def test_a_chunked_wsgi_body_is_bounded_too() -> None:
         endpoint = WSGILeakEndpoint(responder=world.responder, path=PATH)
         endpoint(environ, lambda line, headers, seen=started: seen.append(line))
         assert started[0].startswith(str(status))
-
-
-def serve_uvicorn(app: Any) -> Iterator[int]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]})
-        thread.start()
-        try:
-            for _ in range(500):  # bounded: 5 seconds at most
-                if server.started or not thread.is_alive():
-                    break
-                time.sleep(0.01)
-            assert server.started, "uvicorn did not start"
-            yield sock.getsockname()[1]
-        finally:
-            server.should_exit = True
-            thread.join(10)
-            assert not thread.is_alive()
-
-
-def serve_waitress(app: Any) -> Iterator[int]:
-    server = waitress.create_server(
-        app, host="127.0.0.1", port=0, threads=2, asyncore_loop_timeout=0.05
-    )
-    thread = threading.Thread(target=server.run)
-    thread.start()
-    try:
-        yield server.effective_port
-    finally:
-        server.trigger.pull_trigger(server.close)  # closed by the loop's own thread
-        thread.join(10)
-        server.task_dispatcher.shutdown()
-        assert not thread.is_alive()
 
 
 @pytest.mark.parametrize("server", ["uvicorn", "waitress"])

@@ -17,7 +17,8 @@ from starlette.testclient import TestClient
 from keyturn import AuthRequest, Principal
 from keyturn.asgi import ApiKeyMiddleware as AsgiMiddleware
 from keyturn.wsgi import ApiKeyMiddleware as WsgiMiddleware
-from tests.web.web_support import ADMIN, MODELS, Client, World, WsgiClient
+from tests.web.web_support import ADMIN, MODELS, Client, WsgiClient
+from tests.world import World
 
 WALKS = {
     "no leading slash": "managed-agents/v1/models",

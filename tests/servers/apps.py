@@ -10,25 +10,13 @@ Each app is built on first access, so a server process builds only the one it se
 
 from __future__ import annotations
 
-import importlib.util
 import os
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from keyturn import Authenticator
 from keyturn.stores.sqlite import SQLiteDatabase
 from keyturn.wsgi import ApiKeyMiddleware, principal
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-
-def _example(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.web.web_support import load_example
 
 
 def _database() -> SQLiteDatabase:
@@ -59,7 +47,7 @@ class _AsgiRecorder:
 
 def _asgi() -> Any:
     db = _database()
-    app = _example("starlette_app").create_app(Authenticator(db.keys, db.membership))
+    app = load_example("starlette_app").create_app(Authenticator(db.keys, db.membership))
     app.router = _AsgiRecorder(app.router)  # the middleware stack is built on first call
     return app
 
@@ -74,7 +62,7 @@ def _record_wsgi(app: Any) -> Any:
 
 def _wsgi() -> Any:
     db = _database()
-    app = _example("flask_app").create_app(Authenticator(db.keys, db.membership))
+    app = load_example("flask_app").create_app(Authenticator(db.keys, db.membership))
     middleware = app.wsgi_app
     middleware.app = _record_wsgi(middleware.app)
     return app

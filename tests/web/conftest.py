@@ -19,17 +19,17 @@ from tests.web.web_support import (
     AsgiClient,
     Client,
     Serve,
-    World,
     WsgiClient,
     asgi_app,
-    make_world,
+    make_web_world,
     wsgi_app,
 )
+from tests.world import World
 
 
 @pytest.fixture
 def world() -> Iterator[World]:
-    world = make_world()
+    world = make_web_world()
     yield world
     for authenticator in world.authenticators:
         authenticator.close()

@@ -19,7 +19,8 @@ from starlette.websockets import WebSocket
 from keyturn import MissingPrincipal, Principal
 from keyturn.asgi import ApiKeyMiddleware, principal
 from keyturn.wsgi import ApiKeyMiddleware as WsgiMiddleware
-from tests.web.web_support import MODELS, World
+from tests.web.web_support import MODELS
+from tests.world import World
 
 Message = dict[str, Any]
 

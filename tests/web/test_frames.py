@@ -13,7 +13,8 @@ from typing import Any
 
 from keyturn.asgi import ApiKeyMiddleware as AsgiMiddleware
 from keyturn.wsgi import ApiKeyMiddleware as WsgiMiddleware
-from tests.web.web_support import MODELS, World
+from tests.web.web_support import MODELS
+from tests.world import World
 
 
 def holds(value: object, secret: str, depth: int = 4) -> bool:

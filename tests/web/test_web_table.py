@@ -29,8 +29,8 @@ from tests.web.web_support import (
     Client,
     Reply,
     Serve,
-    World,
 )
+from tests.world import World
 
 ORG = "x-organization-id"
 NOWHERE = "/managed-agents/v1/nowhere"  # no such route in the app

@@ -15,7 +15,8 @@ from werkzeug.wrappers import Request
 
 from keyturn import MissingPrincipal
 from keyturn.wsgi import ApiKeyMiddleware, principal
-from tests.web.web_support import MODELS, World, wsgi_app
+from tests.web.web_support import MODELS, wsgi_app
+from tests.world import World
 
 
 class Server:

@@ -12,7 +12,6 @@ import importlib.util
 import json
 import sys
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
@@ -27,11 +26,10 @@ from werkzeug.test import Client as WerkzeugClient
 from werkzeug.wrappers import Request as WerkzeugRequest
 from werkzeug.wrappers import Response as WerkzeugResponse
 
-from keyturn import ApiKey, Authenticator, AuthRequest, KeyManager, Principal, Scope
+from keyturn import AuthRequest, Principal
 from keyturn import asgi as keyturn_asgi
 from keyturn import wsgi as keyturn_wsgi
-from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
-from tests.core.world import Clock
+from tests.world import World, make_world
 
 MODELS = "/managed-agents/v1/models"
 WHOAMI = "/managed-agents/v1/whoami"
@@ -40,30 +38,7 @@ BOOM = "/managed-agents/v1/boom"  # the app answers 500 itself
 SPOOF = "/managed-agents/v1/spoof"  # the app sets the service headers itself
 PUBLIC = "/managed-agents/v1/public"  # a public path under the prefix
 HEALTHZ = "/healthz"  # outside the prefix
-EPOCH = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-
-class BreakableStore(MemoryKeyStore):
-    """The in-memory store, with a switch that makes every read fail like a dropped database."""
-
-    broken = False
-
-    def get_key(self, key_id: str) -> ApiKey | None:
-        if self.broken:
-            raise ConnectionError("key store unreachable")
-        return super().get_key(key_id)
-
-
-class BreakableMembership(MemoryMembership):
-    """The in-memory membership, with a switch that makes role lookups fail."""
-
-    broken = False
-
-    def get_role(self, account_id: str, organization_id: str) -> str | None:
-        if self.broken:
-            raise ConnectionError("membership provider unreachable")
-        return super().get_role(account_id, organization_id)
 
 
 def admins_only_on_admin(principal: Principal, request: AuthRequest) -> bool:
@@ -71,73 +46,9 @@ def admins_only_on_admin(principal: Principal, request: AuthRequest) -> bool:
     return request.path != ADMIN or principal.role == "admin"
 
 
-@attrs.define
-class World:
-    """Tenant ``acme`` (``org_main`` is its default, ``org_research``, ``org_secret``) and
-    tenant ``globex``; alice is admin in org_main and member in org_research.
-    """
-
-    store: BreakableStore
-    membership: BreakableMembership
-    manager: KeyManager
-    clock: Clock
-    keys: dict[str, str]  # name -> full key string
-    key_ids: dict[str, str]
-    calls: list[str] = attrs.Factory(list)  # paths that reached a test app
-    audit: list[Any] = attrs.Factory(list)
-    authenticators: list[Authenticator] = attrs.Factory(list)
-
-    def authenticator(self, **options: Any) -> Authenticator:
-        """An Authenticator over this world; *options* replace its arguments (``store=`` too)."""
-        options = {
-            "store": self.store,
-            "membership": self.membership,
-            "clock": self.clock,
-            "policy": admins_only_on_admin,
-            "audit": self.audit.append,
-            **options,
-        }
-        authenticator = Authenticator(options.pop("store"), options.pop("membership"), **options)
-        self.authenticators.append(authenticator)
-        return authenticator
-
-
-def _mistype(key: str) -> str:
-    position = 20  # inside the secret; the checksum no longer matches
-    replacement = "b" if key[position] == "a" else "a"
-    return key[:position] + replacement + key[position + 1 :]
-
-
-def make_world() -> World:
-    clock = Clock(EPOCH)
-    store, membership = BreakableStore(), BreakableMembership()
-    membership.add_organization("org_main", tenant_id="acme", default=True)
-    membership.add_organization("org_research", tenant_id="acme")
-    membership.add_organization("org_secret", tenant_id="acme")
-    membership.add_organization("org_globex", tenant_id="globex", default=True)
-    membership.add_member("alice", "org_main", role="admin")
-    membership.add_member("alice", "org_research", role="member")
-    membership.add_member("bob", "org_globex", role="admin")
-    manager = KeyManager(store, membership, clock=clock)
-    created = {
-        "tenant": manager.create("alice", name="tenant", scope=Scope.tenant("acme")),
-        "research": manager.create(
-            "alice", name="research", scope=Scope.organization("org_research", tenant_id="acme")
-        ),
-        "main": manager.create(
-            "alice", name="main", scope=Scope.organization("org_main", tenant_id="acme")
-        ),
-    }
-    keys = {name: key.secret for name, key in created.items()}
-    keys["tenant_typo"] = _mistype(keys["tenant"])
-    # Well formed, checksum right, but from another store: unknown here.
-    elsewhere = MemoryMembership()
-    elsewhere.add_organization("org_x", tenant_id="x")
-    elsewhere.add_member("eve", "org_x", role="admin")
-    stranger = KeyManager(MemoryKeyStore(), elsewhere)
-    keys["unknown"] = stranger.create("eve", name="x", scope=Scope.tenant("x")).secret
-    key_ids = {name: key.info.key_id for name, key in created.items()}
-    return World(store, membership, manager, clock, keys, key_ids)
+def make_web_world() -> World:
+    """The test world with alice's keys, under the test apps' role policy."""
+    return make_world(keys=True, policy=admins_only_on_admin)
 
 
 # --- one app, two protocols -------------------------------------------------------------

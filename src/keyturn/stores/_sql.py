@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from datetime import UTC, datetime
-from typing import Any, Final, NamedTuple, Protocol, TypeVar
+from typing import Any, Final, NamedTuple, Protocol, Self, TypeVar
 
 from keyturn._model import ApiKey, Leaked, Organization, Scope
 from keyturn.errors import (
@@ -431,6 +431,19 @@ def leaked_keys() -> Op[list[ApiKey]]:
 
 
 # --- the stores, over a driver --------------------------------------------------------------
+
+
+class ClosedOnExit:
+    """``with database:`` closes the database at the end of the block."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 class Runner(Protocol):

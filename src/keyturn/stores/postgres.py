@@ -78,7 +78,7 @@ def _pool_options(min_size: int, max_size: int, timeout: float) -> dict[str, Any
     }
 
 
-class PostgresDatabase:
+class PostgresDatabase(_sql.ClosedOnExit):
     """A PostgreSQL database holding keyturn's tables, through a connection pool.
 
     :param conninfo: a ``postgresql://`` URL or libpq connection string.
@@ -107,17 +107,6 @@ class PostgresDatabase:
 
     def __repr__(self) -> str:
         return f"PostgresDatabase({_describe(self.pool)!r})"
-
-    def __enter__(self) -> PostgresDatabase:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def create_schema(self) -> int:
         """Create or upgrade the tables (idempotent, safe to run concurrently); the version."""

@@ -35,7 +35,6 @@ import sqlite3
 import threading
 import time
 from datetime import datetime
-from types import TracebackType
 from typing import Any, Final, TypeVar
 
 from keyturn.errors import NotAKeyDatabase
@@ -58,7 +57,7 @@ _DIALECT: Final = _sql.Dialect(
 )
 
 
-class SQLiteDatabase:
+class SQLiteDatabase(_sql.ClosedOnExit):
     """One SQLite file holding keyturn's tables: ``.keys`` and ``.membership`` share it.
 
     :param path: the database file; created, with its tables, on first use.
@@ -90,17 +89,6 @@ class SQLiteDatabase:
 
     def __repr__(self) -> str:
         return f"SQLiteDatabase({self.path!r})"
-
-    def __enter__(self) -> SQLiteDatabase:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def create_schema(self) -> int:
         """Create or upgrade the tables now (idempotent); returns the schema version."""
