@@ -72,6 +72,7 @@ What it does, precisely:
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any, Final
@@ -101,6 +102,7 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[ASGIScope, Receive, Send], Awaitable[None]]
+Header = tuple[bytes, bytes]
 
 _AUTHENTICATED: Final = frozenset({"http", "websocket"})
 _RESPONSE_STARTS: Final = frozenset(
@@ -166,10 +168,7 @@ class ApiKeyMiddleware(MiddlewareConfig[ASGIApp]):
         self, caller: Principal, scope: ASGIScope, receive: Receive, send: Send
     ) -> None:
         # Encoded now, so a provider id that is no header value fails before the app runs.
-        extra = [
-            (_SERVICE_ORGANIZATION, caller.organization_id.encode("latin-1")),
-            (_SERVICE_TENANT, caller.tenant_id.encode("latin-1")),
-        ]
+        extra = _encoded_service_headers(caller.organization_id, caller.tenant_id)
         started = False
 
         async def send_with_service_headers(message: Message) -> None:
@@ -182,7 +181,8 @@ class ApiKeyMiddleware(MiddlewareConfig[ASGIApp]):
                     for line in message.get("headers", ())
                     if len(line[0]) not in _SERVICE_LENGTHS or line[0].lower() not in _SERVICE_NAMES
                 ]
-                message = {**message, "headers": headers + extra}  # the app's list is left as is
+                headers += extra
+                message = {**message, "headers": headers}  # the app's list is left as is
             await send(message)
 
         try:
@@ -231,7 +231,21 @@ def _read(scope: ASGIScope, path: str) -> tuple[AuthRequest, list[Any]]:
                 organization += (line[1].decode("latin-1"),)
     # What the router dispatches on: the upper-cased method (a WebSocket handshake is a GET).
     method = scope.get("method", "GET").upper()
-    return AuthRequest(authorization, organization, method, path), credentials
+    return _new_request(AuthRequest, (authorization, organization, method, path)), credentials
+
+
+# The named tuple's own __new__ is Python code; the tuple's is not (same record, built once
+# per request).
+_new_request: Final = tuple.__new__
+
+
+@functools.lru_cache(maxsize=1024)
+def _encoded_service_headers(organization_id: str, tenant_id: str) -> tuple[Header, Header]:
+    """The service headers as ASGI sends them, encoded once per organization and tenant."""
+    return (
+        (_SERVICE_ORGANIZATION, organization_id.encode("latin-1")),
+        (_SERVICE_TENANT, tenant_id.encode("latin-1")),
+    )
 
 
 def principal(request_or_scope: Mapping[str, Any]) -> Principal:
