@@ -184,12 +184,11 @@ def test_python_load_generator() -> None:
     server_cpu, load_cpu = cores()
     server = Server("keyturn", server_cpu)
     try:
-        requests, failed, elapsed = _python_load(server, 2, 40, 10.0, load_cpu)
+        requests, failed, _ = _python_load(server, 2, 40, 10.0, load_cpu)
     finally:
         server.stop()
     assert server.process.returncode is not None  # stopped by its PID
     assert (requests, failed) == (40, 0)
-    assert elapsed > 0
 
 
 def test_stores_without_postgres() -> None:

@@ -102,17 +102,7 @@ class KeyManager:
         expires_at = expiry_for(expiry, now)
         scope = self._reachable(account_id, scope)
         for _ in range(3):  # a clash of 71 random bits is astronomically rare; never silent
-            token = _token.generate()
-            key = ApiKey(
-                key_id=token.key_id,
-                secret_hash=hash_secret(token.secret),
-                hint=token.hint,
-                name=name,
-                account_id=account_id,
-                scope=scope,
-                created_at=now,
-                expires_at=expires_at,
-            )
+            token, key = _new_key(name, account_id, scope, now, expires_at)
             try:
                 self.store.add_key(key)
             except DuplicateKey:
@@ -268,6 +258,24 @@ def _expiring(infos: Iterable[KeyInfo], horizon: datetime) -> list[KeyInfo]:
     )
 
 
+def _new_key(
+    name: str, account_id: str, scope: Scope, now: datetime, expires_at: datetime
+) -> tuple[_token.ParsedToken, ApiKey]:
+    """A fresh key string and the record stored for it (only the secret's hash)."""
+    token = _token.generate()
+    key = ApiKey(
+        key_id=token.key_id,
+        secret_hash=hash_secret(token.secret),
+        hint=token.hint,
+        name=name,
+        account_id=account_id,
+        scope=scope,
+        created_at=now,
+        expires_at=expires_at,
+    )
+    return token, key
+
+
 def _info(key: ApiKey, status: Status) -> KeyInfo:
     return KeyInfo(
         key_id=key.key_id,
@@ -334,17 +342,7 @@ class AsyncKeyManager:
         expires_at = expiry_for(expiry, now)
         scope = await self._reachable(account_id, scope)
         for _ in range(3):
-            token = _token.generate()
-            key = ApiKey(
-                key_id=token.key_id,
-                secret_hash=hash_secret(token.secret),
-                hint=token.hint,
-                name=name,
-                account_id=account_id,
-                scope=scope,
-                created_at=now,
-                expires_at=expires_at,
-            )
+            token, key = _new_key(name, account_id, scope, now, expires_at)
             try:
                 await self.store.add_key(key)
             except DuplicateKey:

@@ -49,11 +49,13 @@ class Tally:
             return True
 
 
-def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
+def wait_for(condition: Callable[[], bool], polls: int = 4000) -> None:
+    """Poll *condition* a bounded number of times (a hang guard, not a speed check)."""
+    for _ in range(polls):
+        if condition():
+            return
         time.sleep(0.005)
+    pytest.fail(f"the condition did not hold after {polls} polls")
 
 
 def setup(membership: Any) -> None:
