@@ -16,11 +16,9 @@ the ASGI middleware::
 
 Importing this module touches no database; constructing a :class:`PostgresDatabase`
 opens its pool, which connects right away (an :class:`AsyncPostgresDatabase` connects on
-``open()``). No table is created on construction: the schema is created or upgraded only
-by ``create_schema()``, under an
-advisory lock so that several instances deploying at once do not race. The tables live in
-the first schema of the connection's ``search_path``: to keep them in a schema of their
-own, add ``?options=-csearch_path%3Dkeyturn`` to the URL.
+``open()``). Only ``create_schema()`` creates or upgrades the tables, under an advisory
+lock so that instances deploying at once do not race. The tables live in the first schema
+of the ``search_path``: add ``?options=-csearch_path%3Dkeyturn`` to the URL for their own.
 
 Every call borrows a pooled connection in autocommit mode and runs one or two statements,
 so a revoke is committed when ``revoke_key`` returns and every instance refuses the key
@@ -30,12 +28,10 @@ on its next request. Instants are ``timestamptz`` and come back as UTC datetimes
 from __future__ import annotations
 
 import contextlib
-import functools
-from types import TracebackType
 from typing import Any, Final, TypeVar
 
 try:
-    from psycopg import AsyncConnection, Connection, Cursor, OperationalError
+    from psycopg import AsyncConnection, Connection, OperationalError
     from psycopg.conninfo import conninfo_to_dict
     from psycopg_pool import AsyncConnectionPool, ConnectionPool
 except ImportError as exc:
@@ -112,14 +108,12 @@ class PostgresDatabase(_sql.ClosedOnExit):
         """Create or upgrade the tables (idempotent, safe to run concurrently); the version."""
         with self._admin() as connection, connection.transaction():
             connection.execute(_MIGRATION_LOCK)
-            return _sql.drive(functools.partial(_execute, connection), _sql.migrate(_DIALECT))
+            return _drive(connection, _sql.migrate(_DIALECT))
 
     def schema_version(self) -> int:
         """The schema version in the database; 0 when ``create_schema()`` never ran."""
         with self._admin() as connection:
-            return _sql.drive(
-                functools.partial(_execute, connection), _sql.schema_version(_DIALECT)
-            )
+            return _drive(connection, _sql.schema_version(_DIALECT))
 
     def _admin(self) -> contextlib.AbstractContextManager[Connection[Any]]:
         # The administrative calls (deploy time, the keyturn command) connect on their own:
@@ -142,7 +136,7 @@ class PostgresDatabase(_sql.ClosedOnExit):
     def run(self, op: _sql.Op[T]) -> T:
         """Run one operation of :mod:`keyturn.stores._sql` on a pooled connection."""
         with self.pool.connection() as connection:
-            return _sql.drive(functools.partial(_execute, connection), op)
+            return _drive(connection, op)
 
 
 class AsyncPostgresDatabase:
@@ -178,12 +172,7 @@ class AsyncPostgresDatabase:
         await self.open()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
     async def open(self) -> None:
@@ -212,11 +201,11 @@ class AsyncPostgresDatabase:
             return await _drive_async(connection, op)
 
 
-def _execute(connection: Connection[Any], query: _sql.Query) -> Cursor[Any]:
-    return connection.execute(query.sql, query.params)
+def _drive(connection: Connection[Any], op: _sql.Op[T]) -> T:
+    return _sql.drive(lambda query: connection.execute(query.sql, query.params), op)
 
 
-# --- the async driver: _sql.drive with `await` ---------------------------------------------
+# The async twin of _sql.drive: the same loop, with `await`.
 
 
 async def _drive_async(connection: AsyncConnection[Any], op: _sql.Op[T]) -> T:
