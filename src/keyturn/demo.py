@@ -196,15 +196,6 @@ def instructions(keys: DemoKeys, base_url: str) -> str:
     )
 
 
-def _port_is_free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m keyturn.demo",
@@ -228,10 +219,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         import uvicorn  # the demo extra; the library itself does not need it
     except ImportError:
         raise SystemExit("the demo needs uvicorn: pip install 'keyturn[demo]'") from None
-    if not _port_is_free(args.port):
-        raise SystemExit(
-            f"port {args.port} on 127.0.0.1 is in use: pass --port N or set KEYTURN_DEMO_PORT"
-        )
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", args.port))
+        except OSError:
+            raise SystemExit(
+                f"port {args.port} on 127.0.0.1 is in use: pass --port N or set KEYTURN_DEMO_PORT"
+            ) from None
     _log_refusals()
     with open_database(args.store) as db, Authenticator(db.keys, db.membership) as authenticator:
         db.create_schema()

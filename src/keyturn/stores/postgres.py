@@ -1,24 +1,20 @@
 """The PostgreSQL key store and membership: one database shared by many app instances.
 
-Install the extra (``pip install 'keyturn[postgres]'``: psycopg 3 and its pool). A
-:class:`PostgresDatabase` owns a connection pool and gives the key store (``.keys``) and
-the membership provider (``.membership``); :class:`AsyncPostgresDatabase` is its twin for
-the ASGI middleware::
-
-    from keyturn.stores.postgres import PostgresDatabase
+Install the extra (``pip install 'keyturn[postgres]'``). A :class:`PostgresDatabase` owns a
+connection pool and gives the key store (``.keys``) and the membership provider
+(``.membership``); :class:`AsyncPostgresDatabase` is its twin for the ASGI middleware::
 
     db = PostgresDatabase("postgresql://app@127.0.0.1:5432/app", max_size=10)
     db.create_schema()  # explicit and idempotent: run it at deploy time, or `keyturn db init`
-    auth = Authenticator(db.keys, db.membership)
 
     async with AsyncPostgresDatabase("postgresql://app@127.0.0.1:5432/app") as adb:
         auth = Authenticator(adb.keys, adb.membership)  # awaited on the event loop
 
-Importing this module touches no database; constructing a :class:`PostgresDatabase`
-opens its pool, which connects right away (an :class:`AsyncPostgresDatabase` connects on
-``open()``). Only ``create_schema()`` creates or upgrades the tables, under an advisory
-lock so that instances deploying at once do not race. The tables live in the first schema
-of the ``search_path``: add ``?options=-csearch_path%3Dkeyturn`` to the URL for their own.
+Importing this module touches no database; a :class:`PostgresDatabase` connects when
+constructed, an :class:`AsyncPostgresDatabase` on ``open()``. Only ``create_schema()``
+creates or upgrades the tables, under an advisory lock so that instances deploying at once
+do not race, in the first schema of the ``search_path`` (for a schema of their own, add
+``?options=-csearch_path%3Dkeyturn`` to the URL).
 
 Every call borrows a pooled connection in autocommit mode and runs one or two statements,
 so a revoke is committed when ``revoke_key`` returns and every instance refuses the key
@@ -50,7 +46,7 @@ _DIALECT: Final = _sql.Dialect(
     timestamp="timestamptz",
     has_version_table="SELECT to_regclass('keyturn_schema_version') IS NOT NULL",
 )
-# Serializes create_schema() across instances: the bytes of "keyturn" as a bigint.
+# Serializes create_schema() across instances: one fixed key every instance takes.
 _MIGRATION_LOCK: Final = "SELECT pg_advisory_xact_lock(7017280452245743993)"
 
 
