@@ -2,33 +2,27 @@
 Leaked keys answered
 ====================
 
-A secret-scanning endpoint for a code host's partner program (GitHub's is the reference,
-``docs/leaks.md`` the guide): when the host finds strings shaped like your keys in public,
-it POSTs the candidates, signed; this module decides which are real keys, records the leak
-on each, and hands it to your code. Nothing here is authenticated by an API key, so the
-endpoint lives outside ``/managed-agents/v1/``. Install the ``leaks`` extra (the signature
-is checked with ``cryptography``)::
-
-    from keyturn.leaks import LeakResponder, WSGILeakEndpoint   # or ASGILeakEndpoint
+A secret-scanning endpoint for a code host's partner program (GitHub's is the reference;
+``docs/leaks.md`` is the guide): the host POSTs the candidates it found in public, signed;
+this module decides which are real keys, records the leak on each, and hands it to your
+code. The code host sends no API key, so the endpoint lives outside ``/managed-agents/v1/``.
+The ``leaks`` extra brings ``cryptography`` for the signature::
 
     responder = LeakResponder(db.keys, public_keys={identifier: pem}, on_leak=tell_creator)
-    app = WSGILeakEndpoint(app, responder=responder, path="/keyturn/secret-scanning")
+    app = WSGILeakEndpoint(app, responder=responder)   # or ASGILeakEndpoint
 
-The request is a JSON array of ``{"token", "type", "url", "source"?}`` candidates; its raw
-body is signed (``Github-Public-Key-Signature``: base64 DER ECDSA, P-256, SHA-256) by the
-key ``Github-Public-Key-Identifier`` names. The answer is ``200`` with one
-``{"token_hash", "token_type", "label": "true_positive" | "false_positive"}`` per candidate,
-in order; ``token_hash`` is the SHA-256 hex of the token, so the answer never repeats a
-secret. What it decides, in order:
+What it decides, in order:
 
--   A body over *max_body* bytes (1 MiB by default): 413.
--   The signature before anything else is read: missing or unreadable headers get 401, an
-    unknown key identifier or a signature that does not verify 403.
+-   Not a ``POST``: 405. A body over *max_body* bytes (1 MiB by default): 413.
+-   The signature over the raw body, before anything else is read: missing or unreadable
+    ``Github-Public-Key-Identifier`` / ``Github-Public-Key-Signature`` headers get 401, an
+    unknown key or a signature that does not verify (ECDSA P-256, SHA-256) 403.
 -   A body that is not a JSON array of candidates (string ``token``, ``type``, ``url``; a
     string or absent ``source``): 400, all or nothing.
 -   Each candidate as the authenticator checks a key: shape and checksum (junk never reaches
     the store), key id in the store, secret against the argon2id hash. A real id with a
-    wrong secret is a false positive.
+    wrong secret is a false positive. The answer is ``200``, one ``{"token_hash",
+    "token_type", "label"}`` per candidate in order: a hash, never the secret.
 -   A true positive, whatever the key's state, is recorded on the key (``KeyInfo.leaked``:
     the first report's URL and time) and handed to *on_leak* as a :class:`LeakReport`. The
     key is revoked only with ``revoke=True``: the spec lets only its creator revoke it.
