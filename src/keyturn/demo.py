@@ -76,12 +76,12 @@ def seed(store: KeyStore, membership: WritableMembership) -> DemoKeys:
     for earlier in manager.list(USER, status=Status.ACTIVE):
         if earlier.name in KEY_NAMES:
             manager.revoke(USER, earlier.key_id)
-    tenant, organization = KEY_NAMES
+    tenant_name, organization_name = KEY_NAMES
     day = Lifetime.DAYS_1
     return DemoKeys(
-        tenant=manager.create(USER, name=tenant, scope=Scope.tenant(TENANT), expiry=day),
+        tenant=manager.create(USER, name=tenant_name, scope=Scope.tenant(TENANT), expiry=day),
         organization=manager.create(
-            USER, name=organization, organization=OTHER_ORGANIZATION, expiry=day
+            USER, name=organization_name, organization=OTHER_ORGANIZATION, expiry=day
         ),
     )
 
