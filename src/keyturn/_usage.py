@@ -93,12 +93,10 @@ class UsageRecorder:
     def seen(self, key_id: str) -> None:
         """The key was just used: write ``last_used_at`` if its interval has passed."""
         now = self.timer()
-        due = self._due.get(key_id)
-        if due is not None and now < due:
+        if now < self._due.get(key_id, now):
             return
         with self._lock:
-            due = self._due.get(key_id)
-            if due is not None and now < due:  # another thread wrote it meanwhile
+            if now < self._due.get(key_id, now):  # another thread wrote it meanwhile
                 return
             # Re-inserting keeps the dict ordered by due time, so the first entry is the
             # one to forget when it is full.

@@ -77,12 +77,11 @@ def seed(store: KeyStore, membership: WritableMembership) -> DemoKeys:
         if earlier.name in KEY_NAMES:
             manager.revoke(USER, earlier.key_id)
     tenant_name, organization_name = KEY_NAMES
+    day = Lifetime.DAYS_1
     return DemoKeys(
-        tenant=manager.create(
-            USER, name=tenant_name, scope=Scope.tenant(TENANT), expiry=Lifetime.DAYS_1
-        ),
+        tenant=manager.create(USER, name=tenant_name, scope=Scope.tenant(TENANT), expiry=day),
         organization=manager.create(
-            USER, name=organization_name, organization=OTHER_ORGANIZATION, expiry=Lifetime.DAYS_1
+            USER, name=organization_name, organization=OTHER_ORGANIZATION, expiry=day
         ),
     )
 
@@ -196,15 +195,6 @@ def instructions(keys: DemoKeys, base_url: str) -> str:
     )
 
 
-def _port_is_free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m keyturn.demo",
@@ -228,26 +218,25 @@ def main(argv: Sequence[str] | None = None) -> None:
         import uvicorn  # the demo extra; the library itself does not need it
     except ImportError:
         raise SystemExit("the demo needs uvicorn: pip install 'keyturn[demo]'") from None
-    if not _port_is_free(args.port):
-        raise SystemExit(
-            f"port {args.port} on 127.0.0.1 is in use: pass --port N or set KEYTURN_DEMO_PORT"
-        )
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", args.port))
+        except OSError:
+            raise SystemExit(
+                f"port {args.port} on 127.0.0.1 is in use: pass --port N or set KEYTURN_DEMO_PORT"
+            ) from None
     _log_refusals()
     with open_database(args.store) as db, Authenticator(db.keys, db.membership) as authenticator:
         db.create_schema()
         keys = seed(db.keys, db.membership)
         app = create_app(authenticator, routes=console_routes(db.keys, db.membership))
-        print(f"Store: {redact_url(args.store)}")
-        print(instructions(keys, f"http://127.0.0.1:{args.port}"))
+        store, base_url = redact_url(args.store), f"http://127.0.0.1:{args.port}"
+        listing = shlex.join([_command(), "keys", "list", "--as", USER, "--store", store])
         print(
-            f"Key console: http://127.0.0.1:{args.port}/console/ -- its sign-in page is for "
-            f"this demo only: it signs anyone in as {USER}, no password."
-        )
-        print(
-            "The keys stay in the store after the demo stops; list them with",
-            shlex.join(
-                [_command(), "keys", "list", "--as", USER, "--store", redact_url(args.store)]
-            ),
+            f"Store: {store}\n{instructions(keys, base_url)}\n"
+            f"Key console: {base_url}/console/ -- its sign-in page is for this demo only: it "
+            f"signs anyone in as {USER}, no password.\n"
+            f"The keys stay in the store after the demo stops; list them with {listing}",
             flush=True,
         )
         uvicorn.run(app, host="127.0.0.1", port=args.port)

@@ -2,58 +2,37 @@
 Leaked keys answered
 ====================
 
-A secret-scanning endpoint for a code host's partner program. GitHub's is the reference:
-when it finds a string shaped like one of your keys in a public repository, gist, issue or
-package, it POSTs the candidates to your endpoint, signed; you answer which ones are real
-keys, and act on those. This module decides that answer and records the leak; nothing here
-is authenticated by an API key, so the endpoint lives outside ``/managed-agents/v1/``.
-
-Install the ``leaks`` extra (``pip install 'keyturn[leaks]'``): the signature is checked
-with the ``cryptography`` library. ::
-
-    from keyturn.leaks import LeakResponder, WSGILeakEndpoint   # or ASGILeakEndpoint
+A secret-scanning endpoint for a code host's partner program (GitHub's is the reference;
+``docs/leaks.md`` is the guide): the host POSTs the candidates it found in public, signed;
+this module decides which are real keys, records the leak on each, and hands it to your
+code. The code host sends no API key, so the endpoint lives outside ``/managed-agents/v1/``.
+The ``leaks`` extra brings ``cryptography`` for the signature::
 
     responder = LeakResponder(db.keys, public_keys={identifier: pem}, on_leak=tell_creator)
-    app = WSGILeakEndpoint(app, responder=responder, path="/keyturn/secret-scanning")
+    app = WSGILeakEndpoint(app, responder=responder)   # or ASGILeakEndpoint
 
-The request (GitHub's format)
-    ``POST`` with a JSON array of candidates, each ``{"token": ..., "type": ..., "url":
-    ..., "source": ...}`` (``source`` may be absent). Two headers sign the raw body:
-    ``Github-Public-Key-Identifier`` names the signing key, ``Github-Public-Key-Signature``
-    is the base64 DER ECDSA signature (P-256, SHA-256) of the body bytes.
+What it decides, in order:
 
-The response
-    ``200`` with a JSON array, one entry per candidate, in order: ``{"token_hash": ...,
-    "token_type": ..., "label": "true_positive" | "false_positive"}``. ``token_hash`` is the
-    SHA-256 hex digest of the candidate's token: the answer never repeats a secret, so the
-    endpoint does not use the format's ``token_raw`` alternative.
-
-What it decides, precisely:
-
--   The body is read up to *max_body* bytes (1 MiB by default); past that: 413.
--   The signature is checked before anything else is read: missing or unreadable signature
-    headers get 401; an unknown key identifier or a signature that does not verify gets
-    403. Nothing of the body is parsed, looked up or recorded before that.
--   A body that is not a JSON array of candidates (each an object with string ``token``,
-    ``type`` and ``url``, and a string or absent ``source``) gets 400, all or nothing.
--   Each candidate is checked as the authenticator checks a key: shape and checksum first
-    (junk never reaches the store), then the key id in the store, then the secret against
-    the stored argon2id hash. A real key id with a wrong secret is a false positive.
--   A true positive -- whatever the key's state, since a revoked key's secret is still ours
-    -- is recorded on the key (``KeyInfo.leaked``: the first report's URL and time, shown by
-    the console and ``keyturn keys leaked``), then handed to *on_leak* as a
-    :class:`LeakReport` so the service can tell the key's creator.
--   The key is revoked only if the operator set ``revoke=True``. It is off by default
-    because the spec lets only a key's creator revoke it, in the console, through no API
-    endpoint; an operator who turns it on decides, for every user, that a public key is
-    worse than a broken deployment.
--   A store that fails, times out or answers with the wrong type, or a public-key callable
-    that fails, gets 503: the code host sends the batch again later. A failing *on_leak* is
-    logged; the answer stands.
+-   Not a ``POST``: 405. A body over *max_body* bytes (1 MiB by default): 413.
+-   The signature over the raw body, before anything else is read: missing or unreadable
+    ``Github-Public-Key-Identifier`` / ``Github-Public-Key-Signature`` headers get 401, an
+    unknown key or a signature that does not verify (ECDSA P-256, SHA-256) 403.
+-   A body that is not a JSON array of candidates (string ``token``, ``type``, ``url``; a
+    string or absent ``source``): 400, all or nothing.
+-   Each candidate as the authenticator checks a key: shape and checksum (junk never reaches
+    the store), key id in the store, secret against the argon2id hash. A real id with a
+    wrong secret is a false positive. The answer is ``200``, one ``{"token_hash",
+    "token_type", "label"}`` per candidate in order: a hash, never the secret.
+-   A true positive, whatever the key's state, is recorded on the key (``KeyInfo.leaked``:
+    the first report's URL and time) and handed to *on_leak* as a :class:`LeakReport`. The
+    key is revoked only with ``revoke=True``: the spec lets only its creator revoke it.
+-   A store that fails, times out or answers the wrong type, or a public-key callable that
+    fails: 503, and the host sends the batch again. A failing *on_leak* is logged; the
+    answer stands.
 
 The public keys are yours to supply, never fetched here: a mapping of key identifier to PEM
-(parse GitHub's published document with :func:`github_public_keys`), or a callable that
-returns the PEM for an identifier, or ``None``. Refresh them as the code host rotates its keys.
+(see :func:`github_public_keys`), or a callable returning the PEM for an identifier, or
+``None``.
 """
 
 from __future__ import annotations
@@ -68,7 +47,8 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, MutableMapping
 from datetime import UTC, datetime
-from typing import Any, Final, NamedTuple, Protocol, TypeGuard
+from http import HTTPStatus
+from typing import Any, ClassVar, Final, Generic, NamedTuple, Protocol, TypeGuard, TypeVar
 
 import attrs
 
@@ -107,6 +87,7 @@ KEY_ID_HEADER: Final = "github-public-key-identifier"
 SIGNATURE_HEADER: Final = "github-public-key-signature"
 MAX_URL: Final = 2048  # characters of a reported URL kept on the key
 _CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")  # JSON escapes can spell lone ones
 
 PublicKeys = Mapping[str, str | bytes] | Callable[[str], str | bytes | None]
 
@@ -182,25 +163,24 @@ def _load(pem: str | bytes) -> ec.EllipticCurvePublicKey:
     return key
 
 
-# --- the decision: a generator of store questions, like keyturn._decision --------------------
+# --- the decision: a generator of questions, like keyturn._decision ----------------------------
 
 
 class _Call(NamedTuple):
-    """One question the flow asks its driver: ``store.<method>``, ``argon2`` or ``on_leak``."""
+    """A question the flow asks: ``store.<method>``, ``argon2``, ``public_keys``, ``on_leak``."""
 
-    target: str
-    method: str
+    name: str
     args: tuple[Any, ...]
 
 
 _Flow = Generator[_Call, Any, Response]
 
-# What each question must be answered with; anything else is a 503 naming the method.
-_ANSWERS: Final[Mapping[tuple[str, str], tuple[type, ...]]] = {
-    ("store", "get_key"): (ApiKey, type(None)),
-    ("store", "report_leak"): (bool,),
-    ("store", "revoke_key"): (bool,),
-    ("public_keys", ""): (str, bytes, type(None)),
+# What each question must be answered with; anything else is a 503 naming the question.
+_ANSWERS: Final[Mapping[str, tuple[type, ...]]] = {
+    "store.get_key": (ApiKey, type(None)),
+    "store.report_leak": (bool,),
+    "store.revoke_key": (bool,),
+    "public_keys": (str, bytes, type(None)),
 }
 
 
@@ -209,11 +189,17 @@ class _WrongAnswer(TypeError):
 
 
 def _checked(call: _Call, answer: Any) -> Any:
-    expected = _ANSWERS.get((call.target, call.method))
-    if expected is not None and not isinstance(answer, expected):
-        name = ".".join(filter(None, (call.target, call.method)))
-        raise _WrongAnswer(f"{name} answered a {type(answer).__name__}")
+    if not isinstance(answer, _ANSWERS.get(call.name, object)):
+        raise _WrongAnswer(f"{call.name} answered a {type(answer).__name__}")
     return answer
+
+
+def _advance(flow: _Flow, answer: Any) -> _Call | Response:
+    """The flow's next question, or its response once it is done."""
+    try:
+        return flow.send(answer)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
 
 
 class _Refusal(Exception):
@@ -221,19 +207,14 @@ class _Refusal(Exception):
         self.response = _error(status, code, message)
 
 
-def _json(status: int, value: object, headers: Iterable[tuple[str, str]] = ()) -> Response:
+def _json(status: int, value: object, *headers: tuple[str, str]) -> Response:
     body = json.dumps(value, separators=(",", ":"), ensure_ascii=True).encode("ascii")
-    return Response(
-        status,
-        [("content-type", "application/json"), ("content-length", str(len(body))), *headers],
-        body,
-    )
+    length = ("content-length", str(len(body)))
+    return Response(status, [("content-type", "application/json"), length, *headers], body)
 
 
-def _error(
-    status: int, code: str, message: str, headers: Iterable[tuple[str, str]] = ()
-) -> Response:
-    return _json(status, {"error": {"code": code, "message": message}}, headers)
+def _error(status: int, code: str, message: str, *headers: tuple[str, str]) -> Response:
+    return _json(status, {"error": {"code": code, "message": message}}, *headers)
 
 
 class _Candidate(NamedTuple):
@@ -265,14 +246,8 @@ def _candidates(body: bytes) -> list[_Candidate]:
 
 
 def _text(value: object) -> TypeGuard[str]:
-    """A JSON string that is also valid Unicode (JSON escapes can spell lone surrogates)."""
-    if not isinstance(value, str):
-        return False
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    """A JSON string that is also valid Unicode."""
+    return isinstance(value, str) and not _SURROGATE.search(value)
 
 
 def _clean_url(url: str) -> str:
@@ -307,15 +282,13 @@ class LeakResponder:
         timeout: float = 5.0,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
-        missing = [
-            name
-            for name in ("get_key", "report_leak", "revoke_key")
-            if not callable(getattr(store, name, None))
-        ]
+        methods = ("get_key", "report_leak", "revoke_key")
+        missing = [name for name in methods if not callable(getattr(store, name, None))]
         if missing:
             raise TypeError(f"store must be a key store with {', '.join(missing)} (db.keys)")
         if inspect.iscoroutinefunction(on_leak):
             raise TypeError("on_leak must be a plain function; it runs in a worker thread")
+        self._loaded = isinstance(public_keys, Mapping)
         if isinstance(public_keys, Mapping):
             # Loaded now: a bad key is a startup error, not a 503 on the first report.
             loaded = {identifier: _load(pem) for identifier, pem in public_keys.items()}
@@ -324,7 +297,6 @@ class LeakResponder:
             self._public_key = public_keys
         else:
             raise TypeError("public_keys must be a mapping of identifier to PEM, or a callable")
-        self._loaded = isinstance(public_keys, Mapping)
         self.store = store
         self.on_leak = on_leak
         self.revoke = revoke
@@ -332,13 +304,24 @@ class LeakResponder:
         self.timeout = timeout
         self.clock = clock
         self.is_async = inspect.iscoroutinefunction(store.get_key)
+        # Who answers each question of the flow.
+        self._answerers: dict[str, Callable[..., Any]] = {
+            **{f"store.{name}": getattr(store, name) for name in methods},
+            "argon2": check_secret,
+            "public_keys": self._public_key,
+            "on_leak": self._notify,
+        }
 
     def __repr__(self) -> str:
         return f"LeakResponder(store={self.store!r}, revoke={self.revoke})"
 
     # --- the flow ---------------------------------------------------------------------------
 
-    def _flow(self, headers: Mapping[str, list[str]], body: bytes) -> _Flow:
+    def _flow(self, method: str, headers: Mapping[str, list[str]], body: bytes | None) -> _Flow:
+        if method != "POST":
+            return _error(405, "method_not_allowed", "Send reports with POST.", ("allow", "POST"))
+        if body is None:
+            return _error(413, "payload_too_large", f"The body exceeds {self.max_body} bytes.")
         try:
             yield from self._verify_signature(headers, body)
             candidates = _candidates(body)
@@ -373,7 +356,7 @@ class LeakResponder:
         if self._loaded:
             key = self._public_key(identifier)
         else:
-            pem = yield _Call("public_keys", "", (identifier,))
+            pem = yield _Call("public_keys", (identifier,))
             try:
                 key = None if pem is None else _load(pem)
             except (ValueError, TypeError, UnsupportedAlgorithm):
@@ -392,15 +375,15 @@ class LeakResponder:
         parsed = _token.parse(candidate.token)
         if not isinstance(parsed, _token.ParsedToken):
             return False  # junk or a typo: no store lookup
-        key: ApiKey | None = yield _Call("store", "get_key", (parsed.key_id,))
+        key: ApiKey | None = yield _Call("store.get_key", (parsed.key_id,))
         if key is None:
             return False
-        if (yield _Call("argon2", "", (key.secret_hash, parsed.secret))) is not None:
+        if (yield _Call("argon2", (key.secret_hash, parsed.secret))) is not None:
             return False  # a real id with a wrong secret (or an unusable hash): not ours
         now = self.clock()
         url = _clean_url(candidate.url)
-        first = yield _Call("store", "report_leak", (key.key_id, url, now))
-        revoked = bool(self.revoke and (yield _Call("store", "revoke_key", (key.key_id, now))))
+        first = yield _Call("store.report_leak", (key.key_id, url, now))
+        revoked = bool(self.revoke and (yield _Call("store.revoke_key", (key.key_id, now))))
         log.warning(
             "key %s of account %r reported leaked at %r%s",
             key.key_id,
@@ -408,33 +391,22 @@ class LeakResponder:
             url[:200],
             "; revoked" if revoked else "",
         )
-        report = LeakReport(
-            key_id=key.key_id,
-            account_id=key.account_id,
-            name=key.name,
-            hint=key.hint,
-            scope=key.scope,
-            url=url,
-            source=candidate.source,
-            token_type=candidate.type,
-            reported_at=now,
-            first=bool(first),
-            revoked=revoked,
-        )
         if self.on_leak is not None:
-            yield _Call("on_leak", "", (report,))
+            report = LeakReport(
+                key_id=key.key_id,
+                account_id=key.account_id,
+                name=key.name,
+                hint=key.hint,
+                scope=key.scope,
+                url=url,
+                source=candidate.source,
+                token_type=candidate.type,
+                reported_at=now,
+                first=bool(first),
+                revoked=revoked,
+            )
+            yield _Call("on_leak", (report,))
         return True
-
-    # --- the drivers --------------------------------------------------------------------------
-
-    def _function(self, call: _Call) -> Callable[..., Any]:
-        if call.target == "store":
-            return getattr(self.store, call.method)  # type: ignore[no-any-return]
-        if call.target == "argon2":
-            return check_secret
-        if call.target == "public_keys":
-            return self._public_key
-        return self._notify
 
     def _notify(self, report: LeakReport) -> None:
         assert self.on_leak is not None
@@ -443,14 +415,7 @@ class LeakResponder:
         except Exception:
             log.exception("the on_leak hook failed; the leak is recorded and answered")
 
-    def _start(
-        self, method: str, headers: Mapping[str, list[str]], body: bytes | None
-    ) -> Response | _Flow:
-        if method != "POST":
-            return _error(405, "method_not_allowed", "Send reports with POST.", [("allow", "POST")])
-        if body is None:
-            return _error(413, "payload_too_large", f"The body exceeds {self.max_body} bytes.")
-        return self._flow(headers, body)
+    # --- the drivers: send each answer until the flow returns its response --------------------
 
     def respond(
         self, method: str, headers: Mapping[str, list[str]], body: bytes | None
@@ -462,108 +427,110 @@ class LeakResponder:
         """
         if self.is_async:
             raise TypeError("this responder has an async store: use respond_async()")
-        flow = self._start(method, headers, body)
-        if isinstance(flow, Response):
-            return flow
-        answer: Any = None
-        try:
-            while True:
-                call = flow.send(answer)
-                try:
-                    answer = _checked(call, self._function(call)(*call.args))
-                except Exception as exc:
-                    flow.close()
-                    return self._failure(exc)
-        except StopIteration as done:
-            response: Response = done.value
-            return response
+        flow = self._flow(method, headers, body)
+        step = _advance(flow, None)
+        while isinstance(step, _Call):
+            try:
+                answer = _checked(step, self._answerers[step.name](*step.args))
+            except Exception as exc:
+                return _failure(exc)
+            step = _advance(flow, answer)
+        return step
 
     async def respond_async(
         self, method: str, headers: Mapping[str, list[str]], body: bytes | None
     ) -> Response:
         """:meth:`respond` without blocking the event loop (argon2 and sync stores in threads)."""
-        flow = self._start(method, headers, body)
-        if isinstance(flow, Response):
-            return flow
-        answer: Any = None
-        try:
-            while True:
-                call = flow.send(answer)
-                function = self._function(call)
-                try:
-                    async with asyncio.timeout(self.timeout if call.target == "store" else None):
-                        if inspect.iscoroutinefunction(function):
-                            answer = await function(*call.args)
-                        elif call.target == "store" and getattr(self.store, "nonblocking", False):
-                            answer = function(*call.args)
-                        else:
-                            answer = await asyncio.to_thread(function, *call.args)
-                    answer = _checked(call, answer)
-                except Exception as exc:
-                    flow.close()
-                    return self._failure(exc)
-        except StopIteration as done:
-            response: Response = done.value
-            return response
+        flow = self._flow(method, headers, body)
+        step = _advance(flow, None)
+        while isinstance(step, _Call):
+            try:
+                answer = _checked(step, await self._answer_async(step))
+            except Exception as exc:
+                return _failure(exc)
+            step = _advance(flow, answer)
+        return step
 
-    def _failure(self, exc: Exception) -> Response:
-        if isinstance(exc, TimeoutError):
-            log.warning("the key store timed out answering a secret-scanning report")
-        elif isinstance(exc, _WrongAnswer):
-            log.error("answering a secret-scanning report failed: %s", exc)
-        else:
-            log.error("answering a secret-scanning report failed: %s", type(exc).__name__)
-        return _error(503, "service_unavailable", "Try again later.", [("retry-after", "60")])
+    async def _answer_async(self, call: _Call) -> Any:
+        function = self._answerers[call.name]
+        to_store = call.name.startswith("store.")
+        async with asyncio.timeout(self.timeout if to_store else None):
+            if inspect.iscoroutinefunction(function):
+                return await function(*call.args)
+            if to_store and getattr(self.store, "nonblocking", False):
+                return function(*call.args)
+            return await asyncio.to_thread(function, *call.args)
+
+
+def _failure(exc: Exception) -> Response:
+    if isinstance(exc, TimeoutError):
+        log.warning("the key store timed out answering a secret-scanning report")
+    else:
+        log.error(
+            "answering a secret-scanning report failed: %s",
+            exc if isinstance(exc, _WrongAnswer) else type(exc).__name__,
+        )
+    return _error(503, "service_unavailable", "Try again later.", ("retry-after", "60"))
 
 
 # --- the web edges -----------------------------------------------------------------------------
 
 
-def _check_path(path: str, api_prefix: str) -> str:
-    if not path.startswith("/"):
-        raise ValueError(f"path must start with '/', got {path!r}")
-    if Paths(api_prefix, ()).read("", path) is not None:  # guarded, or unreadable there
-        raise ValueError(
-            f"the secret-scanning endpoint must not sit under {api_prefix}: the code host "
-            "sends no API key, so the API key middleware would refuse every report"
-        )
-    return path
+def _header_lists(pairs: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
+    headers: dict[str, list[str]] = {}
+    for name, value in pairs:
+        headers.setdefault(name.lower(), []).append(value)
+    return headers
 
 
 _NOT_FOUND: Final = _error(404, "not_found", "Not found.")
 
+App = TypeVar("App")
 ASGIScope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[ASGIScope, Receive, Send], Awaitable[None]]
+WSGIApp = Callable[..., Iterable[bytes]]
 
 
-class ASGILeakEndpoint:
-    """Serves the responder at *path*; everything else goes to *app* (or gets 404 without one).
-
-    :raises ValueError: *path* is under the API's prefix (*api_prefix*).
-    """
+class _Endpoint(Generic[App]):
+    _sync: ClassVar[bool] = False  # the endpoint drives the responder with respond()
 
     def __init__(
         self,
-        app: ASGIApp | None = None,
+        app: App | None = None,
         *,
         responder: LeakResponder,
         path: str = DEFAULT_PATH,
         api_prefix: str = DEFAULT_PREFIX,
     ) -> None:
+        if self._sync and responder.is_async:
+            raise TypeError("an async store needs the ASGI endpoint (ASGILeakEndpoint)")
+        if not path.startswith("/"):
+            raise ValueError(f"path must start with '/', got {path!r}")
+        if Paths(api_prefix, ()).read("", path) is not None:  # guarded, or unreadable there
+            raise ValueError(
+                f"the secret-scanning endpoint must not sit under {api_prefix}: the code host "
+                "sends no API key, so the API key middleware would refuse every report"
+            )
         self.app = app
         self.responder = responder
-        self.path = _check_path(path, api_prefix)
+        self.path = path
+
+
+class ASGILeakEndpoint(_Endpoint[ASGIApp]):
+    """Serves the responder at *path*; everything else goes to *app* (or gets 404 without one).
+
+    :raises ValueError: *path* is under the API's prefix (*api_prefix*).
+    """
 
     async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and _asgi_path(scope) == self.path:
-            headers: dict[str, list[str]] = {}
-            for name, value in scope["headers"]:
-                headers.setdefault(name.decode("latin-1").lower(), []).append(
-                    value.decode("latin-1")
-                )
+            headers = _header_lists(
+                (name.decode("latin-1"), value.decode("latin-1"))
+                for name, value in scope["headers"]
+            )
             body = await _read_body(receive, headers, self.responder.max_body)
             response = await self.responder.respond_async(scope["method"], headers, body)
         elif self.app is not None:
@@ -576,15 +543,8 @@ class ASGILeakEndpoint:
             response = _NOT_FOUND
         else:
             return  # a WebSocket with nothing to serve it is refused by the server
-        await send(
-            {
-                "type": "http.response.start",
-                "status": response.status,
-                "headers": [
-                    (n.encode("latin-1"), v.encode("latin-1")) for n, v in response.headers
-                ],
-            }
-        )
+        raw = [(n.encode("latin-1"), v.encode("latin-1")) for n, v in response.headers]
+        await send({"type": "http.response.start", "status": response.status, "headers": raw})
         await send({"type": "http.response.body", "body": response.body})
 
 
@@ -603,19 +563,15 @@ async def _read_body(
     lengths = headers.get("content-length", [])
     if lengths and lengths[0].isdigit() and int(lengths[0]) > limit:
         return None
-    chunks: list[bytes] = []
-    size = 0
-    while True:
+    body = bytearray()
+    while len(body) <= limit:
         message = await receive()
         if message["type"] != "http.request":
-            return None if size > limit else b"".join(chunks)  # the client went away
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
+            break  # the client went away
+        body += message.get("body", b"")
         if not message.get("more_body", False):
-            return b"".join(chunks)
+            break
+    return None if len(body) > limit else bytes(body)
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:
@@ -628,22 +584,10 @@ async def _lifespan(receive: Receive, send: Send) -> None:
             return
 
 
-class WSGILeakEndpoint:
-    """The WSGI twin of :class:`ASGILeakEndpoint`."""
+class WSGILeakEndpoint(_Endpoint[WSGIApp]):
+    """The WSGI twin of :class:`ASGILeakEndpoint`; an async store needs that one."""
 
-    def __init__(
-        self,
-        app: Callable[..., Iterable[bytes]] | None = None,
-        *,
-        responder: LeakResponder,
-        path: str = DEFAULT_PATH,
-        api_prefix: str = DEFAULT_PREFIX,
-    ) -> None:
-        if responder.is_async:
-            raise TypeError("an async store needs the ASGI endpoint (ASGILeakEndpoint)")
-        self.app = app
-        self.responder = responder
-        self.path = _check_path(path, api_prefix)
+    _sync = True
 
     def __call__(
         self, environ: dict[str, Any], start_response: Callable[..., Any]
@@ -653,16 +597,14 @@ class WSGILeakEndpoint:
                 return self.app(environ, start_response)
             response = _NOT_FOUND
         else:
-            headers: dict[str, list[str]] = {}
-            for name, value in environ.items():
-                if name.startswith("HTTP_"):
-                    headers[name[5:].replace("_", "-").lower()] = [value]
+            headers = _header_lists(
+                (name[5:].replace("_", "-"), value)
+                for name, value in environ.items()
+                if name.startswith("HTTP_")
+            )
             body = _wsgi_body(environ, self.responder.max_body)
             response = self.responder.respond(environ.get("REQUEST_METHOD", "GET"), headers, body)
-        reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
-                  404: "Not Found", 405: "Method Not Allowed", 413: "Content Too Large",
-                  503: "Service Unavailable"}[response.status]  # fmt: skip
-        start_response(f"{response.status} {reason}", response.headers)
+        start_response(f"{response.status} {HTTPStatus(response.status).phrase}", response.headers)
         return [response.body]
 
 

@@ -55,7 +55,7 @@ def open_database(url: str) -> SQLiteDatabase | PostgresDatabase:
             f"absolute one: sqlite:///keyturn.sqlite3 or sqlite:////var/lib/keyturn.sqlite3, "
             f"got {url!r}"
         )
-    scheme = url.partition(":")[0] if ":" in url else url
+    scheme = url.partition(":")[0]
     raise InvalidStoreURL(
         f"unsupported store URL scheme {scheme!r}: use sqlite:///path/to/file.sqlite3 "
         "or postgresql://user@host:port/database"
@@ -66,9 +66,9 @@ def open_database(url: str) -> SQLiteDatabase | PostgresDatabase:
 
 _SECRET_KEYWORDS: Final = frozenset({"password", "sslpassword"})
 _HIDDEN: Final = "***"
-# One `keyword = value` of a libpq key/value string: a quoted value keeps \' and \\ escapes.
 # One `name=value` of a URL's query: its names may be percent-encoded.
 _QUERY_PARAM: Final = re.compile(r"(?P<before>[?&])(?P<name>[^=&?]*)=(?P<value>[^&]*)")
+# One `keyword = value` of a libpq key/value string: a quoted value keeps \' and \\ escapes.
 _KEYWORD_VALUE: Final = re.compile(
     r"(?P<keyword>\w+)(?P<equals>\s*=\s*)(?P<value>'(?:[^'\\]|\\.)*'?|(?:\\.|[^\s\\])+\\?)",
     re.DOTALL,

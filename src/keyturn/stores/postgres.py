@@ -1,26 +1,20 @@
 """The PostgreSQL key store and membership: one database shared by many app instances.
 
-Install the extra (``pip install 'keyturn[postgres]'``: psycopg 3 and its pool). A
-:class:`PostgresDatabase` owns a connection pool and gives the key store (``.keys``) and
-the membership provider (``.membership``); :class:`AsyncPostgresDatabase` is its twin for
-the ASGI middleware::
-
-    from keyturn.stores.postgres import PostgresDatabase
+Install the extra (``pip install 'keyturn[postgres]'``). A :class:`PostgresDatabase` owns a
+connection pool and gives the key store (``.keys``) and the membership provider
+(``.membership``); :class:`AsyncPostgresDatabase` is its twin for the ASGI middleware::
 
     db = PostgresDatabase("postgresql://app@127.0.0.1:5432/app", max_size=10)
     db.create_schema()  # explicit and idempotent: run it at deploy time, or `keyturn db init`
-    auth = Authenticator(db.keys, db.membership)
 
     async with AsyncPostgresDatabase("postgresql://app@127.0.0.1:5432/app") as adb:
         auth = Authenticator(adb.keys, adb.membership)  # awaited on the event loop
 
-Importing this module touches no database; constructing a :class:`PostgresDatabase`
-opens its pool, which connects right away (an :class:`AsyncPostgresDatabase` connects on
-``open()``). No table is created on construction: the schema is created or upgraded only
-by ``create_schema()``, under an
-advisory lock so that several instances deploying at once do not race. The tables live in
-the first schema of the connection's ``search_path``: to keep them in a schema of their
-own, add ``?options=-csearch_path%3Dkeyturn`` to the URL.
+Importing this module touches no database; a :class:`PostgresDatabase` connects when
+constructed, an :class:`AsyncPostgresDatabase` on ``open()``. Only ``create_schema()``
+creates or upgrades the tables, under an advisory lock so that instances deploying at once
+do not race, in the first schema of the ``search_path`` (for a schema of their own, add
+``?options=-csearch_path%3Dkeyturn`` to the URL).
 
 Every call borrows a pooled connection in autocommit mode and runs one or two statements,
 so a revoke is committed when ``revoke_key`` returns and every instance refuses the key
@@ -30,12 +24,10 @@ on its next request. Instants are ``timestamptz`` and come back as UTC datetimes
 from __future__ import annotations
 
 import contextlib
-import functools
-from types import TracebackType
 from typing import Any, Final, TypeVar
 
 try:
-    from psycopg import AsyncConnection, Connection, Cursor, OperationalError
+    from psycopg import AsyncConnection, Connection, OperationalError
     from psycopg.conninfo import conninfo_to_dict
     from psycopg_pool import AsyncConnectionPool, ConnectionPool
 except ImportError as exc:
@@ -54,7 +46,7 @@ _DIALECT: Final = _sql.Dialect(
     timestamp="timestamptz",
     has_version_table="SELECT to_regclass('keyturn_schema_version') IS NOT NULL",
 )
-# Serializes create_schema() across instances: the bytes of "keyturn" as a bigint.
+# Serializes create_schema() across instances: one fixed key every instance takes.
 _MIGRATION_LOCK: Final = "SELECT pg_advisory_xact_lock(7017280452245743993)"
 
 
@@ -112,14 +104,12 @@ class PostgresDatabase(_sql.ClosedOnExit):
         """Create or upgrade the tables (idempotent, safe to run concurrently); the version."""
         with self._admin() as connection, connection.transaction():
             connection.execute(_MIGRATION_LOCK)
-            return _sql.drive(functools.partial(_execute, connection), _sql.migrate(_DIALECT))
+            return _drive(connection, _sql.migrate(_DIALECT))
 
     def schema_version(self) -> int:
         """The schema version in the database; 0 when ``create_schema()`` never ran."""
         with self._admin() as connection:
-            return _sql.drive(
-                functools.partial(_execute, connection), _sql.schema_version(_DIALECT)
-            )
+            return _drive(connection, _sql.schema_version(_DIALECT))
 
     def _admin(self) -> contextlib.AbstractContextManager[Connection[Any]]:
         # The administrative calls (deploy time, the keyturn command) connect on their own:
@@ -142,7 +132,7 @@ class PostgresDatabase(_sql.ClosedOnExit):
     def run(self, op: _sql.Op[T]) -> T:
         """Run one operation of :mod:`keyturn.stores._sql` on a pooled connection."""
         with self.pool.connection() as connection:
-            return _sql.drive(functools.partial(_execute, connection), op)
+            return _drive(connection, op)
 
 
 class AsyncPostgresDatabase:
@@ -178,12 +168,7 @@ class AsyncPostgresDatabase:
         await self.open()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
     async def open(self) -> None:
@@ -212,11 +197,11 @@ class AsyncPostgresDatabase:
             return await _drive_async(connection, op)
 
 
-def _execute(connection: Connection[Any], query: _sql.Query) -> Cursor[Any]:
-    return connection.execute(query.sql, query.params)
+def _drive(connection: Connection[Any], op: _sql.Op[T]) -> T:
+    return _sql.drive(lambda query: connection.execute(query.sql, query.params), op)
 
 
-# --- the async driver: _sql.drive with `await` ---------------------------------------------
+# The async twin of _sql.drive: the same loop, with `await`.
 
 
 async def _drive_async(connection: AsyncConnection[Any], op: _sql.Op[T]) -> T:

@@ -1,18 +1,12 @@
 """The SQLite key store and membership: one file, nothing to start, the embedded default.
 
-One :class:`SQLiteDatabase` is one file; it gives the key store (``.keys``) and the
+One :class:`SQLiteDatabase` is one file holding the key store (``.keys``) and the
 membership provider (``.membership``)::
-
-    from keyturn import Authenticator, KeyManager
-    from keyturn.stores.sqlite import SQLiteDatabase
 
     db = SQLiteDatabase("keyturn.sqlite3")  # the file and its tables appear on first use
     db.membership.add_organization("org_acme", tenant_id="acme", default=True)
     db.membership.add_member("alice", "org_acme", role="admin")
-    manager = KeyManager(db.keys, db.membership)
     auth = Authenticator(db.keys, db.membership)
-    ...
-    db.close()
 
 The schema is versioned (table ``keyturn_schema_version``) and created or upgraded on
 first use; :meth:`SQLiteDatabase.create_schema` does it up front. Several processes may
@@ -29,11 +23,13 @@ Instants are stored as ISO 8601 text in UTC with microseconds (``2026-01-31T09:3
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Final, TypeVar
 
@@ -81,7 +77,7 @@ class SQLiteDatabase(_sql.ClosedOnExit):
         self.timeout = timeout
         self.keys = _sql.SQLKeyStore(self)
         self.membership = _sql.SQLMembership(self)
-        self._idle: list[sqlite3.Connection] = []  # lent out LIFO; list ops are atomic
+        self._idle: list[sqlite3.Connection] = []
         self.connections = 0  # opened so far: at most one per thread using it at once
         self._lock = threading.Lock()  # guards opening connections and the schema check
         self._schema_ready = False
@@ -92,11 +88,7 @@ class SQLiteDatabase(_sql.ClosedOnExit):
 
     def create_schema(self) -> int:
         """Create or upgrade the tables now (idempotent); returns the schema version."""
-        connection = self._lend()
-        try:
-            return _migrate(connection)
-        finally:
-            self._give_back(connection)
+        return self._lent(_migrate)
 
     def schema_version(self) -> int:
         """The schema version in the file (created on first use, so never 0 here)."""
@@ -112,40 +104,34 @@ class SQLiteDatabase(_sql.ClosedOnExit):
 
     def run(self, op: _sql.Op[T]) -> T:
         """Run one operation of :mod:`keyturn.stores._sql` on a lent connection."""
-        connection = self._lend()
-        try:
-            return _sql.drive(functools.partial(_execute, connection), op)
-        finally:
-            self._give_back(connection)
+        return self._lent(functools.partial(_drive, op=op))
 
-    def _lend(self) -> sqlite3.Connection:
+    def _lent(self, use: Callable[[sqlite3.Connection], T]) -> T:
+        """*use* called with a connection lent for the call (LIFO; list ops are atomic)."""
         try:
-            return self._idle.pop()
+            connection = self._idle.pop()
         except IndexError:
-            return self._connect()
-
-    def _give_back(self, connection: sqlite3.Connection) -> None:
-        self._idle.append(connection)
-        if self._closed:  # close() ran during this call: it could not close this one
-            self._close_idle()
+            connection = self._connect()
+        try:
+            return use(connection)
+        finally:
+            self._idle.append(connection)
+            if self._closed:  # close() ran during this call: it could not close this one
+                self._close_idle()
 
     def _close_idle(self) -> None:
-        while True:
-            try:
-                connection = self._idle.pop()
-            except IndexError:
-                return
-            connection.close()
+        with contextlib.suppress(IndexError):
+            while True:
+                self._idle.pop().close()
 
     def _connect(self) -> sqlite3.Connection:
         with self._lock:
             if self._closed:
                 raise sqlite3.ProgrammingError(f"{self!r} is closed")
-            # isolation_level=None: each statement commits on its own; migrations BEGIN
-            # explicitly. timeout= is SQLite's busy_timeout. The connection moves between
-            # threads, but only one uses it at a time.
-            # The file holds key hashes and who may do what: create it readable by its owner
-            # only (SQLite gives its -wal and -shm files the same mode).
+            # The file holds key hashes and who may do what: readable by its owner only
+            # (SQLite gives its -wal and -shm files the same mode). isolation_level=None:
+            # each statement commits on its own; migrations BEGIN explicitly. A connection
+            # moves between threads, but only one uses it at a time.
             os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
             connection = sqlite3.connect(
                 self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
@@ -156,13 +142,10 @@ class SQLiteDatabase(_sql.ClosedOnExit):
                 if not self._schema_ready:
                     _migrate(connection)
                     self._schema_ready = True
-            except sqlite3.DatabaseError as exc:
+            except BaseException as exc:
                 connection.close()
                 if getattr(exc, "sqlite_errorname", "") == "SQLITE_NOTADB":
                     raise NotAKeyDatabase(f"{self.path!r} is not a SQLite database") from None
-                raise
-            except BaseException:
-                connection.close()
                 raise
             self.connections += 1
             return connection
@@ -194,15 +177,17 @@ def _param(value: Any) -> Any:
     return value
 
 
-def _execute(connection: sqlite3.Connection, query: _sql.Query) -> sqlite3.Cursor:
-    return connection.execute(_qmark(query.sql), [_param(p) for p in query.params])
+def _drive(connection: sqlite3.Connection, op: _sql.Op[T]) -> T:
+    return _sql.drive(
+        lambda query: connection.execute(_qmark(query.sql), [_param(p) for p in query.params]), op
+    )
 
 
 def _migrate(connection: sqlite3.Connection) -> int:
     # BEGIN IMMEDIATE takes the write lock first, so two processes never migrate at once.
     connection.execute("BEGIN IMMEDIATE")
     try:
-        version = _sql.drive(functools.partial(_execute, connection), _sql.migrate(_DIALECT))
+        version = _drive(connection, _sql.migrate(_DIALECT))
     except BaseException:
         connection.execute("ROLLBACK")
         raise
