@@ -33,8 +33,10 @@ __all__ = [
     "InvalidKeyName",
     "InvalidRequest",
     "InvalidStoreURL",
+    "KeyAlreadyReplaced",
     "KeyNotFound",
     "KeyNotRevocable",
+    "KeyNotRotatable",
     "KeyturnError",
     "MissingPrincipal",
     "NotAKeyDatabase",
@@ -214,6 +216,18 @@ class KeyNotFound(KeyturnError, LookupError):
 
 class KeyNotRevocable(KeyturnError, ValueError):
     """The key is already Expired or Revoked; those states are final."""
+
+
+class KeyNotRotatable(KeyturnError, ValueError):
+    """The key is Expired or Revoked: nothing uses it any more, so create a new key instead."""
+
+
+class KeyAlreadyReplaced(KeyNotRotatable):
+    """The key already has a replacement that still works; *replacement_id* names it."""
+
+    def __init__(self, message: str, *, replacement_id: str) -> None:
+        super().__init__(message)
+        self.replacement_id = replacement_id
 
 
 # --- store errors -----------------------------------------------------------------------
