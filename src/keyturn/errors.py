@@ -219,7 +219,8 @@ class KeyNotRevocable(KeyturnError, ValueError):
 
 
 class KeyNotRotatable(KeyturnError, ValueError):
-    """The key is Expired or Revoked: nothing uses it any more, so create a new key instead."""
+    """The key is Expired or Revoked (nothing uses it any more: create a new key instead), or
+    the key store does not record rotations."""
 
 
 class KeyAlreadyReplaced(KeyNotRotatable):

@@ -155,6 +155,9 @@ class KeyManager:
                 self.store.add_key(key)
             except DuplicateKey:
                 continue
+            if key.replaces is not None and not _kept(self.store.get_key(key.key_id), key):
+                self.store.revoke_key(key.key_id, key.created_at)
+                raise _rotation_not_kept(self.store)
             return CreatedKey(secret=token.token, info=_info(key, Status.ACTIVE))
         raise _no_free_id()
 
@@ -326,6 +329,23 @@ def _no_free_id() -> DuplicateKey:
     return DuplicateKey("could not find a free key id; is the key store's random source broken?")
 
 
+def _kept(stored: ApiKey | None, key: ApiKey) -> bool:
+    """Whether the store kept a replacement's link and the creator's choice: a store
+    written before rotation existed may drop them, and the choice would be silently lost."""
+    return stored is not None and (stored.replaces, stored.revoke_old_on_first_use) == (
+        key.replaces,
+        key.revoke_old_on_first_use,
+    )
+
+
+def _rotation_not_kept(store: object) -> KeyNotRotatable:
+    return KeyNotRotatable(
+        f"the key store {type(store).__name__} does not keep rotations (ApiKey.replaces and "
+        "revoke_old_on_first_use), so the new key was revoked at once: see KeyStore.add_key "
+        "and KeyStore.mark_used"
+    )
+
+
 def _replacements(keys: Iterable[ApiKey]) -> dict[str, ApiKey]:
     """Old key id -> its newest replacement, from an account's keys listed newest first."""
     found: dict[str, ApiKey] = {}
@@ -482,6 +502,9 @@ class AsyncKeyManager:
                 await self.store.add_key(key)
             except DuplicateKey:
                 continue
+            if key.replaces is not None and not _kept(await self.store.get_key(key.key_id), key):
+                await self.store.revoke_key(key.key_id, key.created_at)
+                raise _rotation_not_kept(self.store)
             return CreatedKey(secret=token.token, info=_info(key, Status.ACTIVE))
         raise _no_free_id()
 

@@ -14,8 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from keyturn import (
+    ApiKey,
     CustomDate,
     KeyAlreadyReplaced,
+    KeyManager,
     KeyNotFound,
     KeyNotRotatable,
     Lifetime,
@@ -25,6 +27,7 @@ from keyturn import (
     ScopeNotReachable,
     Status,
 )
+from keyturn.stores.memory import MemoryKeyStore
 from tests.world import RESEARCH_SCOPE, TENANT_SCOPE, World, bearer, make_world
 
 
@@ -207,3 +210,23 @@ def test_revoke_reports_the_link(world: World) -> None:
         new.info.key_id,
         world.clock.now,
     )
+
+
+class ForgetfulStore(MemoryKeyStore):
+    """A custom store written before rotation: it drops the link and the creator's choice."""
+
+    def add_key(self, key: ApiKey) -> None:
+        super().add_key(attrs.evolve(key, replaces=None, revoke_old_on_first_use=False))
+
+
+def test_a_store_that_drops_the_rotation_is_refused_and_its_new_key_revoked() -> None:
+    """The creator's choice is never silently lost: rotate() reads the new key back, and if
+    the store did not keep the link, revokes the new key and says what the store lacks."""
+    world = make_world()
+    store = ForgetfulStore()
+    manager = KeyManager(store, world.membership, clock=world.clock)
+    old = manager.create("alice", name="x", scope=TENANT_SCOPE)
+    with pytest.raises(KeyNotRotatable, match="ForgetfulStore does not keep rotations"):
+        manager.rotate("alice", old.info.key_id, revoke_old_on_first_use=True)
+    statuses = sorted(info.status.value for info in manager.list("alice"))
+    assert statuses == ["Active", "Revoked"]  # the old key works; the unlinked one does not
