@@ -310,6 +310,7 @@ def _expiring(infos: Iterable[KeyInfo], horizon: datetime) -> list[KeyInfo]:
 
 
 def _key_id(key_id: object, revoke_old_on_first_use: object = False) -> str:
+    """The *key_id* argument, type-checked with rotate()'s flag."""
     if not isinstance(key_id, str):
         raise TypeError(f"key_id must be a str, got {type(key_id).__name__}")
     if not isinstance(revoke_old_on_first_use, bool):

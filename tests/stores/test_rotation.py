@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -165,3 +166,27 @@ def test_a_late_usage_write_still_revokes_the_old_key(backend: Backend) -> None:
     backend.keys.mark_used("NewKey000001", earlier)
     assert backend.keys.get_key("NewKey000001") == new
     assert backend.keys.get_key("OldKey000001") == attrs.evolve(old, revoked_at=earlier)
+
+
+def test_the_usage_write_finds_both_rows_by_primary_key(sqlite_path: Path) -> None:
+    """The one statement that records a use and may revoke the old key reads no other row:
+    SQLite answers each side of its OR from the primary key, never by scanning the table."""
+    import sqlite3
+
+    from keyturn.stores import _sql
+    from keyturn.stores.sqlite import SQLiteDatabase
+
+    with SQLiteDatabase(sqlite_path) as db:
+        db.keys.get_key("NoSuchKey123")  # creates the schema
+    connection = sqlite3.connect(sqlite_path)
+    try:
+        at = Clock().now.isoformat()
+        params = ("k", at, "k", at, "k", at, at, "k")
+        plan = connection.execute(
+            "EXPLAIN QUERY PLAN " + _sql._MARK_USED.replace("%s", "?"), params
+        ).fetchall()
+    finally:
+        connection.close()
+    steps = [row[3] for row in plan]
+    assert not any(step.startswith("SCAN") for step in steps), steps
+    assert sum("USING INDEX" in step and "(key_id=?)" in step for step in steps) == 3, steps

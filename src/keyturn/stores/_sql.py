@@ -215,6 +215,7 @@ _REVOKE_KEY: Final = (
 # One statement writes the use and, when the creator asked for it at rotation, revokes the
 # key this one replaces: both rows change together or not at all, in either database. The
 # old key is revoked at the instant of the use, unless it is already Revoked or Expired.
+# Each side of the OR is a primary-key lookup, in both databases: no scan.
 _MARK_USED: Final = """
     UPDATE keyturn_keys SET
         last_used_at = CASE WHEN key_id = %s THEN %s ELSE last_used_at END,
