@@ -11,6 +11,7 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 import keyturn
@@ -332,3 +333,24 @@ def test_async_key_manager_rotates_over_async_postgres(postgres_url: str) -> Non
             return await _async_rotation(manager)
 
     _check_rotation(*asyncio.run(run()))
+
+
+def test_async_key_manager_refuses_a_store_that_drops_the_rotation() -> None:
+    """As the sync manager: the new key read back without its link is revoked, and said so."""
+
+    class ForgetfulStore(MemoryKeyStore):
+        def add_key(self, key: Any) -> None:
+            super().add_key(attrs.evolve(key, replaces=None, revoke_old_on_first_use=False))
+
+    store, membership = ForgetfulStore(), MemoryMembership()
+    seed(membership)
+    manager = AsyncKeyManager(Awaited(store), Awaited(membership), clock=lambda: NOW)  # type: ignore[arg-type]
+
+    async def run() -> None:
+        old = await manager.create("alice", name="x", scope=Scope.tenant("acme"))
+        with pytest.raises(KeyNotRotatable, match="does not keep rotations"):
+            await manager.rotate("alice", old.info.key_id, revoke_old_on_first_use=True)
+
+    asyncio.run(run())
+    statuses = sorted(key.revoked_at is None for key in store.keys_of("alice"))
+    assert statuses == [False, True]  # the old key works; the unlinked new one is revoked

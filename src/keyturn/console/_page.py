@@ -683,7 +683,6 @@ class Console:
         if new is not None:
             used = info.replacement_used_at
             row["rotation"] = {
-                "name": new.name,
                 "hint": new.hint,
                 "used": None if used is None else (local_time(used, zone), used.isoformat()),
                 "automatic": new.revoke_old_on_first_use,
