@@ -125,6 +125,10 @@ class ApiKey:
     revoked_at: datetime | None = attrs.field(default=None, validator=_aware)
     last_used_at: datetime | None = attrs.field(default=None, validator=_aware)
     leaked: Leaked | None = None  # see keyturn.leaks
+    # Set on a key made by KeyManager.rotate(): the id of the key it replaces, and the
+    # creator's choice to revoke that key once this one's first use is recorded.
+    replaces: str | None = None
+    revoke_old_on_first_use: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -141,6 +145,18 @@ class KeyInfo:
     revoked_at: datetime | None
     last_used_at: datetime | None
     leaked: Leaked | None = None  # reported leaked: show it, and tell the creator to revoke
+    # A rotation, seen from both keys (see KeyManager.rotate):
+    replaces: str | None = None  # on the new key: the id of the key it replaces
+    revoke_old_on_first_use: bool = False  # on the new key: the creator's choice
+    replaced_by: str | None = None  # on the old key: the id of its newest replacement
+    # On the old key: the replacement's last_used_at. None: the new key has not been seen
+    # yet; set: it works (an accepted request), so the old key can go.
+    replacement_used_at: datetime | None = None
+
+    @property
+    def replacement_confirmed(self) -> bool:
+        """Whether this key's replacement has been used: the old key can be revoked."""
+        return self.replacement_used_at is not None
 
 
 @attrs.frozen(kw_only=True, repr=False)

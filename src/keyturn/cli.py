@@ -8,6 +8,7 @@
     keyturn keys create --as alice --name "CI deploys" --tenant acme --lifetime 7d
     keyturn keys list --as alice --status active
     keyturn keys revoke --as alice 3fZk8QmPx2Lw
+    keyturn keys rotate --as alice 3fZk8QmPx2Lw --revoke-old-on-first-use
     keyturn keys expiring --as alice --within 14d   # rotate these before they stop working
     keyturn keys leaked                 # keys a code host found in public
     keyturn scan --staged   # exit 1 if the next commit adds a key
@@ -45,7 +46,16 @@ from zoneinfo import ZoneInfo
 
 from keyturn import _token
 from keyturn._decision import DEFAULT_ORGANIZATION, DEFAULT_ORGANIZATION_PATTERN
-from keyturn._model import CustomDate, KeyInfo, Lifetime, Organization, Scope, ScopeKind, Status
+from keyturn._model import (
+    CreatedKey,
+    CustomDate,
+    KeyInfo,
+    Lifetime,
+    Organization,
+    Scope,
+    ScopeKind,
+    Status,
+)
 from keyturn.errors import (
     InvalidExpiry,
     InvalidKeyName,
@@ -174,21 +184,53 @@ def keys_create(db: Database, args: argparse.Namespace, out: TextIO) -> None:
     elif args.time_zone is not None:
         raise CommandError("--time-zone goes with --expires-on", status=2)
     created = _manager(db).create(args.account, name=args.name, scope=scope, expiry=expiry)
+    local = ""
+    if isinstance(expiry, CustomDate):  # the zone is valid: create() checked it
+        zone = str(expiry.time_zone)
+        at = created.info.expires_at.astimezone(ZoneInfo(zone))
+        local = f" ({at:%Y-%m-%d %H:%M} in {zone})"
+    _print_created(created, args, out, local=local)
+
+
+def keys_rotate(db: Database, args: argparse.Namespace, out: TextIO) -> None:
+    old_id = _key_id_argument(args.key_id)
+    try:
+        created = _manager(db).rotate(
+            args.account, old_id, revoke_old_on_first_use=args.revoke_old_on_first_use
+        )
+    except KeyNotFound:
+        raise CommandError(f"{args.account} has no key with id {old_id!r}") from None
+    advice = "Both keys work now. Deploy the new one; "
+    if args.revoke_old_on_first_use:
+        advice += "the old one is revoked\nwhen the new key's first use is recorded."
+    else:
+        advice += (
+            "once 'keyturn keys list' says the replacement\nwas used, revoke the old one: "
+            f"keyturn keys revoke --as {args.account} {old_id}"
+        )
+    _print_created(created, args, out, advice=advice)
+
+
+def _print_created(
+    created: CreatedKey,
+    args: argparse.Namespace,
+    out: TextIO,
+    *,
+    local: str = "",
+    advice: str = "",
+) -> None:
     info = created.info
     if args.json:
         _json({**_as_json(info), "secret": created.secret}, out)
         return
-    local = ""
-    if isinstance(expiry, CustomDate):  # the zone is valid: create() checked it
-        zone = str(expiry.time_zone)
-        local = f" ({info.expires_at.astimezone(ZoneInfo(zone)):%Y-%m-%d %H:%M} in {zone})"
     print(
         f"Created key {info.key_id} for {args.account}.\n"
         f"  name     {info.name}\n"
         f"  scope    {info.scope}\n"
         f"  hint     {info.hint}\n"
-        f"  expires  {_when(info.expires_at)}{local}\n\n"
-        "Secret -- shown once, it cannot be retrieved later; keep it in a secret store:\n"
+        f"  expires  {_when(info.expires_at)}{local}\n"
+        + (f"  replaces {info.replaces}\n\n{advice}\n" if info.replaces else "")
+        + "\nSecret -- shown once, it cannot be retrieved later; keep it in a secret store:\n"
         f"{created.secret}",
         file=out,
     )
@@ -213,12 +255,7 @@ def keys_list(db: Database, args: argparse.Namespace, out: TextIO) -> None:
 
 
 def keys_revoke(db: Database, args: argparse.Namespace, out: TextIO) -> None:
-    if args.key_id.startswith(_token.PREFIX):  # a key or a hint, not an id; never echo it
-        raise CommandError(
-            "KEY_ID is the key's id, the KEY ID column of 'keyturn keys list' "
-            "(12 letters and digits), not the key or its hint",
-            status=2,
-        )
+    _key_id_argument(args.key_id)
     try:
         info = _manager(db).revoke(args.account, args.key_id)
     except KeyNotFound:
@@ -281,6 +318,16 @@ def keys_leaked(db: Database, args: argparse.Namespace, out: TextIO) -> None:
             if key.leaked is not None
         ]
         _table(header, rows, out)
+
+
+def _key_id_argument(key_id: str) -> str:
+    if key_id.startswith(_token.PREFIX):  # a key or a hint, not an id; never echo it
+        raise CommandError(
+            "KEY_ID is the key's id, the KEY ID column of 'keyturn keys list' "
+            "(12 letters and digits), not the key or its hint",
+            status=2,
+        )
+    return key_id
 
 
 def _manager(db: Database) -> KeyManager:
@@ -354,6 +401,10 @@ def _as_json(info: KeyInfo) -> dict[str, Any]:
         "expires_at": instant(info.expires_at),
         "revoked_at": instant(info.revoked_at),
         "last_used_at": instant(info.last_used_at),
+        "replaces": info.replaces,
+        "revoke_old_on_first_use": info.revoke_old_on_first_use,
+        "replaced_by": info.replaced_by,
+        "replacement_used_at": instant(info.replacement_used_at),
     }
 
 
@@ -372,6 +423,27 @@ def _key_table(infos: Sequence[KeyInfo], out: TextIO) -> None:
         for info in infos
     ]
     _table(header, rows, out)
+    rotations = [_rotation(info, infos) for info in infos if info.replaced_by is not None]
+    if any(rotations):
+        print("\nRotations (old key -> its replacement):", file=out)
+        for line in filter(None, rotations):
+            print(f"  {line}", file=out)
+
+
+def _rotation(old: KeyInfo, infos: Sequence[KeyInfo]) -> str:
+    """One line on an old key whose replacement is not final yet: used, or not yet."""
+    if not old.status.revocable:
+        return ""  # the rotation is done: the old key no longer works
+    new = next((info for info in infos if info.key_id == old.replaced_by), None)
+    pair = f"{old.key_id} -> {old.replaced_by}"
+    if old.replacement_used_at is not None:
+        return (
+            f"{pair}  replacement used (last at {_when(old.replacement_used_at)}): "
+            f"revoke {old.key_id}"
+        )
+    if new is not None and new.revoke_old_on_first_use:
+        return f"{pair}  replacement not used yet; {old.key_id} is revoked at its first use"
+    return f"{pair}  replacement not used yet: keep {old.key_id} until it is"
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO) -> None:
@@ -547,6 +619,7 @@ examples:
       --expires-on {in_six_months} --time-zone Europe/Paris
   keyturn keys list --as alice --status active --json
   keyturn keys revoke --as alice 3fZk8QmPx2Lw
+  keyturn keys rotate --as alice 3fZk8QmPx2Lw --revoke-old-on-first-use
   keyturn scan --staged               # exit 1 if the next commit adds a key
 
 store URLs:
@@ -673,7 +746,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("account", metavar="ACCOUNT", type=_nonempty)
     sub.add_argument("organization", metavar="ORG", type=_nonempty)
 
-    keys = group("keys", "create, list and revoke personal API keys")
+    keys = group("keys", "create, list, rotate and revoke personal API keys")
     sub = keys(
         "create",
         keys_create,
@@ -709,6 +782,23 @@ def build_parser() -> argparse.ArgumentParser:
     sub = keys("revoke", keys_revoke, "revoke one of the account's keys: immediate, final")
     account(sub)
     sub.add_argument("key_id", metavar="KEY_ID", help="as shown by 'keyturn keys list'")
+    sub = keys(
+        "rotate",
+        keys_rotate,
+        "replace one of the account's keys with a new key of the same name, scope and "
+        "lifetime; the new secret is printed once",
+        epilog="The old key keeps working until it is revoked: deploy the new key, check "
+        "with 'keyturn keys list' that it was used, then revoke the old one, or let "
+        "--revoke-old-on-first-use do it.",
+    )
+    account(sub)
+    sub.add_argument("key_id", metavar="KEY_ID", help="as shown by 'keyturn keys list'")
+    sub.add_argument(
+        "--revoke-old-on-first-use",
+        action="store_true",
+        help="revoke the old key once the new key's first use is recorded",
+    )
+    sub.add_argument("--json", action="store_true", help="print the key and its secret as JSON")
     sub = keys("expiring", keys_expiring, "list the account's keys that expire soon, soonest first")
     account(sub)
     sub.add_argument(

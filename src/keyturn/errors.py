@@ -33,8 +33,10 @@ __all__ = [
     "InvalidKeyName",
     "InvalidRequest",
     "InvalidStoreURL",
+    "KeyAlreadyReplaced",
     "KeyNotFound",
     "KeyNotRevocable",
+    "KeyNotRotatable",
     "KeyturnError",
     "MissingPrincipal",
     "NotAKeyDatabase",
@@ -214,6 +216,19 @@ class KeyNotFound(KeyturnError, LookupError):
 
 class KeyNotRevocable(KeyturnError, ValueError):
     """The key is already Expired or Revoked; those states are final."""
+
+
+class KeyNotRotatable(KeyturnError, ValueError):
+    """The key is Expired or Revoked (nothing uses it any more: create a new key instead), or
+    the key store does not record rotations."""
+
+
+class KeyAlreadyReplaced(KeyNotRotatable):
+    """The key already has a replacement that still works; *replacement_id* names it."""
+
+    def __init__(self, message: str, *, replacement_id: str) -> None:
+        super().__init__(message)
+        self.replacement_id = replacement_id
 
 
 # --- store errors -----------------------------------------------------------------------

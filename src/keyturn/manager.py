@@ -1,8 +1,8 @@
-"""The console side: create, list and revoke keys for a signed-in user.
+"""The console side: create, list, rotate and revoke keys for a signed-in user.
 
 :class:`KeyManager` takes the id of the account signed in to your console -- never an API
 key -- so no API key can create, list or revoke keys (spec section 1, D18). A web console is
-a thin page over these three methods::
+a thin page over these methods::
 
     manager = KeyManager(store, membership)
     created = manager.create("alice", name="CI deploys", scope=Scope.tenant("acme"))
@@ -10,19 +10,33 @@ a thin page over these three methods::
     manager.list("alice", status=Status.ACTIVE)  # hints, never secrets
     manager.revoke("alice", created.info.key_id)
     manager.expiring("alice", within=timedelta(days=14))  # soonest first: rotate these
+    new = manager.rotate("alice", old_id, revoke_old_on_first_use=True)  # see rotate()
+
+Rotation (spec section 5: create a new key with the same scope, deploy it, confirm it works,
+then revoke the old one) is decided here and recorded on the new key; the confirmation is
+the new key's ``last_used_at``, and the revoke the creator may ask for is done by the
+store's usage write (``KeyStore.mark_used``), never on a request's path.
 """
 
 from __future__ import annotations
 
 import builtins
 import inspect
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
+
+import attrs
 
 from keyturn import _token
 from keyturn._decision import reach_question
 from keyturn._hashing import hash_secret
-from keyturn._lifecycle import DEFAULT_LIFETIME, derive_status, expiry_for, validate_name
+from keyturn._lifecycle import (
+    DEFAULT_LIFETIME,
+    MAX_LIFETIME,
+    derive_status,
+    expiry_for,
+    validate_name,
+)
 from keyturn._model import (
     ApiKey,
     Clock,
@@ -35,7 +49,14 @@ from keyturn._model import (
     Status,
     utc_now,
 )
-from keyturn.errors import DuplicateKey, KeyNotFound, KeyNotRevocable, ScopeNotReachable
+from keyturn.errors import (
+    DuplicateKey,
+    KeyAlreadyReplaced,
+    KeyNotFound,
+    KeyNotRevocable,
+    KeyNotRotatable,
+    ScopeNotReachable,
+)
 from keyturn.protocols import (
     AsyncKeyStore,
     AsyncMembershipProvider,
@@ -101,14 +122,44 @@ class KeyManager:
         now = self._now()
         expires_at = expiry_for(expiry, now)
         scope = self._reachable(account_id, scope)
+        return self._add(_Draft(name, account_id, scope, now, expires_at))
+
+    def rotate(
+        self, account_id: str, key_id: str, *, revoke_old_on_first_use: bool = False
+    ) -> CreatedKey:
+        """Create the replacement of one of the account's keys; its secret is shown once.
+
+        The new key has the old one's name and scope, and its lifetime: the same span from
+        now (at most 365 days). It records which key it replaces; the old key keeps working
+        until it is revoked. Once the new key has been used (its ``last_used_at``), the old
+        key's :class:`KeyInfo` says so (``replacement_used_at``): revoke the old key then.
+        With *revoke_old_on_first_use*, the store revokes the old key itself when it
+        records the new key's first use.
+
+        :raises KeyNotFound: no such key among the account's own (as :meth:`revoke`).
+        :raises KeyNotRotatable: the key is Expired or Revoked: create a new key instead.
+        :raises KeyAlreadyReplaced: the key already has a replacement that works.
+        :raises ScopeNotReachable: the account no longer reaches the key's scope (Inactive).
+        """
+        account_id = _account(account_id)
+        key_id = _key_id(key_id, revoke_old_on_first_use)
+        now = self._now()
+        old = _rotatable(key_id, self.store.keys_of(account_id), now)
+        scope = self._reachable(account_id, old.scope)
+        return self._add(_Draft.replacing(old, scope, now, revoke_old_on_first_use))
+
+    def _add(self, draft: _Draft) -> CreatedKey:
         for _ in range(3):  # a clash of 71 random bits is astronomically rare; never silent
-            token, key = _new_key(name, account_id, scope, now, expires_at)
+            token, key = draft.key()
             try:
                 self.store.add_key(key)
             except DuplicateKey:
                 continue
+            if key.replaces is not None and not _kept(self.store.get_key(key.key_id), key):
+                self.store.revoke_key(key.key_id, key.created_at)
+                raise _rotation_not_kept(self.store)
             return CreatedKey(secret=token.token, info=_info(key, Status.ACTIVE))
-        raise DuplicateKey("could not find a free key id; is the key store's random source broken?")
+        raise _no_free_id()
 
     def list(
         self,
@@ -151,13 +202,10 @@ class KeyManager:
         :raises KeyNotRevocable: the key is already Expired or Revoked.
         """
         account_id = _account(account_id)
-        if not isinstance(key_id, str):
-            raise TypeError(f"key_id must be a str, got {type(key_id).__name__}")
+        key_id = _key_id(key_id)
         key = self.store.get_key(key_id) if key_id else None
         if key is None or key.account_id != account_id:
-            # Echo the id only if it is shaped like one: a pasted key must not land in a log.
-            named = f"id {key_id!r}" if _token.is_key_id(key_id) else "that id"
-            raise KeyNotFound(f"you have no key with {named}")
+            raise _not_found(key_id)
         now = self._now()
         # Inactive keys are revocable too, so membership does not matter here.
         status = derive_status(key, now, reaches_scope=True)
@@ -168,7 +216,8 @@ class KeyManager:
             )
         revoked = self.store.get_key(key_id)
         assert revoked is not None, "the store lost a key it just revoked"
-        return _info(revoked, Status.REVOKED)
+        replacement = _replacements(self.store.keys_of(account_id)).get(key_id)
+        return _info(revoked, Status.REVOKED, replacement)
 
     def expiring(self, account_id: str, *, within: timedelta) -> builtins.list[KeyInfo]:
         """The account's keys that still work or could again (Active or Inactive) and expire
@@ -211,12 +260,14 @@ class KeyManager:
             )
         return Scope.organization(organization.id, tenant_id=organization.tenant_id)
 
-    def _infos(self, keys: Iterable[ApiKey], now: datetime) -> Iterator[KeyInfo]:
+    def _infos(self, keys: Sequence[ApiKey], now: datetime) -> Iterator[KeyInfo]:
         reach: dict[Scope, bool] = {}  # one membership question per scope, not per key
+        replacements = _replacements(keys)
         for key in keys:
             if key.scope not in reach:
                 reach[key.scope] = self._reaches(key.account_id, key.scope)
-            yield _info(key, derive_status(key, now, reaches_scope=reach[key.scope]))
+            status = derive_status(key, now, reaches_scope=reach[key.scope])
+            yield _info(key, status, replacements.get(key.key_id))
 
     def _reaches(self, account_id: str, scope: Scope) -> bool:
         # The decision's own Inactive rule, asked of the same provider.
@@ -258,25 +309,112 @@ def _expiring(infos: Iterable[KeyInfo], horizon: datetime) -> list[KeyInfo]:
     )
 
 
-def _new_key(
-    name: str, account_id: str, scope: Scope, now: datetime, expires_at: datetime
-) -> tuple[_token.ParsedToken, ApiKey]:
-    """A fresh key string and the record stored for it (only the secret's hash)."""
-    token = _token.generate()
-    key = ApiKey(
-        key_id=token.key_id,
-        secret_hash=hash_secret(token.secret),
-        hint=token.hint,
-        name=name,
-        account_id=account_id,
-        scope=scope,
-        created_at=now,
-        expires_at=expires_at,
+def _key_id(key_id: object, revoke_old_on_first_use: object = False) -> str:
+    """The *key_id* argument, type-checked with rotate()'s flag."""
+    if not isinstance(key_id, str):
+        raise TypeError(f"key_id must be a str, got {type(key_id).__name__}")
+    if not isinstance(revoke_old_on_first_use, bool):
+        raise TypeError(
+            f"revoke_old_on_first_use must be True or False, got {revoke_old_on_first_use!r}"
+        )
+    return key_id
+
+
+def _not_found(key_id: str) -> KeyNotFound:
+    # Echo the id only if it is shaped like one: a pasted key must not land in a log.
+    named = f"id {key_id!r}" if _token.is_key_id(key_id) else "that id"
+    return KeyNotFound(f"you have no key with {named}")
+
+
+def _no_free_id() -> DuplicateKey:
+    return DuplicateKey("could not find a free key id; is the key store's random source broken?")
+
+
+def _kept(stored: ApiKey | None, key: ApiKey) -> bool:
+    """Whether the store kept a replacement's link and the creator's choice: a store
+    written before rotation existed may drop them, and the choice would be silently lost."""
+    return stored is not None and (stored.replaces, stored.revoke_old_on_first_use) == (
+        key.replaces,
+        key.revoke_old_on_first_use,
     )
-    return token, key
 
 
-def _info(key: ApiKey, status: Status) -> KeyInfo:
+def _rotation_not_kept(store: object) -> KeyNotRotatable:
+    return KeyNotRotatable(
+        f"the key store {type(store).__name__} does not keep rotations (ApiKey.replaces and "
+        "revoke_old_on_first_use), so the new key was revoked at once: see KeyStore.add_key "
+        "and KeyStore.mark_used"
+    )
+
+
+def _replacements(keys: Iterable[ApiKey]) -> dict[str, ApiKey]:
+    """Old key id -> its newest replacement, from an account's keys listed newest first."""
+    found: dict[str, ApiKey] = {}
+    for key in keys:
+        if key.replaces is not None:
+            found.setdefault(key.replaces, key)
+    return found
+
+
+def _rotatable(key_id: str, keys: Sequence[ApiKey], now: datetime) -> ApiKey:
+    """The key to rotate among the account's *keys*, if rotating it is allowed at *now*."""
+    old = next((key for key in keys if key.key_id == key_id), None) if key_id else None
+    if old is None:
+        raise _not_found(key_id)
+    status = derive_status(old, now, reaches_scope=True)
+    if not status.revocable:
+        raise KeyNotRotatable(
+            f"key {old.hint} is {status.value}: nothing can use it any more, so there is "
+            "nothing to rotate; create a new key instead"
+        )
+    new = _replacements(keys).get(key_id)
+    if new is not None and derive_status(new, now, reaches_scope=True).revocable:
+        raise KeyAlreadyReplaced(
+            f"key {old.hint} already has a replacement, key {new.key_id} ({new.hint}): "
+            "deploy that one and revoke the old key, or revoke the replacement to rotate again",
+            replacement_id=new.key_id,
+        )
+    return old
+
+
+@attrs.frozen
+class _Draft:
+    """What a new key will be; :meth:`key` draws its id and secret (again on a clash)."""
+
+    name: str
+    account_id: str
+    scope: Scope
+    now: datetime
+    expires_at: datetime
+    replaces: str | None = None
+    revoke_old_on_first_use: bool = False
+
+    @classmethod
+    def replacing(cls, old: ApiKey, scope: Scope, now: datetime, revoke_old: bool) -> _Draft:
+        # The old key's lifetime choice is kept as its span: a fixed lifetime stays that
+        # lifetime; a custom date becomes the same span from now, capped as any expiry is.
+        span = min(old.expires_at - old.created_at, MAX_LIFETIME)
+        return cls(old.name, old.account_id, scope, now, now + span, old.key_id, revoke_old)
+
+    def key(self) -> tuple[_token.ParsedToken, ApiKey]:
+        """A fresh key string and the record stored for it (only the secret's hash)."""
+        token = _token.generate()
+        key = ApiKey(
+            key_id=token.key_id,
+            secret_hash=hash_secret(token.secret),
+            hint=token.hint,
+            name=self.name,
+            account_id=self.account_id,
+            scope=self.scope,
+            created_at=self.now,
+            expires_at=self.expires_at,
+            replaces=self.replaces,
+            revoke_old_on_first_use=self.revoke_old_on_first_use,
+        )
+        return token, key
+
+
+def _info(key: ApiKey, status: Status, replacement: ApiKey | None = None) -> KeyInfo:
     return KeyInfo(
         key_id=key.key_id,
         hint=key.hint,
@@ -288,6 +426,10 @@ def _info(key: ApiKey, status: Status) -> KeyInfo:
         revoked_at=key.revoked_at,
         last_used_at=key.last_used_at,
         leaked=key.leaked,
+        replaces=key.replaces,
+        revoke_old_on_first_use=key.revoke_old_on_first_use,
+        replaced_by=None if replacement is None else replacement.key_id,
+        replacement_used_at=None if replacement is None else replacement.last_used_at,
     )
 
 
@@ -341,14 +483,31 @@ class AsyncKeyManager:
         now = _utc(self.clock)
         expires_at = expiry_for(expiry, now)
         scope = await self._reachable(account_id, scope)
+        return await self._add(_Draft(name, account_id, scope, now, expires_at))
+
+    async def rotate(
+        self, account_id: str, key_id: str, *, revoke_old_on_first_use: bool = False
+    ) -> CreatedKey:
+        """As :meth:`KeyManager.rotate`, awaited."""
+        account_id = _account(account_id)
+        key_id = _key_id(key_id, revoke_old_on_first_use)
+        now = _utc(self.clock)
+        old = _rotatable(key_id, await self.store.keys_of(account_id), now)
+        scope = await self._reachable(account_id, old.scope)
+        return await self._add(_Draft.replacing(old, scope, now, revoke_old_on_first_use))
+
+    async def _add(self, draft: _Draft) -> CreatedKey:
         for _ in range(3):
-            token, key = _new_key(name, account_id, scope, now, expires_at)
+            token, key = draft.key()
             try:
                 await self.store.add_key(key)
             except DuplicateKey:
                 continue
+            if key.replaces is not None and not _kept(await self.store.get_key(key.key_id), key):
+                await self.store.revoke_key(key.key_id, key.created_at)
+                raise _rotation_not_kept(self.store)
             return CreatedKey(secret=token.token, info=_info(key, Status.ACTIVE))
-        raise DuplicateKey("could not find a free key id; is the key store's random source broken?")
+        raise _no_free_id()
 
     async def list(
         self,
@@ -366,10 +525,13 @@ class AsyncKeyManager:
         now = _utc(self.clock)
         reach: dict[Scope, bool] = {}
         infos = []
-        for key in await self.store.keys_of(account_id):
+        keys = await self.store.keys_of(account_id)
+        replacements = _replacements(keys)
+        for key in keys:
             if key.scope not in reach:
                 reach[key.scope] = await self._reaches(key.account_id, key.scope)
-            info = _info(key, derive_status(key, now, reaches_scope=reach[key.scope]))
+            derived = derive_status(key, now, reaches_scope=reach[key.scope])
+            info = _info(key, derived, replacements.get(key.key_id))
             if (status is None or info.status is status) and (
                 scope is None
                 or (
@@ -384,12 +546,10 @@ class AsyncKeyManager:
     async def revoke(self, account_id: str, key_id: str) -> KeyInfo:
         """As :meth:`KeyManager.revoke`, awaited."""
         account_id = _account(account_id)
-        if not isinstance(key_id, str):
-            raise TypeError(f"key_id must be a str, got {type(key_id).__name__}")
+        key_id = _key_id(key_id)
         key = await self.store.get_key(key_id) if key_id else None
         if key is None or key.account_id != account_id:
-            named = f"id {key_id!r}" if _token.is_key_id(key_id) else "that id"
-            raise KeyNotFound(f"you have no key with {named}")
+            raise _not_found(key_id)
         now = _utc(self.clock)
         status = derive_status(key, now, reaches_scope=True)
         if not status.revocable or not await self.store.revoke_key(key_id, now):
@@ -399,7 +559,8 @@ class AsyncKeyManager:
             )
         revoked = await self.store.get_key(key_id)
         assert revoked is not None, "the store lost a key it just revoked"
-        return _info(revoked, Status.REVOKED)
+        replacement = _replacements(await self.store.keys_of(account_id)).get(key_id)
+        return _info(revoked, Status.REVOKED, replacement)
 
     async def expiring(self, account_id: str, *, within: timedelta) -> builtins.list[KeyInfo]:
         """As :meth:`KeyManager.expiring`, awaited."""

@@ -47,7 +47,8 @@ class KeyStore(Protocol):
         """The key with this id, or ``None``. Called on every authenticated request."""
 
     def add_key(self, key: ApiKey) -> None:
-        """Store a new key; raise :class:`~keyturn.errors.DuplicateKey` if the id exists."""
+        """Store a new key, every field kept (``replaces`` and ``revoke_old_on_first_use``
+        too); raise :class:`~keyturn.errors.DuplicateKey` if the id exists."""
 
     def keys_of(self, account_id: str) -> Sequence[ApiKey]:
         """Every key the account created, newest first."""
@@ -56,7 +57,12 @@ class KeyStore(Protocol):
         """Set ``revoked_at`` if it is unset; ``True`` only if this call revoked the key."""
 
     def mark_used(self, key_id: str, at: datetime) -> None:
-        """Record that the key was used at *at* (best effort; keyturn throttles the calls)."""
+        """Record that the key was used at *at* (best effort; keyturn throttles the calls).
+
+        ``last_used_at`` never moves backwards. If the key has ``revoke_old_on_first_use``,
+        the same write also sets ``revoked_at = at`` on the key it ``replaces``, unless that
+        one is already revoked or expired at *at*: the creator's choice at rotation.
+        """
 
 
 @runtime_checkable

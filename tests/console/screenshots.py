@@ -27,6 +27,7 @@ def main() -> None:
     research = Scope.organization("acme-research", tenant_id="acme")
     manager.create("alice", name="old laptop", scope=Scope.tenant("acme"), expiry=Lifetime.HOURS_3)
     manager.create("alice", name="research notebooks", scope=research)
+    backups = manager.create("alice", name="nightly backups", scope=Scope.tenant("acme"))
     world.clock.now += timedelta(days=2)
     ci = manager.create("alice", name="CI deploys", scope=Scope.tenant("acme"))
     gone = manager.create(
@@ -34,7 +35,12 @@ def main() -> None:
     )
     manager.revoke("alice", gone.info.key_id)
     main = Scope.organization("acme-main", tenant_id="acme")
-    manager.create("alice", name="agent on build box", scope=main, expiry=Lifetime.DAYS_7)
+    agent = manager.create("alice", name="agent on build box", scope=main, expiry=Lifetime.DAYS_7)
+    # Two rotations: one whose new key is in use, one whose new key was not seen yet.
+    new_backups = manager.rotate("alice", backups.info.key_id)
+    world.store.mark_used(new_backups.info.key_id, world.clock.now + timedelta(minutes=50))
+    world.clock.now += timedelta(minutes=30)
+    manager.rotate("alice", agent.info.key_id, revoke_old_on_first_use=True)
     world.membership.remove_member("alice", "acme-research")  # its key turns Inactive
     world.store.mark_used(gone.info.key_id, world.clock.now - timedelta(hours=1))
     leak_url = "https://github.com/acme/deploy-scripts/blob/main/.env"  # a plainly made-up one
@@ -68,6 +74,10 @@ def main() -> None:
         page.goto(url)
         page.locator("tr", has_text="CI deploys").locator("a.revoke").click()
         page.screenshot(path=OUT / "console-revoke.png")
+        page.goto(url)
+        page.locator(f"tr[data-key='{ci.info.key_id}'] a.rotate").click()
+        page.check("#revoke-old")
+        page.screenshot(path=OUT / "console-rotate.png")
         narrow = page_at(375)
         narrow.set_viewport_size({"width": 375, "height": 1400})
         narrow.screenshot(path=OUT / "console-375px.png")

@@ -359,3 +359,111 @@ def test_a_leaked_key_is_shown_and_revoked_from_its_confirmation(browser: Any, s
     expect()(row.locator(".badge-leaked")).to_have_text("⚠ Leaked")
     assert site.world.manager.list("alice")[0].status is Status.REVOKED
     page.context.close()
+
+
+def _use(site: Site, secret: str) -> None:
+    """One accepted request with *secret*: the Authenticator records its use in the store."""
+    from keyturn import Authenticator, AuthRequest, Principal
+
+    world = site.world
+    auth = Authenticator(world.store, world.membership, clock=world.clock, usage_interval=0)
+    try:
+        request = AuthRequest(authorization=(f"Bearer {secret}",), organization=("default",))
+        assert isinstance(auth.authenticate(request), Principal)
+    finally:
+        auth.close()
+
+
+def test_rotate_confirm_by_use_then_revoke_the_old_key_in_one_click(
+    browser: Any, site: Site
+) -> None:
+    """Rotate from the list, copy the new secret once; the pair says the new key is not seen
+    yet until a request uses it; then one click revokes the old key."""
+    old = site.world.manager.create("alice", name="deploy", scope=Scope.tenant("acme"))
+    site.world.clock.now = NOW + timedelta(days=2)
+    page = open_console(browser, site, zone="UTC")
+    page.locator(f"tr[data-key='{old.info.key_id}'] a.rotate").click()
+    expect()(page.locator("h1")).to_have_text("Rotate the key “deploy”?")
+    page.click("button:text('Rotate “deploy”')")
+    expect()(page.locator("h1")).to_have_text("Key “deploy” created")
+    secret = page.locator("#secret").input_value()
+    assert re.fullmatch(r"rma_\w+", secret)
+    expect()(page.locator(".rotation")).to_contain_text(f"It replaces the key {old.info.hint}")
+    page.click("text=Done: back to your keys")
+    new_id = site.world.manager.list("alice")[0].key_id
+    rows = page.locator("tbody tr[data-key]")
+    expect()(rows).to_have_count(2)
+    assert [row.get_attribute("data-key") for row in rows.all()] == [new_id, old.info.key_id]
+    note = page.locator(f"tr[data-note-for='{old.info.key_id}'] .rotation")
+    expect()(note).to_contain_text("not seen yet")
+    expect()(page.locator("button:text('Revoke old key')")).to_have_count(0)
+    page.locator(f"tr[data-key='{old.info.key_id}'] a.revoke").click()  # early: still possible
+    expect()(page.locator(".rotation-unconfirmed")).to_contain_text("unconfirmed")
+    page.click("text=Cancel")
+    assert secret not in page.content()
+
+    site.world.clock.now += timedelta(hours=1)
+    _use(site, secret)
+    page.reload()
+    expect()(note).to_contain_text("in use, last used 2026-06-17 13:00")
+    page.click("button:text('Revoke old key')")
+    expect()(page.locator(".notice")).to_contain_text("is revoked")
+    old_row = page.locator(f"tr[data-key='{old.info.key_id}']")
+    expect()(old_row.locator(".status")).to_have_text("✕ Revoked")
+    expect()(page.locator(".rotation")).to_have_count(0)
+    statuses = {info.key_id: info.status for info in site.world.manager.list("alice")}
+    assert statuses == {new_id: Status.ACTIVE, old.info.key_id: Status.REVOKED}
+    page.context.close()
+
+
+def test_rotate_by_keyboard_at_375_pixels_with_the_auto_revoke_choice(
+    browser: Any, site: Site
+) -> None:
+    """At 375 px, keyboard only: the checkbox records the creator's choice, the pair fits
+    the width, and the new key's first use revokes the old one."""
+    old = site.world.manager.create("alice", name="agent", scope=Scope.tenant("acme"))
+    site.world.clock.now = NOW + timedelta(minutes=5)
+    page = open_console(browser, site, width=375)
+    page.goto(f"{site.url}rotate?key={old.info.key_id}")
+    stops = []
+    for _ in range(10):  # bounded: the checkbox, then the button
+        page.keyboard.press("Tab")
+        focused = page.evaluate("document.activeElement.id || document.activeElement.tagName")
+        stops.append(focused)
+        if focused == "revoke-old":
+            page.keyboard.press("Space")
+            page.keyboard.press("Tab")
+            break
+    assert stops[-1] == "revoke-old", stops
+    expect()(page.locator("#revoke-old")).to_be_checked()
+    page.keyboard.press("Enter")
+    expect()(page.locator("h1")).to_have_text("Key “agent” created")
+    secret = page.locator("#secret").input_value()
+    page.goto(site.url)
+    note = page.locator(f"tr[data-note-for='{old.info.key_id}'] .rotation")
+    expect()(note).to_contain_text("revoked automatically when the new key is first used")
+    expect()(note).to_be_visible()
+    assert page.evaluate("document.documentElement.scrollWidth") <= 375
+    _use(site, secret)
+    page.reload()
+    expect()(page.locator(f"tr[data-key='{old.info.key_id}'] .status")).to_have_text("✕ Revoked")
+    page.context.close()
+
+
+def test_rotate_without_script(browser: Any, site: Site) -> None:
+    """With JavaScript off the rotate form works the same: the server shows the secret."""
+    old = site.world.manager.create("alice", name="no script", scope=Scope.tenant("acme"))
+    site.world.clock.now = NOW + timedelta(minutes=5)
+    context = browser.new_context(java_script_enabled=False)
+    context.add_cookies([{"name": ACCOUNT_COOKIE, "value": "alice", "url": site.url}])
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+    page.goto(site.url)
+    page.click("a.rotate")
+    page.check("#revoke-old")
+    page.click("button:text('Rotate “no script”')")
+    expect()(page.locator("h1")).to_have_text("Key “no script” created")
+    assert page.locator("#secret").input_value().startswith("rma_")
+    new = site.world.manager.list("alice")[0]
+    assert (new.replaces, new.revoke_old_on_first_use) == (old.info.key_id, True)
+    context.close()

@@ -11,6 +11,7 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 import keyturn
@@ -20,9 +21,11 @@ from keyturn import (
     AuthRequest,
     ConsoleMembership,
     CustomDate,
+    KeyAlreadyReplaced,
     KeyManager,
     KeyNotFound,
     KeyNotRevocable,
+    KeyNotRotatable,
     Lifetime,
     Principal,
     Scope,
@@ -279,3 +282,75 @@ def test_async_key_manager_over_async_postgres(postgres_url: str) -> None:
         assert stored.hint == tenant.info.hint
     assert revoked.status is Status.REVOKED
     assert len(listed) == 2
+
+
+async def _async_rotation(manager: AsyncKeyManager) -> list[Any]:
+    """Rotate through the async manager: refusals, the link, and the creator's choice."""
+    old = await manager.create("alice", name="deploys", scope=Scope.tenant("acme"))
+    with pytest.raises(KeyNotFound):
+        await manager.rotate("bob", old.info.key_id)
+    new = await manager.rotate("alice", old.info.key_id, revoke_old_on_first_use=True)
+    with pytest.raises(KeyAlreadyReplaced):
+        await manager.rotate("alice", old.info.key_id)
+    await manager.store.mark_used(new.info.key_id, NOW + timedelta(minutes=1))
+    revoked = await manager.revoke("alice", new.info.key_id)
+    with pytest.raises(KeyNotRotatable):
+        await manager.rotate("alice", new.info.key_id)
+    return [old, new, revoked, await manager.list("alice")]
+
+
+def _check_rotation(old: Any, new: Any, revoked: Any, listed: list[Any]) -> None:
+    assert (new.info.replaces, new.info.revoke_old_on_first_use) == (old.info.key_id, True)
+    assert new.info.expires_at - new.info.created_at == Lifetime.DAYS_30.value
+    assert revoked.replaces == old.info.key_id
+    old_info = next(info for info in listed if info.key_id == old.info.key_id)
+    assert old_info.status is Status.REVOKED  # by the replacement's usage write
+    assert old_info.revoked_at == NOW + timedelta(minutes=1)
+    assert old_info.replaced_by == new.info.key_id
+    assert old_info.replacement_used_at == NOW + timedelta(minutes=1)
+
+
+def test_async_key_manager_rotates() -> None:
+    """AsyncKeyManager.rotate answers as KeyManager.rotate, awaiting every call."""
+    store, membership = MemoryKeyStore(), MemoryMembership()
+    seed(membership)
+    manager = AsyncKeyManager(Awaited(store), Awaited(membership), clock=lambda: NOW)  # type: ignore[arg-type]
+    _check_rotation(*asyncio.run(_async_rotation(manager)))
+
+
+@pytest.mark.postgres
+def test_async_key_manager_rotates_over_async_postgres(postgres_url: str) -> None:
+    """The same over AsyncPostgresDatabase: the link and the revoke are really stored."""
+    from keyturn.stores.postgres import AsyncPostgresDatabase, PostgresDatabase
+
+    with PostgresDatabase(postgres_url) as db:
+        db.create_schema()
+        seed(db.membership)
+
+    async def run() -> list[Any]:
+        async with AsyncPostgresDatabase(postgres_url) as adb:
+            manager = AsyncKeyManager(adb.keys, adb.membership, clock=lambda: NOW)
+            return await _async_rotation(manager)
+
+    _check_rotation(*asyncio.run(run()))
+
+
+def test_async_key_manager_refuses_a_store_that_drops_the_rotation() -> None:
+    """As the sync manager: the new key read back without its link is revoked, and said so."""
+
+    class ForgetfulStore(MemoryKeyStore):
+        def add_key(self, key: Any) -> None:
+            super().add_key(attrs.evolve(key, replaces=None, revoke_old_on_first_use=False))
+
+    store, membership = ForgetfulStore(), MemoryMembership()
+    seed(membership)
+    manager = AsyncKeyManager(Awaited(store), Awaited(membership), clock=lambda: NOW)  # type: ignore[arg-type]
+
+    async def run() -> None:
+        old = await manager.create("alice", name="x", scope=Scope.tenant("acme"))
+        with pytest.raises(KeyNotRotatable, match="does not keep rotations"):
+            await manager.rotate("alice", old.info.key_id, revoke_old_on_first_use=True)
+
+    asyncio.run(run())
+    statuses = sorted(key.revoked_at is None for key in store.keys_of("alice"))
+    assert statuses == [False, True]  # the old key works; the unlinked new one is revoked

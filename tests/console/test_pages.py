@@ -551,3 +551,122 @@ def test_a_key_reported_leaked_shows_where_and_when_as_text(client: Client, worl
     assert "Leaked</span>" in row_of(listed, key_id)
     assert "was reported leaked" in note_of(listed, key_id)
     assert "revoke it, then" not in note_of(listed, key_id)
+
+
+def _rows(html: str) -> list[str]:
+    """The key ids of the list's rows, in order."""
+    return re.findall(r'<tr data-key="([^"]+)"', html)
+
+
+def _secret(html: str) -> str:
+    return html.split('id="secret" type="text" readonly value="')[1].split('"')[0]
+
+
+def test_rotate_shows_the_new_secret_once_and_pairs_the_rows(client: Client, world: World) -> None:
+    """Rotate asks first; the POST shows the new secret once; the list shows the pair, the
+    new key's row above the old one, with the note that the new key was not seen yet."""
+    old = world.manager.create("alice", name="deploys", scope=Scope.tenant("acme"))
+    world.clock.now += timedelta(days=1)
+    between = world.manager.create("alice", name="between", scope=Scope.tenant("acme"))
+    world.clock.now += timedelta(days=1)
+    page = client.get(f"/console/rotate?key={old.info.key_id}")
+    assert page.status == 200 and "Rotate the key “deploys”?" in page.text
+    form = {"token": form_token(page.text), "key": old.info.key_id}
+    reply = client.post("/console/rotate", form)
+    assert reply.status == 201
+    secret = _secret(reply.text)
+    new = world.manager.list("alice")[0]
+    assert secret.startswith("rma_") and secret.endswith(new.hint[-4:])
+    assert (new.name, new.replaces, new.revoke_old_on_first_use) == (
+        "deploys",
+        old.info.key_id,
+        False,
+    )
+    assert f"It replaces the key <code>{old.info.hint}</code>" in reply.text
+    assert not any(secret in value for value in reply.headers.values())
+    listing = client.get("/console/").text
+    assert secret not in listing
+    assert _rows(listing) == [new.key_id, old.info.key_id, between.info.key_id]
+    assert f"New key <code>{new.hint}</code> not seen yet." in listing
+    assert f'New key<span class="sr">, replaces {old.info.hint}</span>' in listing
+    assert "Keep this old key" in listing
+    replay = client.post("/console/rotate", form)
+    assert replay.status == 409 and "already sent" in replay.text
+    assert len(world.store.keys_of("alice")) == 3
+
+
+def test_the_auto_revoke_checkbox_is_the_creator_s_recorded_choice(
+    client: Client, world: World
+) -> None:
+    """Checked, the choice is stored on the new key; the new key's first use revokes the old
+    key, and the pair's note disappears with it."""
+    old = world.manager.create("alice", name="deploys", scope=Scope.tenant("acme"))
+    world.clock.now += timedelta(minutes=1)  # the new key lists first
+    page = client.get(f"/console/rotate?key={old.info.key_id}")
+    form = {"token": form_token(page.text), "key": old.info.key_id, "revoke_old": "1"}
+    reply = client.post("/console/rotate", form)
+    assert reply.status == 201 and "revoked automatically" in reply.text
+    new = world.manager.list("alice")[0]
+    assert new.revoke_old_on_first_use is True
+    assert "is revoked automatically when the new key is first used" in client.get("/console/").text
+    world.store.mark_used(new.key_id, world.clock.now)  # what a request with it records
+    listing = client.get("/console/").text
+    assert world.manager.list("alice")[1].status is Status.REVOKED
+    assert "not seen yet" not in listing and "Revoke old key" not in listing
+    assert _rows(listing) == [new.key_id, old.info.key_id]  # still a pair
+
+
+def test_a_confirmed_rotation_revokes_the_old_key_in_one_click(
+    client: Client, world: World
+) -> None:
+    """Once the new key was used, the note says when and holds the old key's revoke button;
+    before, the revoke confirmation warns that the new key is unconfirmed."""
+    old = world.manager.create("alice", name="deploys", scope=Scope.tenant("acme"))
+    world.clock.now += timedelta(minutes=1)  # the new key lists first
+    new = world.manager.rotate("alice", old.info.key_id)
+    confirm = client.get(f"/console/revoke?key={old.info.key_id}").text
+    assert "is unconfirmed:</strong> it has not been used yet" in confirm
+    world.clock.now += timedelta(hours=2)
+    world.store.mark_used(new.info.key_id, world.clock.now)
+    listing = client.get("/console/").text
+    assert f"New key <code>{new.info.hint}</code> in use</strong>, last used" in listing
+    assert 'datetime="2026-06-15T14:01:00+00:00"' in listing
+    match = re.search(r'class="rotation confirmed">\s*<input[^>]*value="([^"]+)"', listing)
+    assert match is not None
+    done = client.post("/console/revoke", {"token": match[1], "key": old.info.key_id})
+    assert done.status == 303
+    assert world.manager.list("alice")[1].status is Status.REVOKED
+    assert "unconfirmed" not in client.get(f"/console/revoke?key={new.info.key_id}").text
+
+
+def test_what_cannot_be_rotated_is_explained(client: Client, world: World) -> None:
+    """Another user's key: 404. Revoked, or already replaced: the page says so, and a POST
+    gets the library's reason. A forged checkbox value or another form's token: refused."""
+    bobs = world.manager.create("bob", name="bob key", scope=Scope.tenant("acme"))
+    mine = world.manager.create("alice", name="mine", scope=Scope.tenant("acme"))
+    gone = world.manager.create("alice", name="gone", scope=Scope.tenant("acme"))
+    world.manager.revoke("alice", gone.info.key_id)
+    token = form_token(client.get(f"/console/rotate?key={mine.info.key_id}").text)
+    assert client.get(f"/console/rotate?key={bobs.info.key_id}").status == 404
+    assert client.post("/console/rotate", {"token": token, "key": bobs.info.key_id}).status == 404
+    page = client.get(f"/console/rotate?key={gone.info.key_id}").text
+    assert "cannot be rotated now" in page and 'action="/console/rotate"' not in page
+    refused = client.post("/console/rotate", {"token": token, "key": gone.info.key_id})
+    assert refused.status == 409 and "create a new key instead" in refused.text
+    forged = client.post(
+        "/console/rotate", {"token": token, "key": mine.info.key_id, "revoke_old": "yes"}
+    )
+    assert forged.status == 400
+    revoke_token = form_token(client.get(f"/console/revoke?key={mine.info.key_id}").text)
+    assert (
+        client.post("/console/rotate", {"token": revoke_token, "key": mine.info.key_id}).status
+        == 403
+    )
+    new = client.post("/console/rotate", {"token": token, "key": mine.info.key_id})
+    assert new.status == 201  # the refusals above used nothing up
+    assert "already has a new key" in client.get(f"/console/rotate?key={mine.info.key_id}").text
+    new_id = next(i.key_id for i in world.manager.list("alice") if i.replaces == mine.info.key_id)
+    again = form_token(client.get(f"/console/rotate?key={new_id}").text)  # not bound to a key
+    twice = client.post("/console/rotate", {"token": again, "key": mine.info.key_id})
+    assert twice.status == 409 and "already has a replacement" in twice.text
+    assert len(world.store.keys_of("alice")) == 3 and len(world.store.keys_of("bob")) == 1

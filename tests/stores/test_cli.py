@@ -585,3 +585,78 @@ def test_keys_expiring_refuses_a_span_it_cannot_read(ready: Run, span: str) -> N
     status, out, err = ready("keys", "expiring", "--as", "alice", f"--within={span}")
     assert status == 2 and out == ""
     assert "like 14d or 12h" in err
+
+
+def _use(url: str, secret: str, *organization: str) -> None:
+    """One accepted request with *secret*; closing the Authenticator writes its use."""
+    from keyturn import Authenticator, AuthRequest, Principal
+
+    with SQLiteDatabase(url.removeprefix("sqlite:///")) as db:
+        auth = Authenticator(db.keys, db.membership, usage_interval=0)
+        try:
+            request = AuthRequest(authorization=(f"Bearer {secret}",), organization=organization)
+            assert isinstance(auth.authenticate(request), Principal)
+        finally:
+            auth.close()
+
+
+def test_rotate_prints_the_new_secret_once_and_list_tracks_the_replacement(
+    ready: Run, url: str
+) -> None:
+    """keys rotate: a new key of the same name and scope, its secret once; keys list says
+    whether the replacement was used, until the old key is revoked."""
+    old_id, _ = create(ready, "--name", "CI deploys", "--org", "org_research", "--lifetime", "7d")
+    status, out, _ = ready("keys", "rotate", "--as", "alice", old_id)
+    assert status == 0
+    new_id, new_secret = out.split()[2], out.strip().splitlines()[-1]
+    assert out.count(new_secret) == 1 and "shown once" in out
+    assert f"replaces {old_id}" in out and f"keyturn keys revoke --as alice {old_id}" in out
+    assert "organization org_research" in out and "CI deploys" in out
+    listing = ready("keys", "list", "--as", "alice")[1]
+    assert f"{old_id} -> {new_id}  replacement not used yet: keep {old_id}" in listing
+    assert new_secret not in listing
+
+    _use(url, new_secret)
+    listing = ready("keys", "list", "--as", "alice")[1]
+    assert f"{old_id} -> {new_id}  replacement used (last at " in listing
+    assert f"revoke {old_id}" in listing
+    items = json.loads(ready("keys", "list", "--as", "alice", "--json")[1])
+    old = next(item for item in items if item["key_id"] == old_id)
+    assert old["replaced_by"] == new_id and old["status"] == "Active"
+    assert old["replacement_used_at"] is not None
+    status, _, err = ready("keys", "rotate", "--as", "alice", old_id)
+    assert status == 1 and f"already has a replacement, key {new_id}" in err
+    assert ready("keys", "revoke", "--as", "alice", old_id)[0] == 0
+    assert "Rotations" not in ready("keys", "list", "--as", "alice")[1]  # done
+
+
+def test_rotate_revoke_old_on_first_use_as_json(ready: Run, url: str) -> None:
+    """--json gives the new key, its link and its secret; the first use revokes the old key."""
+    old_id, _ = create(ready, "--name", "deploys", "--tenant", "acme")
+    status, out, _ = ready(
+        "keys", "rotate", "--as", "alice", old_id, "--revoke-old-on-first-use", "--json"
+    )
+    assert status == 0
+    created = json.loads(out)
+    assert (created["replaces"], created["revoke_old_on_first_use"]) == (old_id, True)
+    assert created["secret"].startswith("rma_") and created["status"] == "Active"
+    listing = ready("keys", "list", "--as", "alice")[1]
+    assert f"replacement not used yet; {old_id} is revoked at its first use" in listing
+    _use(url, created["secret"], "default")
+    listed = json.loads(ready("keys", "list", "--as", "alice", "--json")[1])
+    items = {item["key_id"]: item for item in listed}
+    assert items[old_id]["status"] == "Revoked"
+    assert items[old_id]["revoked_at"] == items[created["key_id"]]["last_used_at"]
+
+
+def test_rotate_failures_say_what_to_do(ready: Run) -> None:
+    """Not the id, not the account's, not rotatable: one line, and the right exit status."""
+    key_id, secret = create(ready, "--name", "ci", "--tenant", "acme")
+    status, _, err = ready("keys", "rotate", "--as", "alice", secret)
+    assert status == 2 and "KEY_ID is the key's id" in err and secret not in err
+    assert ready("member", "add", "bob", "org_default", "--role", "admin")[0] == 0
+    status, _, err = ready("keys", "rotate", "--as", "bob", key_id)
+    assert status == 1 and f"bob has no key with id {key_id!r}" in err
+    assert ready("keys", "revoke", "--as", "alice", key_id)[0] == 0
+    status, out, err = ready("keys", "rotate", "--as", "alice", key_id)
+    assert (status, out) == (1, "") and "create a new key instead" in err

@@ -44,11 +44,15 @@ def test_the_file_and_schema_appear_on_first_use(sqlite_path: Path) -> None:
         assert not sqlite_path.exists()
         assert db.keys.get_key("NoSuchKey123") is None
         assert sqlite_path.exists()
-        assert db.schema_version() == _sql.SCHEMA_VERSION == 2
-        assert db.create_schema() == 2  # idempotent
+        assert db.schema_version() == _sql.SCHEMA_VERSION == 3
+        assert db.create_schema() == 3  # idempotent
     raw = sqlite3.connect(sqlite_path)
     try:
-        assert raw.execute("SELECT version FROM keyturn_schema_version").fetchall() == [(1,), (2,)]
+        assert raw.execute("SELECT version FROM keyturn_schema_version").fetchall() == [
+            (1,),
+            (2,),
+            (3,),
+        ]
     finally:
         raw.close()
 
@@ -140,10 +144,14 @@ def test_two_processes_worth_of_first_use_migrate_once(sqlite_path: Path) -> Non
         thread.join(30)
     for db in databases:
         db.close()
-    assert versions == [2, 2, 2, 2]
+    assert versions == [_sql.SCHEMA_VERSION] * 4
     raw = sqlite3.connect(sqlite_path)
     try:
-        assert raw.execute("SELECT version FROM keyturn_schema_version").fetchall() == [(1,), (2,)]
+        assert raw.execute("SELECT version FROM keyturn_schema_version").fetchall() == [
+            (1,),
+            (2,),
+            (3,),
+        ]
     finally:
         raw.close()
 

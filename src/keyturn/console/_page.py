@@ -11,10 +11,10 @@ Rules of this file:
    anything else: a key can never create, list or revoke keys (spec section 1).
 4. Every POST passes two checks before it acts: it comes from this origin (``Origin``,
    ``Sec-Fetch-Site``) and it carries a form token issued to the same account. The create
-   form's token works once, so a reload, a back-and-resubmit or a double click never makes
-   a second key.
+   form's token and the rotate form's work once, so a reload, a back-and-resubmit or a
+   double click never makes a second key.
 5. The secret of a new key appears in exactly one place: the body of the POST that created
-   it. Never in a URL, a redirect, a cookie, a header or a log line.
+   it (or rotated it). Never in a URL, a redirect, a cookie, a header or a log line.
 6. Every rule about names, lifetimes and dates is the library's (:mod:`keyturn._lifecycle`):
    this file turns its errors into messages, it does not restate them.
 """
@@ -46,6 +46,7 @@ from keyturn.errors import (
     InvalidKeyName,
     KeyNotFound,
     KeyNotRevocable,
+    KeyNotRotatable,
     KeyturnError,
     ScopeNotReachable,
 )
@@ -365,6 +366,7 @@ class Console:
             "/": {"GET": self._keys, "POST": self._create},
             "/preview": {"GET": self._preview},
             "/revoke": {"GET": self._confirm, "POST": self._revoke},
+            "/rotate": {"GET": self._rotate_form, "POST": self._rotate},
         }
         if visit.path not in routes:
             return self._message(visit, 404, "Not found", "There is no such console page.")
@@ -467,12 +469,15 @@ class Console:
             ),
             None,
         )
-        keys = [
-            info
-            for info in every_key
-            if (wanted_status is None or info.status is wanted_status)
-            and (wanted_scope is None or info.scope == wanted_scope)
-        ]
+        keys = _paired(
+            [
+                info
+                for info in every_key
+                if (wanted_status is None or info.status is wanted_status)
+                and (wanted_scope is None or info.scope == wanted_scope)
+            ]
+        )
+        by_id = {info.key_id: info for info in every_key}
         context = {
             "values": values,
             "errors": defaultdict(str, errors),
@@ -483,7 +488,8 @@ class Console:
             "preview": shown,
             "max_name": MAX_NAME_LENGTH,
             "token": self._tokens.issue(account_id, "create"),
-            "rows": [self._row(info, zone, now) for info in keys],
+            "revoke_token": self._tokens.issue(account_id, "revoke"),
+            "rows": [self._row(info, zone, now, by_id) for info in keys],
             "total": len(every_key),
             "filters": {
                 "status": wanted_status.value if wanted_status else "",
@@ -567,7 +573,7 @@ class Console:
             raise
         context = {
             "secret": created.secret,
-            "row": self._row(created.info, _zone(values["tz"]), now),
+            "row": self._row(created.info, _zone(values["tz"]), now, {}),
         }
         return self._render(visit, "created.html", context, status=201, account_id=account_id)
 
@@ -582,21 +588,26 @@ class Console:
 
     # --- revoke ---------------------------------------------------------------------------
 
-    def _find(self, account_id: str, key_id: str) -> KeyInfo | None:
-        return next((i for i in self.manager.list(account_id) if i.key_id == key_id), None)
-
-    def _confirm(self, visit: Visit, account_id: str) -> Page:
-        info = self._find(account_id, visit.query.get("key", ""))
+    def _found(self, visit: Visit, account_id: str, form: str) -> Page:
+        """The page of one of the account's keys (``?key=``) with a *form* token, or a 404."""
+        keys = {info.key_id: info for info in self.manager.list(account_id)}
+        info = keys.get(visit.query.get("key", ""))
         if info is None:
-            return self._message(
-                visit, 404, "No such key", "You have no key with that id.", account_id=account_id
-            )
+            return self._not_found(visit, account_id)
         zone = _zone(visit.query.get("tz", ""))
         context = {
-            "row": self._row(info, zone, self._now()),
-            "token": self._tokens.issue(account_id, "revoke"),
+            "row": self._row(info, zone, self._now(), keys),
+            "token": self._tokens.issue(account_id, form),
         }
-        return self._render(visit, "revoke.html", context, status=200, account_id=account_id)
+        return self._render(visit, f"{form}.html", context, status=200, account_id=account_id)
+
+    def _not_found(self, visit: Visit, account_id: str) -> Page:
+        return self._message(
+            visit, 404, "No such key", "You have no key with that id.", account_id=account_id
+        )
+
+    def _confirm(self, visit: Visit, account_id: str) -> Page:
+        return self._found(visit, account_id, "revoke")
 
     def _revoke(self, visit: Visit, account_id: str) -> Page:
         form = fields(visit.body)
@@ -606,20 +617,82 @@ class Console:
         try:
             self.manager.revoke(account_id, key_id)
         except KeyNotFound:
-            return self._message(
-                visit, 404, "No such key", "You have no key with that id.", account_id=account_id
-            )
+            return self._not_found(visit, account_id)
         except KeyNotRevocable as exc:
             return self._message(
                 visit, 409, "Already final", _sentence(str(exc)), account_id=account_id
             )
         return _redirect(visit.base + "?" + urlencode({"revoked": key_id}))
 
+    # --- rotate ---------------------------------------------------------------------------
+
+    def _rotate_form(self, visit: Visit, account_id: str) -> Page:
+        return self._found(visit, account_id, "rotate")
+
+    def _rotate(self, visit: Visit, account_id: str) -> Page:
+        form = fields(visit.body)
+        nonce = self._tokens.check(form.get("token", ""), account_id, "rotate")
+        if nonce is None:
+            return self._expired_form(visit)
+        revoke_old = form.get("revoke_old", "")
+        if revoke_old not in ("", "1"):
+            return self._message(visit, 400, "Unsupported form", "Send the console's form.")
+        if not self._tokens.consume(nonce):
+            return self._message(
+                visit,
+                409,
+                "This form was already sent",
+                "The new key it created is in your list; its secret is shown only once. "
+                "If you lost it, revoke that key and rotate again.",
+                account_id=account_id,
+            )
+        try:
+            created = self.manager.rotate(
+                account_id, form.get("key", ""), revoke_old_on_first_use=revoke_old == "1"
+            )
+        except KeyNotFound:
+            self._tokens.release(nonce)
+            return self._not_found(visit, account_id)
+        except (KeyNotRotatable, ScopeNotReachable) as exc:
+            self._tokens.release(nonce)
+            return self._message(
+                visit, 409, "This key cannot be rotated", _sentence(str(exc)), account_id=account_id
+            )
+        except BaseException:
+            self._tokens.release(nonce)  # nothing was created: the same form may be sent again
+            raise
+        keys = {info.key_id: info for info in self.manager.list(account_id)}
+        context = {
+            "secret": created.secret,
+            "row": self._row(created.info, None, self._now(), keys),
+        }
+        return self._render(visit, "created.html", context, status=201, account_id=account_id)
+
     # --- rendering ------------------------------------------------------------------------
 
-    def _row(self, info: KeyInfo, zone: ZoneInfo | None, now: datetime) -> dict[str, Any]:
-        """The view data of one key, with its expiry warning and leak report if it has them."""
+    def _row(
+        self, info: KeyInfo, zone: ZoneInfo | None, now: datetime, keys: Mapping[str, KeyInfo]
+    ) -> dict[str, Any]:
+        """The view data of one key, with its expiry warning, leak report and rotation if it
+        has them; *keys* are the account's keys by id, where the other key of a rotation is."""
         row = _row(info, zone)
+        old = keys.get(info.replaces or "")
+        new = keys.get(info.replaced_by or "")
+        if old is not None:
+            row["replaces"] = {"hint": old.hint, "automatic": info.revoke_old_on_first_use}
+        if new is not None:
+            used = info.replacement_used_at
+            row["rotation"] = {
+                "hint": new.hint,
+                "used": None if used is None else (local_time(used, zone), used.isoformat()),
+                "automatic": new.revoke_old_on_first_use,
+                "pending": info.status.revocable,  # the old key still works
+            }
+        # The Rotate action: an Active key without a replacement that still works (the
+        # library decides; this only hides a button it would refuse).
+        row["rotatable"] = info.status is Status.ACTIVE and (
+            new is None or not new.status.revocable
+        )
         left = info.expires_at - now
         if info.status in (Status.ACTIVE, Status.INACTIVE) and left <= self.expiring_within:
             row["expiring"] = f"expires in {_time_left(left)}"
@@ -692,7 +765,30 @@ def _row(info: KeyInfo, zone: ZoneInfo | None) -> dict[str, Any]:
         ),
         "expiring": None,
         "leaked": None,
+        "replaces": None,
+        "rotation": None,
+        "rotatable": False,
     }
+
+
+def _paired(infos: Sequence[KeyInfo]) -> list[KeyInfo]:
+    """*infos* in their order, except that an old key follows its replacement: a rotation
+    reads as one pair of rows."""
+    shown = {info.key_id for info in infos}
+    old_of = {info.replaced_by: info for info in infos if info.replaced_by in shown}
+    placed: list[KeyInfo] = []
+
+    def place(info: KeyInfo) -> None:
+        placed.append(info)
+        old = old_of.get(info.key_id)
+        if old is not None:
+            place(old)
+
+    moved = {old.key_id for old in old_of.values()}
+    for info in infos:
+        if info.key_id not in moved:
+            place(info)
+    return placed
 
 
 def _time_left(left: timedelta) -> str:

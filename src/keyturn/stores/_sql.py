@@ -132,6 +132,13 @@ MIGRATIONS: Final[Sequence[Sequence[str]]] = (
         """CREATE INDEX keyturn_keys_leaked
             ON keyturn_keys (leaked_at) WHERE leaked_at IS NOT NULL""",
     ),
+    (
+        # Version 3: rotation. A replacement names the key it replaces, and carries the
+        # creator's choice to revoke that key once the replacement's first use is recorded.
+        "ALTER TABLE keyturn_keys ADD COLUMN replaces TEXT",
+        """ALTER TABLE keyturn_keys
+            ADD COLUMN revoke_old_on_first_use BOOLEAN NOT NULL DEFAULT FALSE""",
+    ),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
@@ -184,31 +191,39 @@ def _check_version(version: int) -> None:
 
 # --- keys ---------------------------------------------------------------------------------
 
-_SELECT_KEY: Final = (
-    "SELECT key_id, secret_hash, hint, name, account_id, tenant_id, organization_id, "
-    "created_at, expires_at, revoked_at, last_used_at, leaked_at, leaked_url "
-    "FROM keyturn_keys WHERE key_id = %s"
+# A key row's columns, in the order _key() reads them (the f-strings join constants only).
+_KEY_COLUMNS: Final = (
+    "key_id, secret_hash, hint, name, account_id, tenant_id, organization_id, created_at, "
+    "expires_at, revoked_at, last_used_at, leaked_at, leaked_url, replaces, "
+    "revoke_old_on_first_use"
 )
+_SELECT_KEY: Final = f"SELECT {_KEY_COLUMNS} FROM keyturn_keys WHERE key_id = %s"  # noqa: S608
 # key_id breaks ties so that keys created in the same microsecond list in a stable order.
 _SELECT_KEYS_OF: Final = (
-    "SELECT key_id, secret_hash, hint, name, account_id, tenant_id, organization_id, "
-    "created_at, expires_at, revoked_at, last_used_at, leaked_at, leaked_url "
-    "FROM keyturn_keys WHERE account_id = %s ORDER BY created_at DESC, key_id DESC"
+    f"SELECT {_KEY_COLUMNS} FROM keyturn_keys "  # noqa: S608
+    "WHERE account_id = %s ORDER BY created_at DESC, key_id DESC"
 )
 # ON CONFLICT DO NOTHING + rowcount: a duplicate id is an answer, not a driver exception.
 _INSERT_KEY: Final = (
-    "INSERT INTO keyturn_keys (key_id, secret_hash, hint, name, account_id, tenant_id, "
-    "organization_id, created_at, expires_at, revoked_at, last_used_at, leaked_at, leaked_url) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
+    f"INSERT INTO keyturn_keys ({_KEY_COLUMNS}) "  # noqa: S608
+    f"VALUES ({', '.join(['%s'] * 15)}) ON CONFLICT DO NOTHING"
 )
 # Conditional updates: only one concurrent revoke wins, and last_used_at never moves back.
 _REVOKE_KEY: Final = (
     "UPDATE keyturn_keys SET revoked_at = %s WHERE key_id = %s AND revoked_at IS NULL"
 )
-_MARK_USED: Final = (
-    "UPDATE keyturn_keys SET last_used_at = %s "
-    "WHERE key_id = %s AND (last_used_at IS NULL OR last_used_at < %s)"
-)
+# One statement writes the use and, when the creator asked for it at rotation, revokes the
+# key this one replaces: both rows change together or not at all, in either database. The
+# old key is revoked at the instant of the use, unless it is already Revoked or Expired.
+# Each side of the OR is a primary-key lookup, in both databases: no scan.
+_MARK_USED: Final = """
+    UPDATE keyturn_keys SET
+        last_used_at = CASE WHEN key_id = %s THEN %s ELSE last_used_at END,
+        revoked_at = CASE WHEN key_id = %s THEN revoked_at ELSE %s END
+    WHERE (key_id = %s AND (last_used_at IS NULL OR last_used_at < %s))
+       OR (revoked_at IS NULL AND expires_at > %s AND key_id = (
+            SELECT replaces FROM keyturn_keys WHERE key_id = %s AND revoke_old_on_first_use))
+"""
 
 
 def _utc(at: datetime) -> datetime:
@@ -223,7 +238,8 @@ def _instant(value: datetime | str) -> datetime:
 
 def _key(row: Sequence[Any]) -> ApiKey:
     (key_id, secret_hash, hint, name, account_id, tenant_id, organization_id) = row[:7]
-    created_at, expires_at, revoked_at, last_used_at, leaked_at, leaked_url = row[7:]
+    created_at, expires_at, revoked_at, last_used_at, leaked_at, leaked_url = row[7:13]
+    replaces, revoke_old_on_first_use = row[13:]
     return ApiKey(
         key_id=key_id,
         secret_hash=secret_hash,
@@ -236,6 +252,8 @@ def _key(row: Sequence[Any]) -> ApiKey:
         revoked_at=None if revoked_at is None else _instant(revoked_at),
         last_used_at=None if last_used_at is None else _instant(last_used_at),
         leaked=None if leaked_at is None else Leaked(url=leaked_url, at=_instant(leaked_at)),
+        replaces=replaces,
+        revoke_old_on_first_use=bool(revoke_old_on_first_use),
     )
 
 
@@ -261,6 +279,8 @@ def add_key(key: ApiKey) -> Op[None]:
             None if key.last_used_at is None else _utc(key.last_used_at),
             None if key.leaked is None else _utc(key.leaked.at),
             None if key.leaked is None else key.leaked.url,
+            key.replaces,
+            key.revoke_old_on_first_use,
         ),
         COUNT,
     )
@@ -280,7 +300,7 @@ def revoke_key(key_id: str, at: datetime) -> Op[bool]:
 
 def mark_used(key_id: str, at: datetime) -> Op[None]:
     at = _utc(at)
-    yield Query(_MARK_USED, (at, key_id, at), COUNT)
+    yield Query(_MARK_USED, (key_id, at, key_id, at, key_id, at, at, key_id), COUNT)
 
 
 # --- organizations and memberships --------------------------------------------------------
@@ -415,9 +435,8 @@ _REPORT_LEAK: Final = (
     "WHERE key_id = %s AND leaked_at IS NULL"
 )
 _SELECT_LEAKED: Final = (
-    "SELECT key_id, secret_hash, hint, name, account_id, tenant_id, organization_id, "
-    "created_at, expires_at, revoked_at, last_used_at, leaked_at, leaked_url "
-    "FROM keyturn_keys WHERE leaked_at IS NOT NULL ORDER BY leaked_at DESC, key_id DESC"
+    f"SELECT {_KEY_COLUMNS} FROM keyturn_keys "  # noqa: S608
+    "WHERE leaked_at IS NOT NULL ORDER BY leaked_at DESC, key_id DESC"
 )
 
 

@@ -63,10 +63,15 @@ class MemoryKeyStore:
             return True
 
     def mark_used(self, key_id: str, at: datetime) -> None:
-        with self._lock:
+        with self._lock:  # one write: the use, and the revoke the creator asked for at rotation
             key = self._keys.get(key_id)
-            if key is not None and (key.last_used_at is None or key.last_used_at < at):
+            if key is None:
+                return
+            if key.last_used_at is None or key.last_used_at < at:
                 self._keys[key_id] = attrs.evolve(key, last_used_at=at)
+            old = self._keys.get(key.replaces or "") if key.revoke_old_on_first_use else None
+            if old is not None and old.revoked_at is None and old.expires_at > at:
+                self._keys[old.key_id] = attrs.evolve(old, revoked_at=at)
 
     def report_leak(self, key_id: str, url: str, at: datetime) -> bool:
         """Record that the key was found in public at *url*; ``False`` if already recorded."""

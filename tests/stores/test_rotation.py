@@ -1,0 +1,192 @@
+"""Rotation on every store: the link is kept, and the creator's auto-revoke lands with the
+replacement's usage write, in one statement -- end to end through both middlewares.
+
+Each test runs against memory, SQLite, PostgreSQL and async PostgreSQL (see ``backend``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import attrs
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+from werkzeug.test import Client
+from werkzeug.wrappers import Response
+
+from keyturn import Authenticator, KeyManager, Status
+from keyturn import asgi as keyturn_asgi
+from keyturn import wsgi as keyturn_wsgi
+from tests.stores.conftest import Backend
+from tests.stores.test_contract import TENANT, Clock, make_key, wait_until, world
+
+PATH = "/managed-agents/v1/models"
+
+
+def _asgi_app() -> Starlette:
+    async def models(request: Request) -> JSONResponse:
+        return JSONResponse({"data": []})
+
+    return Starlette(routes=[Route(PATH, models)])
+
+
+def _wsgi_app(environ: dict[str, Any], start_response: Any) -> Any:
+    return Response('{"data": []}', content_type="application/json")(environ, start_response)
+
+
+@pytest.fixture(params=["asgi", "wsgi"])
+def edge(request: pytest.FixtureRequest, backend: Backend) -> str:
+    if request.param == "wsgi" and backend.runner is not None:
+        pytest.skip("an async store serves the ASGI middleware only")
+    return str(request.param)
+
+
+@pytest.fixture
+def loop(backend: Backend) -> Iterator[asyncio.Runner]:
+    """The async store's own loop, or one for this test."""
+    if backend.runner is not None:
+        yield backend.runner
+    else:
+        with asyncio.Runner() as runner:
+            yield runner
+
+
+def get(edge: str, auth: Authenticator, loop: asyncio.Runner, secret: str) -> int:
+    """One request through the real middleware of *edge*; the response's status."""
+    headers = {"authorization": f"Bearer {secret}", "x-organization-id": "default"}
+    if edge == "wsgi":
+        client = Client(keyturn_wsgi.ApiKeyMiddleware(_wsgi_app, authenticator=auth))
+        return client.get(PATH, headers=headers).status_code
+    app = keyturn_asgi.ApiKeyMiddleware(_asgi_app(), authenticator=auth)
+
+    async def call() -> int:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            return (await client.get(PATH, headers=headers)).status_code
+
+    return loop.run(call())
+
+
+def test_the_replacement_s_first_request_revokes_the_old_key_when_the_creator_asked(
+    backend: Backend, edge: str, loop: asyncio.Runner
+) -> None:
+    """Two rotations, one with the creator's auto-revoke: a request with each new key, and
+    the usage write revokes exactly the old key whose creator asked, at the use's instant."""
+    world(backend)
+    clock = Clock()
+    manager = KeyManager(backend.keys, backend.membership, clock=clock)
+    auto_old = manager.create("alice", name="auto", scope=TENANT)
+    kept_old = manager.create("alice", name="kept", scope=TENANT)
+    clock.now += timedelta(days=1)
+    auto_new = manager.rotate("alice", auto_old.info.key_id, revoke_old_on_first_use=True)
+    kept_new = manager.rotate("alice", kept_old.info.key_id)
+    stored = backend.keys.get_key(auto_new.info.key_id)
+    assert (stored.replaces, stored.revoke_old_on_first_use) == (auto_old.info.key_id, True)
+    auth = backend.authenticator(clock=clock, usage_interval=0)
+
+    def info(key_id: str) -> Any:
+        return next(i for i in manager.list("alice") if i.key_id == key_id)
+
+    try:
+        assert get(edge, auth, loop, auto_old.secret) == 200  # the old key's use: no effect
+        clock.now += timedelta(minutes=10)
+        used_at = clock.now
+        assert get(edge, auth, loop, auto_new.secret) == 200
+        assert get(edge, auth, loop, kept_new.secret) == 200
+        assert wait_until(backend, lambda: info(auto_old.info.key_id).status is Status.REVOKED)
+        assert wait_until(backend, lambda: info(kept_old.info.key_id).replacement_confirmed)
+        clock.now += timedelta(minutes=1)
+        assert get(edge, auth, loop, auto_old.secret) == 401
+        assert get(edge, auth, loop, kept_old.secret) == 200  # never revoked unasked
+    finally:
+        auth.close()
+    revoked = info(auto_old.info.key_id)
+    assert (revoked.revoked_at, revoked.replaced_by, revoked.replacement_used_at) == (
+        used_at,
+        auto_new.info.key_id,
+        used_at,
+    )
+    kept = info(kept_old.info.key_id)
+    assert (kept.status, kept.revoked_at, kept.replacement_used_at) == (
+        Status.ACTIVE,
+        None,
+        used_at,
+    )
+    assert info(auto_new.info.key_id).status is Status.ACTIVE
+
+
+def test_the_usage_write_leaves_final_keys_and_unlinked_keys_alone(backend: Backend) -> None:
+    """mark_used on a replacement: an Expired old key stays Expired, a Revoked one keeps its
+    instant, and a key that replaces nothing changes no other row."""
+    clock = Clock()
+    now = clock.now
+    expired = make_key("ExpiredOld01", created_at=now - timedelta(days=40))
+    revoked = make_key("RevokedOld01", revoked_at=now - timedelta(days=1))
+    bystander = make_key("Bystander001")
+    keys = [
+        expired,
+        revoked,
+        bystander,
+        make_key("ExpiredNew01", replaces="ExpiredOld01", revoke_old_on_first_use=True),
+        make_key("RevokedNew01", replaces="RevokedOld01", revoke_old_on_first_use=True),
+        make_key("Unlinked0001"),
+    ]
+    for key in keys:
+        backend.keys.add_key(key)
+    for key_id in ("ExpiredNew01", "RevokedNew01", "Unlinked0001"):
+        backend.keys.mark_used(key_id, now)
+    assert backend.keys.get_key("ExpiredOld01") == expired
+    assert backend.keys.get_key("RevokedOld01") == revoked
+    assert backend.keys.get_key("Bystander001") == bystander
+    for key in keys[3:]:
+        assert backend.keys.get_key(key.key_id) == attrs.evolve(key, last_used_at=now)
+
+
+def test_a_late_usage_write_still_revokes_the_old_key(backend: Backend) -> None:
+    """A write older than the recorded use moves no last_used_at, but a use is a use."""
+    now = Clock().now
+    old = make_key("OldKey000001")
+    new = make_key(
+        "NewKey000001",
+        replaces="OldKey000001",
+        revoke_old_on_first_use=True,
+        last_used_at=now,
+    )
+    backend.keys.add_key(old)
+    backend.keys.add_key(new)
+    earlier = now - timedelta(seconds=30)
+    backend.keys.mark_used("NewKey000001", earlier)
+    assert backend.keys.get_key("NewKey000001") == new
+    assert backend.keys.get_key("OldKey000001") == attrs.evolve(old, revoked_at=earlier)
+
+
+def test_the_usage_write_finds_both_rows_by_primary_key(sqlite_path: Path) -> None:
+    """The one statement that records a use and may revoke the old key reads no other row:
+    SQLite answers each side of its OR from the primary key, never by scanning the table."""
+    import sqlite3
+
+    from keyturn.stores import _sql
+    from keyturn.stores.sqlite import SQLiteDatabase
+
+    with SQLiteDatabase(sqlite_path) as db:
+        db.keys.get_key("NoSuchKey123")  # creates the schema
+    connection = sqlite3.connect(sqlite_path)
+    try:
+        at = Clock().now.isoformat()
+        params = ("k", at, "k", at, "k", at, at, "k")
+        plan = connection.execute(
+            "EXPLAIN QUERY PLAN " + _sql._MARK_USED.replace("%s", "?"), params
+        ).fetchall()
+    finally:
+        connection.close()
+    steps = [row[3] for row in plan]
+    assert not any(step.startswith("SCAN") for step in steps), steps
+    assert sum("USING INDEX" in step and "(key_id=?)" in step for step in steps) == 3, steps
