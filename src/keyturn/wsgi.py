@@ -82,8 +82,9 @@ from keyturn._web import (
     AUTHORIZATION_HEADER,
     ORGANIZATION_ID_HEADER,
     PRINCIPAL_KEY,
-    SERVICE_HEADER_NAMES,
+    RESERVED_HEADER_NAMES,
     MiddlewareConfig,
+    expiry_headers,
     refusal,
     service_headers,
     unreadable,
@@ -145,6 +146,8 @@ class ApiKeyMiddleware(MiddlewareConfig[WSGIApplication]):
         if self.strip_authorization:
             environ.pop(_AUTHORIZATION, None)
         extra = service_headers(outcome)
+        if self.expiry_header:
+            extra += expiry_headers(outcome.expires_at)
 
         started = False
 
@@ -154,7 +157,7 @@ class ApiKeyMiddleware(MiddlewareConfig[WSGIApplication]):
             nonlocal started
             started = True
             # A new list: the app may pass the same list object to every response.
-            headers = [h for h in headers if h[0].lower() not in SERVICE_HEADER_NAMES]
+            headers = [h for h in headers if h[0].lower() not in RESERVED_HEADER_NAMES]
             return start_response(status, headers + extra, exc_info)
 
         try:
@@ -165,8 +168,9 @@ class ApiKeyMiddleware(MiddlewareConfig[WSGIApplication]):
             # Re-raised, this would become the server's own 500, without the headers the
             # spec puts on every response of a request that reached an organization.
             log.exception("the application raised before responding; answering 500")
-            start_with_service_headers(
-                "500 Internal Server Error", [("content-type", "text/plain; charset=utf-8")]
+            start_response(  # our own 500: the service headers, never the key's expiry
+                "500 Internal Server Error",
+                [("content-type", "text/plain; charset=utf-8"), *service_headers(outcome)],
             )
             return [b"Internal Server Error"]
 
