@@ -62,6 +62,9 @@ What it does, precisely:
     HTTP response when the server supports the ``websocket.http.response`` extension, and
     as a close with code 1008 (policy violation) before accept otherwise. The service
     headers go on the ``websocket.accept``.
+-   With ``expiry_header=True``, responses to accepted requests also carry
+    ``service-key-expires-at``, the key's expiry (the handshake's accept too); refusals and
+    the middleware's own 500 never do (``docs/expiry.md``).
 -   A refusal to ``HEAD`` has the headers of the ``GET`` refusal and no body.
 -   The role policy sees the canonical path and the upper-cased method: what the router
     dispatches.

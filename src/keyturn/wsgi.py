@@ -60,6 +60,9 @@ What it does, precisely:
     starts with ``exc_info``. Of the middleware's own refusals only a policy's 403 carries
     them (the request reached its organization). The app's
     iterable is returned as it is: unbuffered, with its ``close()``.
+-   With ``expiry_header=True``, responses to accepted requests also carry
+    ``service-key-expires-at``, the key's expiry; refusals and the middleware's own 500
+    never do (``docs/expiry.md``).
 -   If the app raises before it starts its response (Flask and Django turn their errors
     into responses of their own, which carry the headers), the middleware answers 500 with
     the service headers and logs the traceback on the ``keyturn`` logger: re-raised, the

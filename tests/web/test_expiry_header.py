@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
 from starlette.testclient import TestClient
+from starlette.websockets import WebSocket
 from werkzeug.test import Client as WerkzeugClient
 
 from keyturn import asgi as keyturn_asgi
@@ -239,3 +240,23 @@ def test_over_a_real_server_on_loopback(world: World, server: str) -> None:
         "400": [],
         "404": [],
     }
+
+
+def test_a_websocket_accept_carries_it(world: World) -> None:
+    """An accepted WebSocket handshake is an accepted request: its accept carries the expiry."""
+
+    async def stream(websocket: WebSocket) -> None:
+        await websocket.accept()
+        await websocket.close()
+
+    app = keyturn_asgi.ApiKeyMiddleware(
+        Starlette(routes=[WebSocketRoute("/managed-agents/v1/stream", stream)]),
+        authenticator=world.authenticator(),
+        expiry_header=True,
+    )
+    headers = {"authorization": f"Bearer {world.keys['research']}"}
+    with (
+        TestClient(app) as client,
+        client.websocket_connect("/managed-agents/v1/stream", headers=headers) as ws,
+    ):
+        assert (HEADER.encode(), EXPIRES.encode()) in (ws.extra_headers or [])
