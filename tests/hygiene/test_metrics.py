@@ -160,8 +160,11 @@ def test_store_timeouts_are_counted(meters: Meters) -> None:
     assert dict(attributes)["keyturn.reason"] == "backend_timeout" and count == 1
 
 
-def test_shed_requests_are_counted(meters: Meters) -> None:
-    """With the one argon2 slot taken, another new token is shed (503) and counted as shed."""
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_shed_requests_are_counted(meters: Meters, driver: str) -> None:
+    """With the one argon2 slot taken, another new token is shed (503) and counted as shed,
+    by either driver.
+    """
     world = World()
     other = KeyManager(world.store, world.membership).create(
         "alice", name="other", scope=Scope.organization("org_acme", tenant_id="acme")
@@ -176,7 +179,11 @@ def test_shed_requests_are_counted(meters: Meters) -> None:
         deadline = time.monotonic() + 10
         while not verifier._in_flight and time.monotonic() < deadline:
             time.sleep(0.001)
-        shed = auth.authenticate(request(other.secret))
+        shed = (
+            auth.authenticate(request(other.secret))
+            if driver == "sync"
+            else asyncio.run(auth.authenticate_async(request(other.secret)))
+        )
         hold.set()
         first.join(10)
     assert getattr(shed, "status", None) == 503
