@@ -304,9 +304,10 @@ def _principal(
     scope_organization_id: str | None,
     organization_id: str,
     role: str,
+    expires_at: datetime,
 ) -> Principal:
     # Principals are immutable values: the warm path builds none, and a changed record
-    # (another name, role or organization) is another entry, never a stale one.
+    # (another name, role, organization or expiry) is another entry, never a stale one.
     return Principal(
         account_id=account_id,
         key_id=key_id,
@@ -315,6 +316,7 @@ def _principal(
         organization_id=organization_id,
         tenant_id=tenant_id,
         role=role,
+        expires_at=expires_at,
     )
 
 
@@ -404,6 +406,7 @@ def decide(
         scope.organization_id,
         organization_id,
         role,
+        key.expires_at,
     )
     # 4. The application's own rule on roles, if it has one. Its 403 names the organization
     # the request reached, so the response carries the service headers (D16).

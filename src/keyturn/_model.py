@@ -184,6 +184,8 @@ class Principal:
     organization_id: str
     tenant_id: str
     role: str
+    # When the key stops working; None only on a principal built by hand (a test double).
+    expires_at: datetime | None = None
 
 
 class Lifetime(enum.Enum):

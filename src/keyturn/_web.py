@@ -7,9 +7,11 @@ checks their configuration once, and renders an outcome identically for both.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
+from datetime import UTC, datetime
 from typing import Final, Generic, TypeVar
 
 from keyturn._model import Principal
@@ -21,14 +23,17 @@ __all__ = [
     "AUTHORIZATION_HEADER",
     "DEFAULT_PREFIX",
     "DEFAULT_REALM",
+    "KEY_EXPIRES_HEADER",
     "ORGANIZATION_ID_HEADER",
     "PRINCIPAL_KEY",
+    "RESERVED_HEADER_NAMES",
     "SERVICE_HEADER_NAMES",
     "SERVICE_ORGANIZATION_HEADER",
     "SERVICE_TENANT_HEADER",
     "MiddlewareConfig",
     "Paths",
     "PublicPaths",
+    "expiry_headers",
     "refusal",
     "service_headers",
     "unreadable",
@@ -45,6 +50,10 @@ ORGANIZATION_ID_HEADER: Final = "x-organization-id"  # request: where the client
 SERVICE_ORGANIZATION_HEADER: Final = "service-organization-id"  # response: where it ran
 SERVICE_TENANT_HEADER: Final = "service-tenant-id"
 SERVICE_HEADER_NAMES: Final = frozenset({SERVICE_ORGANIZATION_HEADER, SERVICE_TENANT_HEADER})
+KEY_EXPIRES_HEADER: Final = "service-key-expires-at"  # response, opt-in: see docs/expiry.md
+# Ours on a response to an accepted request: the app's own lines of these names are dropped,
+# so a client reads only what keyturn set (the expiry's name too, even with the option off).
+RESERVED_HEADER_NAMES: Final = SERVICE_HEADER_NAMES | {KEY_EXPIRES_HEADER}
 # The realm sits inside a quoted string of WWW-Authenticate: printable ASCII but '"' and '\'.
 _REALM: Final = re.compile(r"[ !#-\[\]-~]+")
 
@@ -63,6 +72,8 @@ class MiddlewareConfig(Generic[App]):
     :param public_paths: exact paths, or a predicate on the path, exempt under the prefix.
     :param realm: the realm of ``WWW-Authenticate: Bearer realm="..."``.
     :param strip_authorization: remove the ``Authorization`` header before the app sees it.
+    :param expiry_header: add ``service-key-expires-at`` (when the key stops working) to
+        every response to an accepted request; never to a refusal.
     """
 
     def __init__(
@@ -74,6 +85,7 @@ class MiddlewareConfig(Generic[App]):
         public_paths: PublicPaths = (),
         realm: str = DEFAULT_REALM,
         strip_authorization: bool = True,
+        expiry_header: bool = False,
     ) -> None:
         if not isinstance(authenticator, Authenticator):
             raise TypeError(
@@ -87,6 +99,7 @@ class MiddlewareConfig(Generic[App]):
         self.paths = Paths(prefix, public_paths)
         self.realm = realm
         self.strip_authorization = strip_authorization
+        self.expiry_header = expiry_header
 
 
 def refusal(error: Refusal, realm: str, method: str = "GET") -> tuple[list[tuple[str, str]], bytes]:
@@ -111,6 +124,16 @@ def service_headers(principal: Principal) -> list[tuple[str, str]]:
         (SERVICE_ORGANIZATION_HEADER, principal.organization_id),
         (SERVICE_TENANT_HEADER, principal.tenant_id),
     ]
+
+
+@functools.lru_cache(maxsize=4096)
+def expiry_headers(expires_at: datetime | None) -> tuple[tuple[str, str], ...]:
+    """The opt-in expiry header: an RFC 3339 UTC instant, rounded down to the second (the key
+    still works then), formatted once per instant.
+    """
+    if expires_at is None:  # a principal built by hand
+        return ()
+    return ((KEY_EXPIRES_HEADER, expires_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")),)
 
 
 def unreadable(root: str, path: str) -> InvalidRequest:

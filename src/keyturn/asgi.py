@@ -62,6 +62,9 @@ What it does, precisely:
     HTTP response when the server supports the ``websocket.http.response`` extension, and
     as a close with code 1008 (policy violation) before accept otherwise. The service
     headers go on the ``websocket.accept``.
+-   With ``expiry_header=True``, responses to accepted requests also carry
+    ``service-key-expires-at``, the key's expiry (the handshake's accept too); refusals and
+    the middleware's own 500 never do (``docs/expiry.md``).
 -   A refusal to ``HEAD`` has the headers of the ``GET`` refusal and no body.
 -   The role policy sees the canonical path and the upper-cased method: what the router
     dispatches.
@@ -75,6 +78,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from datetime import datetime
 from typing import Any, Final
 
 from keyturn._decision import AuthRequest
@@ -84,10 +88,11 @@ from keyturn._web import (
     AUTHORIZATION_HEADER,
     ORGANIZATION_ID_HEADER,
     PRINCIPAL_KEY,
-    SERVICE_HEADER_NAMES,
+    RESERVED_HEADER_NAMES,
     SERVICE_ORGANIZATION_HEADER,
     SERVICE_TENANT_HEADER,
     MiddlewareConfig,
+    expiry_headers,
     refusal,
     unreadable,
 )
@@ -113,7 +118,7 @@ _RESPONSE_STARTS: Final = frozenset(
 _AUTHORIZATION: Final = AUTHORIZATION_HEADER.encode("ascii")
 _ORGANIZATION_ID: Final = ORGANIZATION_ID_HEADER.encode("ascii")
 _READ_LENGTHS: Final = frozenset({len(_AUTHORIZATION), len(_ORGANIZATION_ID)})
-_SERVICE_NAMES: Final = frozenset(name.encode("ascii") for name in SERVICE_HEADER_NAMES)
+_SERVICE_NAMES: Final = frozenset(name.encode("ascii") for name in RESERVED_HEADER_NAMES)
 _SERVICE_LENGTHS: Final = frozenset(len(name) for name in _SERVICE_NAMES)
 _SERVICE_ORGANIZATION: Final = SERVICE_ORGANIZATION_HEADER.encode("ascii")
 _SERVICE_TENANT: Final = SERVICE_TENANT_HEADER.encode("ascii")
@@ -168,7 +173,8 @@ class ApiKeyMiddleware(MiddlewareConfig[ASGIApp]):
         self, caller: Principal, scope: ASGIScope, receive: Receive, send: Send
     ) -> None:
         # Encoded now, so a provider id that is no header value fails before the app runs.
-        extra = _encoded_service_headers(caller.organization_id, caller.tenant_id)
+        service = _encoded_service_headers(caller.organization_id, caller.tenant_id)
+        extra = service + _encoded_expiry(caller.expires_at) if self.expiry_header else service
         started = False
 
         async def send_with_service_headers(message: Message) -> None:
@@ -190,11 +196,11 @@ class ApiKeyMiddleware(MiddlewareConfig[ASGIApp]):
         except Exception:
             # Left alone, the server would answer this crash outside us, without the headers.
             if scope["type"] == "http" and not started:
-                await send_with_service_headers(
+                await send(  # our own 500: the service headers, never the key's expiry
                     {
                         "type": "http.response.start",
                         "status": 500,
-                        "headers": [(b"content-type", b"text/plain; charset=utf-8")],
+                        "headers": [(b"content-type", b"text/plain; charset=utf-8"), *service],
                     }
                 )
                 await send({"type": "http.response.body", "body": b"Internal Server Error"})
@@ -245,6 +251,14 @@ def _encoded_service_headers(organization_id: str, tenant_id: str) -> tuple[Head
     return (
         (_SERVICE_ORGANIZATION, organization_id.encode("latin-1")),
         (_SERVICE_TENANT, tenant_id.encode("latin-1")),
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _encoded_expiry(expires_at: datetime | None) -> tuple[Header, ...]:
+    """The opt-in expiry header as ASGI sends it, encoded once per instant."""
+    return tuple(
+        (name.encode("ascii"), value.encode("ascii")) for name, value in expiry_headers(expires_at)
     )
 
 

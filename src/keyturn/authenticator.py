@@ -75,6 +75,9 @@ class AuditEvent:
     path: str
     principal: Principal | None  # set when the request passed
     error: Refusal | None  # set when it was refused; error.reason says exactly why
+    # Seconds the whole decision took (store, provider and argon2 waits included), on the
+    # monotonic clock; None on an event built by hand.
+    elapsed: float | None = None
 
     @property
     def allowed(self) -> bool:
@@ -309,8 +312,9 @@ class Authenticator:
             raise TypeError(
                 "this Authenticator has an async store or provider: use authenticate_async()"
             )
+        started = None if self.audit is None else time.monotonic()  # for the audit event only
         if self.closed:
-            return self._finish(request, self._shutting_down())
+            return self._finish(request, self._shutting_down(), started)
         flow = decide(request, self.clock(), self.cache, self.rules)
         deadline = None if answers.timeout is None else time.monotonic() + answers.timeout
         answer: Any = None
@@ -321,15 +325,16 @@ class Authenticator:
                     answer = answers.sync[step.via](step, deadline)
                 except Exception as exc:
                     flow.close()
-                    return self._finish(request, self._unavailable(exc))
+                    return self._finish(request, self._unavailable(exc), started)
         except StopIteration as done:
-            return self._finish(request, done.value)
+            return self._finish(request, done.value, started)
 
     async def authenticate_async(self, request: AuthRequest) -> Principal | Refusal:
         """Decide *request* without blocking the event loop (argon2 runs in threads)."""
         answers = self._answers
+        started = None if self.audit is None else time.monotonic()  # for the audit event only
         if self.closed:
-            return self._finish(request, self._shutting_down())
+            return self._finish(request, self._shutting_down(), started)
         flow = decide(request, self.clock(), self.cache, self.rules)
         deadline = None if answers.timeout is None else time.monotonic() + answers.timeout
         answer: Any = None
@@ -343,9 +348,9 @@ class Authenticator:
                         answer = await answers.in_loop[step.via](step, deadline)
                 except Exception as exc:
                     flow.close()
-                    return self._finish(request, self._unavailable(exc))
+                    return self._finish(request, self._unavailable(exc), started)
         except StopIteration as done:
-            return self._finish(request, done.value)
+            return self._finish(request, done.value, started)
 
     # --- shared by both drivers ------------------------------------------------------------
 
@@ -367,7 +372,9 @@ class Authenticator:
             )
         return outcome
 
-    def _finish(self, request: AuthRequest, outcome: Principal | Refusal) -> Principal | Refusal:
+    def _finish(
+        self, request: AuthRequest, outcome: Principal | Refusal, started: float | None = None
+    ) -> Principal | Refusal:
         principal: Principal | None
         error: Refusal | None
         if isinstance(outcome, Refusal):
@@ -392,6 +399,7 @@ class Authenticator:
                 path=request.path,
                 principal=principal,
                 error=error,
+                elapsed=None if started is None else time.monotonic() - started,
             )
             try:
                 self.audit(event)

@@ -21,6 +21,7 @@ Configure it in ``settings.py``::
         "PUBLIC_PATHS": ["/managed-agents/v1/health"],
         "REALM": "agents-api",
         "STRIP_AUTHORIZATION": True,
+        "EXPIRY_HEADER": False,  # True: service-key-expires-at on accepted responses
     }
 
 and read the caller in a view::
@@ -67,8 +68,9 @@ from keyturn._web import (
     DEFAULT_PREFIX,
     DEFAULT_REALM,
     PRINCIPAL_KEY,
-    SERVICE_HEADER_NAMES,
+    RESERVED_HEADER_NAMES,
     MiddlewareConfig,
+    expiry_headers,
     refusal,
     service_headers,
     unreadable,
@@ -81,7 +83,15 @@ __all__ = ["ApiKeyMiddleware", "principal"]
 GetResponse = Callable[[HttpRequest], HttpResponseBase | Awaitable[HttpResponseBase]]
 
 _SETTINGS: Final = frozenset(
-    {"AUTHENTICATOR", "STORE_URL", "PREFIX", "PUBLIC_PATHS", "REALM", "STRIP_AUTHORIZATION"}
+    {
+        "AUTHENTICATOR",
+        "STORE_URL",
+        "PREFIX",
+        "PUBLIC_PATHS",
+        "REALM",
+        "STRIP_AUTHORIZATION",
+        "EXPIRY_HEADER",
+    }
 )
 _built: dict[str, Authenticator] = {}  # STORE_URL -> its Authenticator, one per process
 
@@ -107,6 +117,7 @@ class ApiKeyMiddleware(MiddlewareConfig[GetResponse]):
                 public_paths=config.get("PUBLIC_PATHS", ()),
                 realm=config.get("REALM", DEFAULT_REALM),
                 strip_authorization=bool(config.get("STRIP_AUTHORIZATION", True)),
+                expiry_header=bool(config.get("EXPIRY_HEADER", False)),
             )
         except (TypeError, ValueError) as exc:
             raise ImproperlyConfigured(f"KEYTURN: {exc}") from exc
@@ -128,7 +139,7 @@ class ApiKeyMiddleware(MiddlewareConfig[GetResponse]):
         self._admit(request, outcome)
         response = self.app(request)
         assert isinstance(response, HttpResponseBase)  # a sync chain answers synchronously
-        return _with_service_headers(response, outcome)
+        return self._with_service_headers(response, outcome)
 
     async def _acall(self, request: HttpRequest) -> HttpResponseBase:
         path = self._path(request)
@@ -140,7 +151,7 @@ class ApiKeyMiddleware(MiddlewareConfig[GetResponse]):
         if isinstance(outcome, Refusal):
             return self._refuse(outcome, request)
         self._admit(request, outcome)
-        return _with_service_headers(await self._next(request), outcome)
+        return self._with_service_headers(await self._next(request), outcome)
 
     async def _next(self, request: HttpRequest) -> HttpResponseBase:
         response = self.app(request)
@@ -158,6 +169,20 @@ class ApiKeyMiddleware(MiddlewareConfig[GetResponse]):
         root = request.META.get("SCRIPT_NAME", "")
         path = self.paths.read(root, request.path_info)
         return unreadable(root, request.path_info) if path is UNREADABLE else path
+
+    def _with_service_headers(
+        self, response: HttpResponseBase, caller: Principal
+    ) -> HttpResponseBase:
+        """Every response to an admitted request names where it ran: ours replace the view's."""
+        for name in RESERVED_HEADER_NAMES:
+            if name in response:
+                del response[name]
+        extra = service_headers(caller)
+        if self.expiry_header:
+            extra += expiry_headers(caller.expires_at)
+        for name, value in extra:
+            response[name] = value
+        return response
 
     def _refuse(self, error: Refusal, request: HttpRequest) -> HttpResponse:
         headers, body = refusal(error, self.realm, request.method or "GET")
@@ -177,16 +202,6 @@ def _read(request: HttpRequest, path: str) -> AuthRequest:
         method=(request.method or "GET").upper(),  # what the router dispatches on
         path=path,
     )
-
-
-def _with_service_headers(response: HttpResponseBase, caller: Principal) -> HttpResponseBase:
-    """Every response to an admitted request names where it ran: ours replace the view's."""
-    for name in SERVICE_HEADER_NAMES:
-        if name in response:
-            del response[name]
-    for name, value in service_headers(caller):
-        response[name] = value
-    return response
 
 
 def _authenticator(config: dict[str, Any]) -> Authenticator:

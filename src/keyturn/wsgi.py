@@ -60,6 +60,9 @@ What it does, precisely:
     starts with ``exc_info``. Of the middleware's own refusals only a policy's 403 carries
     them (the request reached its organization). The app's
     iterable is returned as it is: unbuffered, with its ``close()``.
+-   With ``expiry_header=True``, responses to accepted requests also carry
+    ``service-key-expires-at``, the key's expiry; refusals and the middleware's own 500
+    never do (``docs/expiry.md``).
 -   If the app raises before it starts its response (Flask and Django turn their errors
     into responses of their own, which carry the headers), the middleware answers 500 with
     the service headers and logs the traceback on the ``keyturn`` logger: re-raised, the
@@ -82,8 +85,9 @@ from keyturn._web import (
     AUTHORIZATION_HEADER,
     ORGANIZATION_ID_HEADER,
     PRINCIPAL_KEY,
-    SERVICE_HEADER_NAMES,
+    RESERVED_HEADER_NAMES,
     MiddlewareConfig,
+    expiry_headers,
     refusal,
     service_headers,
     unreadable,
@@ -145,6 +149,8 @@ class ApiKeyMiddleware(MiddlewareConfig[WSGIApplication]):
         if self.strip_authorization:
             environ.pop(_AUTHORIZATION, None)
         extra = service_headers(outcome)
+        if self.expiry_header:
+            extra += expiry_headers(outcome.expires_at)
 
         started = False
 
@@ -154,7 +160,7 @@ class ApiKeyMiddleware(MiddlewareConfig[WSGIApplication]):
             nonlocal started
             started = True
             # A new list: the app may pass the same list object to every response.
-            headers = [h for h in headers if h[0].lower() not in SERVICE_HEADER_NAMES]
+            headers = [h for h in headers if h[0].lower() not in RESERVED_HEADER_NAMES]
             return start_response(status, headers + extra, exc_info)
 
         try:
@@ -165,8 +171,9 @@ class ApiKeyMiddleware(MiddlewareConfig[WSGIApplication]):
             # Re-raised, this would become the server's own 500, without the headers the
             # spec puts on every response of a request that reached an organization.
             log.exception("the application raised before responding; answering 500")
-            start_with_service_headers(
-                "500 Internal Server Error", [("content-type", "text/plain; charset=utf-8")]
+            start_response(  # our own 500: the service headers, never the key's expiry
+                "500 Internal Server Error",
+                [("content-type", "text/plain; charset=utf-8"), *service_headers(outcome)],
             )
             return [b"Internal Server Error"]
 

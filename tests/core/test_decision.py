@@ -70,6 +70,7 @@ def test_organization_key_without_header_runs_in_its_organization(
         organization_id="org_research",
         tenant_id="acme",
         role="member",
+        expires_at=created.info.expires_at,  # when the key stops working
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import django
@@ -43,6 +44,7 @@ async def async_whoami(request: HttpRequest) -> JsonResponse:
 def spoof(request: HttpRequest) -> HttpResponse:
     response = HttpResponse("spoofed")
     response["service-organization-id"] = "org_evil"
+    response["service-key-expires-at"] = "never"
     return response
 
 
@@ -231,3 +233,60 @@ def test_misconfiguration_is_said_at_startup(keyturn: dict[str, Any], message: s
     """A wrong KEYTURN setting is an ImproperlyConfigured naming it, before any request."""
     with override_settings(KEYTURN=keyturn), pytest.raises(ImproperlyConfigured, match=message):
         Client().get("/outside")
+
+
+# --- the opt-in expiry header -------------------------------------------------------------
+
+
+def expiry_settings(authenticator: Authenticator, **more: Any) -> Any:
+    return override_settings(KEYTURN={"AUTHENTICATOR": authenticator, **more})
+
+
+def test_expiry_header_is_opt_in_and_only_on_accepted_responses(
+    world: tuple[Authenticator, CreatedKey],
+) -> None:
+    """EXPIRY_HEADER: the key's expiry on the view's responses (its crash's 500 and a
+    spoofed line replaced too), never on a refusal; without the setting, on none.
+    """
+    authenticator, key = world
+    expires = key.info.expires_at.astimezone(UTC).replace(microsecond=0)
+    client = Client(raise_request_exception=False)
+    by_default = client.get("/managed-agents/v1/spoof", headers=bearer(key))
+    with expiry_settings(authenticator, EXPIRY_HEADER=True):
+        client = Client(raise_request_exception=False)
+        replies = {
+            "ok": client.get(WHOAMI, headers=bearer(key)),
+            "head": client.head(WHOAMI, headers=bearer(key)),
+            "spoof": client.get("/managed-agents/v1/spoof", headers=bearer(key)),
+            "crash": client.get("/managed-agents/v1/boom", headers=bearer(key)),
+            "401": client.get(WHOAMI),
+            "400": client.get(WHOAMI, headers={"authorization": f"Bearer {key.secret}"}),
+        }
+
+    assert by_default.get("service-key-expires-at") is None
+    statuses = {name: reply.status_code for name, reply in replies.items()}
+    assert statuses == {"ok": 200, "head": 200, "spoof": 200, "crash": 500, "401": 401, "400": 400}
+    stated = {name: reply.get("service-key-expires-at") for name, reply in replies.items()}
+    assert {name: value for name, value in stated.items() if value is not None} == {
+        name: expires.strftime("%Y-%m-%dT%H:%M:%SZ") for name in ("ok", "head", "spoof", "crash")
+    }
+    assert datetime.fromisoformat(str(stated["ok"])) == expires
+
+
+def test_expiry_header_under_the_async_chain(world: tuple[Authenticator, CreatedKey]) -> None:
+    """The async middleware path sets it too, and not on its refusals."""
+    authenticator, key = world
+
+    async def ask() -> tuple[Any, Any]:
+        client = AsyncClient()
+        return (
+            await client.get(ASYNC_WHOAMI, headers=bearer(key)),
+            await client.get(ASYNC_WHOAMI),
+        )
+
+    with expiry_settings(authenticator, EXPIRY_HEADER=True):
+        reply, refused = asyncio.run(ask())
+
+    assert reply.status_code == 200
+    assert datetime.fromisoformat(reply["service-key-expires-at"]) <= key.info.expires_at
+    assert refused.status_code == 401 and "service-key-expires-at" not in refused

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
-from fastapi import FastAPI
+from fastapi import FastAPI, HTTPException
 from fastapi.testclient import TestClient
 
 from keyturn import Authenticator, CreatedKey, KeyManager, MissingPrincipal, Scope
@@ -93,3 +94,38 @@ def test_dependency_outside_the_guard_is_a_setup_error(
 
     with pytest.raises(MissingPrincipal):
         client.get("/unguarded", headers={"Authorization": f"Bearer {key.secret}"})
+
+
+def test_expiry_header_through_add_middleware() -> None:
+    """FastAPI's add_middleware passes expiry_header on: the route's answers (its own
+    HTTPException too) carry the key's expiry, which Caller also holds; a 401 does not.
+    """
+    store, membership = MemoryKeyStore(), MemoryMembership()
+    membership.add_organization("org_main", tenant_id="acme", default=True)
+    membership.add_member("alice", "org_main", role="admin")
+    key = KeyManager(store, membership).create("alice", name="CI", scope=Scope.tenant("acme"))
+    app = FastAPI()
+
+    @app.get(MODELS)
+    async def list_models(caller: Caller) -> dict[str, Any]:
+        assert caller.expires_at is not None
+        return {"expires_at": caller.expires_at.isoformat()}
+
+    @app.get("/managed-agents/v1/gone")
+    async def gone(caller: Caller) -> None:
+        raise HTTPException(status_code=410)
+
+    headers = {"Authorization": f"Bearer {key.secret}", "x-organization-id": "default"}
+    with Authenticator(store, membership) as authenticator:
+        app.add_middleware(ApiKeyMiddleware, authenticator=authenticator, expiry_header=True)
+        with TestClient(app) as client:
+            ok = client.get(MODELS, headers=headers)
+            gone_reply = client.get("/managed-agents/v1/gone", headers=headers)
+            refused = client.get(MODELS)
+
+    stated = datetime.fromisoformat(ok.headers["service-key-expires-at"])
+    assert datetime.fromisoformat(ok.json()["expires_at"]) == key.info.expires_at
+    assert stated == key.info.expires_at.replace(microsecond=0)
+    assert gone_reply.status_code == 410
+    assert gone_reply.headers["service-key-expires-at"] == ok.headers["service-key-expires-at"]
+    assert refused.status_code == 401 and "service-key-expires-at" not in refused.headers

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -11,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
 
 from keyturn import (
     ApiKey,
@@ -24,7 +25,8 @@ from keyturn import (
     SecretVerifier,
     _token,
 )
-from keyturn.metrics import METHODS, MetricsAudit
+from keyturn._model import utc_now
+from keyturn.metrics import DURATION_BUCKETS, METHODS, MetricsAudit
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 
 
@@ -36,17 +38,28 @@ class Meters:
         self.provider = MeterProvider(metric_readers=[self.reader])
         self.meter = self.provider.get_meter("keyturn")
 
-    def read(self) -> dict[str, dict[frozenset[tuple[str, Any]], int]]:
+    def points(self) -> dict[str, dict[frozenset[tuple[str, Any]], Any]]:
         data = self.reader.get_metrics_data()
-        values: dict[str, dict[frozenset[tuple[str, Any]], int]] = {}
+        points: dict[str, dict[frozenset[tuple[str, Any]], Any]] = {}
         for resource in data.resource_metrics if data else ():
             for scope in resource.scope_metrics:
                 for metric in scope.metrics:
-                    values[metric.name] = {
-                        frozenset(point.attributes.items()): point.value
+                    points[metric.name] = {
+                        frozenset(point.attributes.items()): point
                         for point in metric.data.data_points
                     }
-        return values
+        return points
+
+    def read(self) -> dict[str, dict[frozenset[tuple[str, Any]], int]]:
+        """The counters' values (histograms left out: see :meth:`durations`)."""
+        return {
+            name: {attributes: point.value for attributes, point in points.items()}
+            for name, points in self.points().items()
+            if name != "keyturn.decision.duration"
+        }
+
+    def durations(self) -> dict[frozenset[tuple[str, Any]], HistogramDataPoint]:
+        return self.points().get("keyturn.decision.duration", {})
 
 
 @pytest.fixture
@@ -147,8 +160,11 @@ def test_store_timeouts_are_counted(meters: Meters) -> None:
     assert dict(attributes)["keyturn.reason"] == "backend_timeout" and count == 1
 
 
-def test_shed_requests_are_counted(meters: Meters) -> None:
-    """With the one argon2 slot taken, another new token is shed (503) and counted as shed."""
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_shed_requests_are_counted(meters: Meters, driver: str) -> None:
+    """With the one argon2 slot taken, another new token is shed (503) and counted as shed,
+    by either driver.
+    """
     world = World()
     other = KeyManager(world.store, world.membership).create(
         "alice", name="other", scope=Scope.organization("org_acme", tenant_id="acme")
@@ -163,7 +179,11 @@ def test_shed_requests_are_counted(meters: Meters) -> None:
         deadline = time.monotonic() + 10
         while not verifier._in_flight and time.monotonic() < deadline:
             time.sleep(0.001)
-        shed = auth.authenticate(request(other.secret))
+        shed = (
+            auth.authenticate(request(other.secret))
+            if driver == "sync"
+            else asyncio.run(auth.authenticate_async(request(other.secret)))
+        )
         hold.set()
         first.join(10)
     assert getattr(shed, "status", None) == 503
@@ -228,6 +248,8 @@ def test_attributes_are_bounded_whatever_the_request(method: str, path: str, tok
     with Authenticator(world.store, world.membership, audit=audit) as auth:
         auth.authenticate(request(token, method=method, path=path))
         auth.authenticate(request(world.secret, method=method, path=path))
+    for attributes in meters.durations():
+        assert {name for name, _ in attributes} == {"keyturn.outcome", "keyturn.reason"}
     for attributes in meters.read()["keyturn.decisions"]:
         values = dict(attributes)
         assert set(values) <= ALLOWED_KEYS
@@ -238,3 +260,138 @@ def test_attributes_are_bounded_whatever_the_request(method: str, path: str, tok
         assert values["keyturn.outcome"] in ("allowed", "refused")
         assert world.secret not in repr(values) and world.secret[4:16] not in repr(values)
     meters.provider.shutdown()
+
+
+# --- decision latency -------------------------------------------------------------------------
+
+
+def outcome_of(attributes: frozenset[tuple[str, Any]]) -> tuple[str, str]:
+    values = dict(attributes)
+    return values["keyturn.outcome"], values["keyturn.reason"]
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_each_decision_is_one_duration_observation(meters: Meters, driver: str) -> None:
+    """The histogram holds one non-negative observation per decision, keyed by outcome and
+    reason only, with the advised buckets; the events carry the same durations.
+    """
+    world = World()
+    seen: list[AuditEvent] = []
+    audit = MetricsAudit(meters.meter, then=seen.append)
+    basic = AuthRequest(authorization=("Basic YWxpY2U6cHc=",), method="BREW")
+    requests = [request(world.secret)] * 3 + [request(None), basic]
+    with Authenticator(world.store, world.membership, audit=audit) as auth:
+        if driver == "sync":
+            for each in requests:
+                auth.authenticate(each)
+        else:
+
+            async def run() -> None:
+                for each in requests:
+                    await auth.authenticate_async(each)
+
+            asyncio.run(run())
+    durations = meters.durations()
+    assert {outcome_of(a): point.count for a, point in durations.items()} == {
+        ("allowed", "ok"): 3,
+        ("refused", "missing"): 1,
+        ("refused", "not_bearer"): 1,
+    }
+    for point in durations.values():
+        assert point.min >= 0 and point.sum >= point.max >= point.min
+        assert tuple(point.explicit_bounds) == DURATION_BUCKETS
+        assert sum(point.bucket_counts) == point.count
+    # Per attribute set, the histogram's sum is exactly the sum of the events' durations.
+    elapsed = [event.elapsed for event in seen]
+    assert all(isinstance(e, float) and e >= 0 for e in elapsed)
+    allowed = [event.elapsed for event in seen if event.allowed]
+    assert durations[attrs_of(**{"keyturn.outcome": "allowed", "keyturn.reason": "ok"})].sum == (
+        pytest.approx(sum(e for e in allowed if e is not None))
+    )
+
+
+class HeldStore(MemoryKeyStore):
+    """A store that answers once the test releases it, and measures how long it was held."""
+
+    nonblocking = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.held = 0.0
+
+    def get_key(self, key_id: str) -> ApiKey | None:
+        start = time.monotonic()
+        self.entered.set()
+        self.release.wait(10)
+        self.held = time.monotonic() - start
+        return super().get_key(key_id)
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_the_duration_includes_the_store_wait(meters: Meters, driver: str) -> None:
+    """The store's wait lies inside the measured decision: its duration is at least as long
+    as the store itself measured (one monotonic span nested in the other, not a speed).
+    """
+    world = World()
+    held = HeldStore()
+    for key in world.store._keys.values():
+        held.add_key(key)
+    seen: list[AuditEvent] = []
+    audit = MetricsAudit(meters.meter, then=seen.append)
+    with Authenticator(held, world.membership, audit=audit, timeout=None) as auth:
+        decide = (
+            (lambda: auth.authenticate(request(world.secret)))
+            if driver == "sync"
+            else (lambda: asyncio.run(auth.authenticate_async(request(world.secret))))
+        )
+        caller = threading.Thread(target=decide)
+        caller.start()
+        assert held.entered.wait(10)
+        deadline = time.monotonic() + 0.02  # a bounded, deliberate hold
+        while time.monotonic() < deadline:
+            time.sleep(0.005)
+        held.release.set()
+        caller.join(10)
+    ((event,),) = [seen]
+    assert event.allowed and event.elapsed is not None
+    assert event.elapsed >= held.held > 0
+    ((point,),) = [list(meters.durations().values())]
+    assert point.count == 1 and point.sum == pytest.approx(event.elapsed)
+
+
+def test_an_event_without_a_duration_is_counted_but_not_timed(meters: Meters) -> None:
+    """A hand-built event (no elapsed) still counts as a decision; it adds no observation."""
+    world = World()
+    with Authenticator(world.store, world.membership) as auth:
+        principal = auth.authenticate(request(world.secret))
+    assert isinstance(principal, Principal)
+    audit = MetricsAudit(meters.meter)
+    audit(AuditEvent(at=utc_now(), method="GET", path="/", principal=principal, error=None))
+    assert sum(meters.read()["keyturn.decisions"].values()) == 1
+    assert meters.durations() == {}
+
+
+class HungAsyncStore:
+    """An async store that never answers in time: the async driver's timeout cuts it."""
+
+    def __init__(self, inner: MemoryKeyStore) -> None:
+        self.inner = inner
+
+    async def get_key(self, key_id: str) -> ApiKey | None:
+        await asyncio.sleep(10)
+        return self.inner.get_key(key_id)
+
+
+def test_async_store_timeouts_are_counted_and_timed(meters: Meters) -> None:
+    """Through authenticate_async, a hung store is a 503 counted as a timeout and timed."""
+    world = World()
+    audit = MetricsAudit(meters.meter)
+    auth = Authenticator(HungAsyncStore(world.store), world.membership, audit=audit, timeout=0.05)
+    with auth:
+        outcome = asyncio.run(auth.authenticate_async(request(world.secret)))
+    assert getattr(outcome, "status", None) == 503
+    assert meters.read()["keyturn.backend.timeouts"] == {frozenset(): 1}
+    durations = meters.durations()
+    assert [outcome_of(a) for a in durations] == [("refused", "backend_timeout")]
