@@ -265,6 +265,14 @@ class StoreUnreachable(KeyturnError, ConnectionError):
         self.reason = reason
 
 
+class StoreTimeout(KeyturnError, TimeoutError):
+    """The store got no connection for the call within its pool's ``timeout``.
+
+    The server is down or unreachable, or the pool is too small for the load. The
+    middleware answers 503 with reason ``backend_timeout``, as for its own ``timeout``.
+    """
+
+
 class NotAKeyDatabase(KeyturnError, ValueError):
     """The file is not a SQLite database, or one holding other tables and no keyturn schema."""
 

@@ -17,6 +17,7 @@ from keyturn import (
     Reason,
     SchemaTooNew,
     ServiceUnavailable,
+    StoreTimeout,
     StoreUnreachable,
     _token,
 )
@@ -158,10 +159,39 @@ def test_a_database_that_is_down_gives_503_not_401() -> None:
         token = _token.generate().token  # well formed, so it reaches the store
         outcome = auth.authenticate(AuthRequest(authorization=(f"Bearer {token}",)))
         assert isinstance(outcome, ServiceUnavailable)
-        assert outcome.reason in (Reason.BACKEND_ERROR, Reason.BACKEND_TIMEOUT)
+        assert outcome.reason is Reason.BACKEND_TIMEOUT  # the pool got no connection in time
     finally:
         auth.close()
         db.close()
+
+
+def test_a_pool_with_no_free_connection_is_a_store_timeout(postgres_url: str) -> None:
+    """Every connection busy: the call raises StoreTimeout and the request gets a 503."""
+    with PostgresDatabase(postgres_url, min_size=1, max_size=1, timeout=0.2) as db:
+        auth = Authenticator(db.keys, MemoryMembership(), timeout=30)
+        try:
+            with db.pool.connection():  # the only connection, held
+                with pytest.raises(StoreTimeout, match="max_size=1") as caught:
+                    db.keys.get_key("kt_missing")
+                assert isinstance(caught.value, TimeoutError)
+                token = _token.generate().token
+                outcome = auth.authenticate(AuthRequest(authorization=(f"Bearer {token}",)))
+            assert isinstance(outcome, ServiceUnavailable)
+            assert outcome.reason is Reason.BACKEND_TIMEOUT
+            assert db.keys.get_key("kt_missing") is None  # the connection is back: answered
+        finally:
+            auth.close()
+
+
+def test_an_async_pool_with_no_free_connection_is_a_store_timeout(postgres_url: str) -> None:
+    async def scenario() -> None:
+        async with AsyncPostgresDatabase(postgres_url, min_size=1, max_size=1, timeout=0.2) as db:
+            async with db.pool.connection():
+                with pytest.raises(StoreTimeout, match="max_size=1"):
+                    await db.keys.get_key("kt_missing")
+            assert await db.keys.get_key("kt_missing") is None
+
+    asyncio.run(scenario())
 
 
 def test_a_server_that_refuses_fails_the_schema_calls_at_once() -> None:

@@ -24,18 +24,19 @@ on its next request. Instants are ``timestamptz`` and come back as UTC datetimes
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from typing import Any, Final, TypeVar
 
 try:
     from psycopg import AsyncConnection, Connection, OperationalError
     from psycopg.conninfo import conninfo_to_dict
-    from psycopg_pool import AsyncConnectionPool, ConnectionPool
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 except ImportError as exc:
     raise ImportError(
         "the PostgreSQL store needs psycopg: pip install 'keyturn[postgres]'"
     ) from exc
 
-from keyturn.errors import StoreUnreachable
+from keyturn.errors import StoreTimeout, StoreUnreachable
 from keyturn.stores import _sql
 
 __all__ = ["AsyncPostgresDatabase", "PostgresDatabase"]
@@ -131,7 +132,7 @@ class PostgresDatabase(_sql.ClosedOnExit):
 
     def run(self, op: _sql.Op[T]) -> T:
         """Run one operation of :mod:`keyturn.stores._sql` on a pooled connection."""
-        with self.pool.connection() as connection:
+        with _waited(self.pool), self.pool.connection() as connection:
             return _drive(connection, op)
 
 
@@ -193,8 +194,22 @@ class AsyncPostgresDatabase:
 
     async def run(self, op: _sql.Op[T]) -> T:
         """Run one operation of :mod:`keyturn.stores._sql` on a pooled connection."""
-        async with self.pool.connection() as connection:
-            return await _drive_async(connection, op)
+        with _waited(self.pool):
+            async with self.pool.connection() as connection:
+                return await _drive_async(connection, op)
+
+
+@contextlib.contextmanager
+def _waited(pool: ConnectionPool[Any] | AsyncConnectionPool[Any]) -> Iterator[None]:
+    # The pool's wait for a connection ran out: whether the server is down or every
+    # connection is busy, the store did not answer in time (503, reason backend_timeout).
+    try:
+        yield
+    except PoolTimeout:
+        raise StoreTimeout(
+            f"no PostgreSQL connection within {pool.timeout:g} s ({_describe(pool)}, "
+            f"max_size={pool.max_size}): the server is down, or the pool too small for the load"
+        ) from None
 
 
 def _drive(connection: Connection[Any], op: _sql.Op[T]) -> T:
