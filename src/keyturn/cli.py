@@ -205,7 +205,7 @@ def keys_rotate(db: Database, args: argparse.Namespace, out: TextIO) -> None:
         advice += "the old one is revoked\nwhen the new key's first use is recorded."
     else:
         advice += (
-            "once 'keyturn keys list' says the replacement\nwas used, revoke the old one: "
+            "once 'keyturn keys list' says the new key\nwas first used, revoke the old one: "
             f"keyturn keys revoke --as {args.account} {old_id}"
         )
     _print_created(created, args, out, advice=advice)
@@ -401,10 +401,11 @@ def _as_json(info: KeyInfo) -> dict[str, Any]:
         "expires_at": instant(info.expires_at),
         "revoked_at": instant(info.revoked_at),
         "last_used_at": instant(info.last_used_at),
+        "first_used_at": instant(info.first_used_at),
         "replaces": info.replaces,
         "revoke_old_on_first_use": info.revoke_old_on_first_use,
         "replaced_by": info.replaced_by,
-        "replacement_used_at": instant(info.replacement_used_at),
+        "replacement_first_used_at": instant(info.replacement_first_used_at),
     }
 
 
@@ -431,19 +432,17 @@ def _key_table(infos: Sequence[KeyInfo], out: TextIO) -> None:
 
 
 def _rotation(old: KeyInfo, infos: Sequence[KeyInfo]) -> str:
-    """One line on an old key whose replacement is not final yet: used, or not yet."""
+    """One line on an old key whose replacement is not final yet: first used, or not yet."""
     if not old.status.revocable:
         return ""  # the rotation is done: the old key no longer works
     new = next((info for info in infos if info.key_id == old.replaced_by), None)
     pair = f"{old.key_id} -> {old.replaced_by}"
-    if old.replacement_used_at is not None:
-        return (
-            f"{pair}  replacement used (last at {_when(old.replacement_used_at)}): "
-            f"revoke {old.key_id}"
-        )
+    if old.replacement_first_used_at is not None:
+        first = _when(old.replacement_first_used_at)
+        return f"{pair}  new key first used at {first}; revoke the old one"
     if new is not None and new.revoke_old_on_first_use:
-        return f"{pair}  replacement not used yet; {old.key_id} is revoked at its first use"
-    return f"{pair}  replacement not used yet: keep {old.key_id} until it is"
+        return f"{pair}  new key not used yet; {old.key_id} is revoked at its first use"
+    return f"{pair}  new key not used yet: keep {old.key_id} until it is"
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO) -> None:

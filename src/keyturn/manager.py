@@ -14,7 +14,7 @@ a thin page over these methods::
 
 Rotation (spec section 5: create a new key with the same scope, deploy it, confirm it works,
 then revoke the old one) is decided here and recorded on the new key; the confirmation is
-the new key's ``last_used_at``, and the revoke the creator may ask for is done by the
+the new key's ``first_used_at``, and the revoke the creator may ask for is done by the
 store's usage write (``KeyStore.mark_used``), never on a request's path.
 """
 
@@ -131,8 +131,8 @@ class KeyManager:
 
         The new key has the old one's name and scope, and its lifetime: the same span from
         now (at most 365 days). It records which key it replaces; the old key keeps working
-        until it is revoked. Once the new key has been used (its ``last_used_at``), the old
-        key's :class:`KeyInfo` says so (``replacement_used_at``): revoke the old key then.
+        until it is revoked. Once the new key has been used (its ``first_used_at``), the old
+        key's :class:`KeyInfo` says so (``replacement_first_used_at``): revoke it then.
         With *revoke_old_on_first_use*, the store revokes the old key itself when it
         records the new key's first use.
 
@@ -425,11 +425,12 @@ def _info(key: ApiKey, status: Status, replacement: ApiKey | None = None) -> Key
         expires_at=key.expires_at,
         revoked_at=key.revoked_at,
         last_used_at=key.last_used_at,
+        first_used_at=key.first_used_at,
         leaked=key.leaked,
         replaces=key.replaces,
         revoke_old_on_first_use=key.revoke_old_on_first_use,
         replaced_by=None if replacement is None else replacement.key_id,
-        replacement_used_at=None if replacement is None else replacement.last_used_at,
+        replacement_first_used_at=None if replacement is None else replacement.first_used_at,
     )
 
 

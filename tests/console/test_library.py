@@ -307,7 +307,7 @@ def _check_rotation(old: Any, new: Any, revoked: Any, listed: list[Any]) -> None
     assert old_info.status is Status.REVOKED  # by the replacement's usage write
     assert old_info.revoked_at == NOW + timedelta(minutes=1)
     assert old_info.replaced_by == new.info.key_id
-    assert old_info.replacement_used_at == NOW + timedelta(minutes=1)
+    assert old_info.replacement_first_used_at == NOW + timedelta(minutes=1)
 
 
 def test_async_key_manager_rotates() -> None:

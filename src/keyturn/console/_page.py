@@ -681,10 +681,10 @@ class Console:
         if old is not None:
             row["replaces"] = {"hint": old.hint, "automatic": info.revoke_old_on_first_use}
         if new is not None:
-            used = info.replacement_used_at
+            used = info.replacement_first_used_at
             row["rotation"] = {
                 "hint": new.hint,
-                "used": None if used is None else (local_time(used, zone), used.isoformat()),
+                "first_used": None if used is None else (local_time(used, zone), used.isoformat()),
                 "automatic": new.revoke_old_on_first_use,
                 "pending": info.status.revocable,  # the old key still works
             }

@@ -134,8 +134,10 @@ MIGRATIONS: Final[Sequence[Sequence[str]]] = (
     ),
     (
         # Version 3: rotation. A replacement names the key it replaces, and carries the
-        # creator's choice to revoke that key once the replacement's first use is recorded.
+        # creator's choice to revoke that key once the replacement's first use is recorded;
+        # every key keeps its first recorded use, the confirmation that it works.
         "ALTER TABLE keyturn_keys ADD COLUMN replaces TEXT",
+        "ALTER TABLE keyturn_keys ADD COLUMN first_used_at {timestamp}",
         """ALTER TABLE keyturn_keys
             ADD COLUMN revoke_old_on_first_use BOOLEAN NOT NULL DEFAULT FALSE""",
     ),
@@ -195,7 +197,7 @@ def _check_version(version: int) -> None:
 _KEY_COLUMNS: Final = (
     "key_id, secret_hash, hint, name, account_id, tenant_id, organization_id, created_at, "
     "expires_at, revoked_at, last_used_at, leaked_at, leaked_url, replaces, "
-    "revoke_old_on_first_use"
+    "revoke_old_on_first_use, first_used_at"
 )
 _SELECT_KEY: Final = f"SELECT {_KEY_COLUMNS} FROM keyturn_keys WHERE key_id = %s"  # noqa: S608
 # key_id breaks ties so that keys created in the same microsecond list in a stable order.
@@ -206,19 +208,22 @@ _SELECT_KEYS_OF: Final = (
 # ON CONFLICT DO NOTHING + rowcount: a duplicate id is an answer, not a driver exception.
 _INSERT_KEY: Final = (
     f"INSERT INTO keyturn_keys ({_KEY_COLUMNS}) "  # noqa: S608
-    f"VALUES ({', '.join(['%s'] * 15)}) ON CONFLICT DO NOTHING"
+    f"VALUES ({', '.join(['%s'] * 16)}) ON CONFLICT DO NOTHING"
 )
 # Conditional updates: only one concurrent revoke wins, and last_used_at never moves back.
 _REVOKE_KEY: Final = (
     "UPDATE keyturn_keys SET revoked_at = %s WHERE key_id = %s AND revoked_at IS NULL"
 )
-# One statement writes the use and, when the creator asked for it at rotation, revokes the
-# key this one replaces: both rows change together or not at all, in either database. The
-# old key is revoked at the instant of the use, unless it is already Revoked or Expired.
+# One statement writes the use (first_used_at only the first time) and, when the creator
+# asked for it at rotation, revokes the key this one replaces: both rows change together or
+# not at all, in either database. The old key is revoked at the instant of the use, unless
+# it is already Revoked or Expired.
 # Each side of the OR is a primary-key lookup, in both databases: no scan.
 _MARK_USED: Final = """
     UPDATE keyturn_keys SET
         last_used_at = CASE WHEN key_id = %s THEN %s ELSE last_used_at END,
+        first_used_at = CASE WHEN key_id = %s THEN coalesce(first_used_at, %s)
+            ELSE first_used_at END,
         revoked_at = CASE WHEN key_id = %s THEN revoked_at ELSE %s END
     WHERE (key_id = %s AND (last_used_at IS NULL OR last_used_at < %s))
        OR (revoked_at IS NULL AND expires_at > %s AND key_id = (
@@ -239,7 +244,7 @@ def _instant(value: datetime | str) -> datetime:
 def _key(row: Sequence[Any]) -> ApiKey:
     (key_id, secret_hash, hint, name, account_id, tenant_id, organization_id) = row[:7]
     created_at, expires_at, revoked_at, last_used_at, leaked_at, leaked_url = row[7:13]
-    replaces, revoke_old_on_first_use = row[13:]
+    replaces, revoke_old_on_first_use, first_used_at = row[13:]
     return ApiKey(
         key_id=key_id,
         secret_hash=secret_hash,
@@ -251,6 +256,7 @@ def _key(row: Sequence[Any]) -> ApiKey:
         expires_at=_instant(expires_at),
         revoked_at=None if revoked_at is None else _instant(revoked_at),
         last_used_at=None if last_used_at is None else _instant(last_used_at),
+        first_used_at=None if first_used_at is None else _instant(first_used_at),
         leaked=None if leaked_at is None else Leaked(url=leaked_url, at=_instant(leaked_at)),
         replaces=replaces,
         revoke_old_on_first_use=bool(revoke_old_on_first_use),
@@ -281,6 +287,7 @@ def add_key(key: ApiKey) -> Op[None]:
             None if key.leaked is None else key.leaked.url,
             key.replaces,
             key.revoke_old_on_first_use,
+            None if key.first_used_at is None else _utc(key.first_used_at),
         ),
         COUNT,
     )
@@ -300,7 +307,7 @@ def revoke_key(key_id: str, at: datetime) -> Op[bool]:
 
 def mark_used(key_id: str, at: datetime) -> Op[None]:
     at = _utc(at)
-    yield Query(_MARK_USED, (key_id, at, key_id, at, key_id, at, at, key_id), COUNT)
+    yield Query(_MARK_USED, (key_id, at, key_id, at, key_id, at, key_id, at, at, key_id), COUNT)
 
 
 # --- organizations and memberships --------------------------------------------------------

@@ -68,7 +68,8 @@ class MemoryKeyStore:
             if key is None:
                 return
             if key.last_used_at is None or key.last_used_at < at:
-                self._keys[key_id] = attrs.evolve(key, last_used_at=at)
+                first = key.first_used_at or at
+                self._keys[key_id] = attrs.evolve(key, last_used_at=at, first_used_at=first)
             old = self._keys.get(key.replaces or "") if key.revoke_old_on_first_use else None
             if old is not None and old.revoked_at is None and old.expires_at > at:
                 self._keys[old.key_id] = attrs.evolve(old, revoked_at=at)
