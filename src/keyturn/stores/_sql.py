@@ -482,17 +482,23 @@ class AsyncRunner(Protocol):
     def __call__(self, op: Op[T]) -> Awaitable[T]: ...
 
 
-class SQLKeyStore:
-    """A :class:`~keyturn.protocols.KeyStore` in a SQL database: ``db.keys``."""
+class _OnDatabase:
+    """A view of a database whose ``run`` drives the operations above."""
 
     def __init__(self, database: Any) -> None:
         self.database = database
-        self._run: Runner = database.run
+        self._run: Any = database.run
         # SQLite bounds its own calls (busy timeout): no watchdog thread around them.
         self.enforces_timeout: bool = getattr(database, "enforces_timeout", False)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.database!r})"
+
+
+class SQLKeyStore(_OnDatabase):
+    """A :class:`~keyturn.protocols.KeyStore` in a SQL database: ``db.keys``."""
+
+    _run: Runner
 
     def get_key(self, key_id: str) -> ApiKey | None:
         return self._run(get_key(key_id))
@@ -518,7 +524,7 @@ class SQLKeyStore:
         return self._run(leaked_keys())
 
 
-class SQLMembership:
+class SQLMembership(_OnDatabase):
     """A :class:`~keyturn.protocols.WritableMembership` in a SQL database: ``db.membership``.
 
     Tables ``keyturn_organizations`` (``id``, ``tenant_id``, ``is_default``; at most one
@@ -527,13 +533,7 @@ class SQLMembership:
     whenever your application already knows who belongs where.
     """
 
-    def __init__(self, database: Any) -> None:
-        self.database = database
-        self._run: Runner = database.run
-        self.enforces_timeout: bool = getattr(database, "enforces_timeout", False)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.database!r})"
+    _run: Runner
 
     def add_organization(
         self, organization_id: str, *, tenant_id: str, default: bool = False
@@ -585,15 +585,10 @@ class SQLMembership:
         return self._run(organizations_of(account_id))
 
 
-class AsyncSQLKeyStore:
+class AsyncSQLKeyStore(_OnDatabase):
     """The async twin of :class:`SQLKeyStore`."""
 
-    def __init__(self, database: Any) -> None:
-        self.database = database
-        self._run: AsyncRunner = database.run
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.database!r})"
+    _run: AsyncRunner
 
     async def get_key(self, key_id: str) -> ApiKey | None:
         return await self._run(get_key(key_id))
@@ -611,37 +606,27 @@ class AsyncSQLKeyStore:
         await self._run(mark_used(key_id, at))
 
     async def report_leak(self, key_id: str, url: str, at: datetime) -> bool:
-        """Record that the key was found in public at *url*; ``False`` if already recorded."""
         return await self._run(report_leak(key_id, url, at))
 
     async def leaked_keys(self) -> list[ApiKey]:
-        """Every key reported leaked, most recently reported first."""
         return await self._run(leaked_keys())
 
 
-class AsyncSQLMembership:
+class AsyncSQLMembership(_OnDatabase):
     """The async twin of :class:`SQLMembership`."""
 
-    def __init__(self, database: Any) -> None:
-        self.database = database
-        self._run: AsyncRunner = database.run
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.database!r})"
+    _run: AsyncRunner
 
     async def add_organization(
         self, organization_id: str, *, tenant_id: str, default: bool = False
     ) -> Organization:
-        """Add an organization; ``default=True`` makes it the tenant's ``default`` one."""
         organization = Organization(id=organization_id, tenant_id=tenant_id, is_default=default)
         return await self._run(add_organization(organization))
 
     async def add_member(self, account_id: str, organization_id: str, *, role: str) -> None:
-        """Give *account_id* a *role* in the organization (replacing any previous role)."""
         await self._run(add_member(account_id, organization_id, role))
 
     async def remove_member(self, account_id: str, organization_id: str) -> None:
-        """Take the account's role in the organization away (nothing if it had none)."""
         await self._run(remove_member(account_id, organization_id))
 
     async def get_organization(self, organization_id: str) -> Organization | None:
@@ -657,17 +642,13 @@ class AsyncSQLMembership:
         return await self._run(reaches_tenant(account_id, tenant_id))
 
     async def organizations(self) -> list[Organization]:
-        """Every organization, by tenant and id."""
         return await self._run(organizations())
 
     async def remove_organization(self, organization_id: str) -> bool:
-        """Remove the organization and its memberships; ``False`` if there was none."""
         return await self._run(remove_organization(organization_id))
 
     async def members_of(self, organization_id: str) -> list[tuple[str, str]]:
-        """The ``(account_id, role)`` pairs of the organization, by account."""
         return await self._run(members_of(organization_id))
 
     async def organizations_of(self, account_id: str) -> Sequence[Organization]:
-        """Every organization in which the account holds a role, by tenant, default first."""
         return await self._run(organizations_of(account_id))
