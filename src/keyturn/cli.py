@@ -281,43 +281,39 @@ def keys_expiring(db: Database, args: argparse.Namespace, out: TextIO) -> None:
 
 def keys_leaked(db: Database, args: argparse.Namespace, out: TextIO) -> None:
     # Every account's keys: reported by a code host's secret scanning (keyturn.leaks).
-    keys = db.keys.leaked_keys()
+    leaks = [(key, key.leaked) for key in db.keys.leaked_keys() if key.leaked is not None]
     if args.json:
+        fields = ("key_id", "hint", "name", "account_id")
         _json(
             [
                 {
-                    "key_id": key.key_id,
-                    "hint": key.hint,
-                    "name": key.name,
-                    "account_id": key.account_id,
-                    "reported_at": key.leaked.at.astimezone(UTC).isoformat(),
-                    "url": key.leaked.url,
-                    "revoked_at": None
-                    if key.revoked_at is None
-                    else key.revoked_at.astimezone(UTC).isoformat(),
+                    **{field: getattr(key, field) for field in fields},
+                    "reported_at": _instant(leak.at),
+                    "url": leak.url,
+                    "revoked_at": _instant(key.revoked_at),
                 }
-                for key in keys
-                if key.leaked is not None
+                for key, leak in leaks
             ],
             out,
         )
-    elif not keys:
+    elif not leaks:
         print("No key has been reported leaked.", file=out)
     else:
-        header = ("KEY ID", "HINT", "ACCOUNT", "REPORTED", "REVOKED", "URL")
-        rows = [
-            (
-                key.key_id,
-                key.hint,
-                key.account_id,
-                _when(key.leaked.at),
-                _when(key.revoked_at),
-                key.leaked.url,
-            )
-            for key in keys
-            if key.leaked is not None
-        ]
-        _table(header, rows, out)
+        _table(
+            ("KEY ID", "HINT", "ACCOUNT", "REPORTED", "REVOKED", "URL"),
+            [
+                (
+                    key.key_id,
+                    key.hint,
+                    key.account_id,
+                    _when(leak.at),
+                    _when(key.revoked_at),
+                    leak.url,
+                )
+                for key, leak in leaks
+            ],
+            out,
+        )
 
 
 def _key_id_argument(key_id: str) -> str:
@@ -383,10 +379,11 @@ def _yes(flag: bool) -> str:
     return "yes" if flag else "-"
 
 
-def _as_json(info: KeyInfo) -> dict[str, Any]:
-    def instant(at: datetime | None) -> str | None:
-        return None if at is None else at.astimezone(UTC).isoformat()
+def _instant(at: datetime | None) -> str | None:
+    return None if at is None else at.astimezone(UTC).isoformat()
 
+
+def _as_json(info: KeyInfo) -> dict[str, Any]:
     return {
         "key_id": info.key_id,
         "hint": info.hint,
@@ -397,15 +394,15 @@ def _as_json(info: KeyInfo) -> dict[str, Any]:
             "tenant_id": info.scope.tenant_id,
             "organization_id": info.scope.organization_id,
         },
-        "created_at": instant(info.created_at),
-        "expires_at": instant(info.expires_at),
-        "revoked_at": instant(info.revoked_at),
-        "last_used_at": instant(info.last_used_at),
-        "first_used_at": instant(info.first_used_at),
+        "created_at": _instant(info.created_at),
+        "expires_at": _instant(info.expires_at),
+        "revoked_at": _instant(info.revoked_at),
+        "last_used_at": _instant(info.last_used_at),
+        "first_used_at": _instant(info.first_used_at),
         "replaces": info.replaces,
         "revoke_old_on_first_use": info.revoke_old_on_first_use,
         "replaced_by": info.replaced_by,
-        "replacement_first_used_at": instant(info.replacement_first_used_at),
+        "replacement_first_used_at": _instant(info.replacement_first_used_at),
     }
 
 
