@@ -1,17 +1,6 @@
 """The ``keyturn`` command: keys, organizations and memberships in a store, from a shell.
 
-::
-
-    keyturn db init
-    keyturn org add org_acme --tenant acme --default
-    keyturn member add alice org_acme --role admin
-    keyturn keys create --as alice --name "CI deploys" --tenant acme --lifetime 7d
-    keyturn keys list --as alice --status active
-    keyturn keys revoke --as alice 3fZk8QmPx2Lw
-    keyturn keys rotate --as alice 3fZk8QmPx2Lw --revoke-old-on-first-use
-    keyturn keys expiring --as alice --within 14d   # rotate these before they stop working
-    keyturn keys leaked                 # keys a code host found in public
-    keyturn scan --staged   # exit 1 if the next commit adds a key
+``keyturn --help`` shows examples (:func:`_examples`); ``docs/cli.md`` is the guide.
 
 The store is ``--store URL``, else ``$KEYTURN_STORE_URL``, else
 ``sqlite:///keyturn.sqlite3`` (see :func:`keyturn.stores.open_database`). Every command but
