@@ -124,6 +124,8 @@ class ApiKey:
     expires_at: datetime = attrs.field(validator=_aware)
     revoked_at: datetime | None = attrs.field(default=None, validator=_aware)
     last_used_at: datetime | None = attrs.field(default=None, validator=_aware)
+    # Written once, by the usage write that first sets last_used_at: rotation's confirmation.
+    first_used_at: datetime | None = attrs.field(default=None, validator=_aware)
     leaked: Leaked | None = None  # see keyturn.leaks
     # Set on a key made by KeyManager.rotate(): the id of the key it replaces, and the
     # creator's choice to revoke that key once this one's first use is recorded.
@@ -144,19 +146,20 @@ class KeyInfo:
     expires_at: datetime
     revoked_at: datetime | None
     last_used_at: datetime | None
+    first_used_at: datetime | None = None  # the first recorded use; it never moves
     leaked: Leaked | None = None  # reported leaked: show it, and tell the creator to revoke
     # A rotation, seen from both keys (see KeyManager.rotate):
     replaces: str | None = None  # on the new key: the id of the key it replaces
     revoke_old_on_first_use: bool = False  # on the new key: the creator's choice
     replaced_by: str | None = None  # on the old key: the id of its newest replacement
-    # On the old key: the replacement's last_used_at. None: the new key has not been seen
+    # On the old key: the replacement's first_used_at. None: the new key has not been seen
     # yet; set: it works (an accepted request), so the old key can go.
-    replacement_used_at: datetime | None = None
+    replacement_first_used_at: datetime | None = None
 
     @property
     def replacement_confirmed(self) -> bool:
         """Whether this key's replacement has been used: the old key can be revoked."""
-        return self.replacement_used_at is not None
+        return self.replacement_first_used_at is not None
 
 
 @attrs.frozen(kw_only=True, repr=False)

@@ -1,17 +1,6 @@
 """The ``keyturn`` command: keys, organizations and memberships in a store, from a shell.
 
-::
-
-    keyturn db init
-    keyturn org add org_acme --tenant acme --default
-    keyturn member add alice org_acme --role admin
-    keyturn keys create --as alice --name "CI deploys" --tenant acme --lifetime 7d
-    keyturn keys list --as alice --status active
-    keyturn keys revoke --as alice 3fZk8QmPx2Lw
-    keyturn keys rotate --as alice 3fZk8QmPx2Lw --revoke-old-on-first-use
-    keyturn keys expiring --as alice --within 14d   # rotate these before they stop working
-    keyturn keys leaked                 # keys a code host found in public
-    keyturn scan --staged   # exit 1 if the next commit adds a key
+``keyturn --help`` shows examples (:func:`_examples`); ``docs/cli.md`` is the guide.
 
 The store is ``--store URL``, else ``$KEYTURN_STORE_URL``, else
 ``sqlite:///keyturn.sqlite3`` (see :func:`keyturn.stores.open_database`). Every command but
@@ -205,7 +194,7 @@ def keys_rotate(db: Database, args: argparse.Namespace, out: TextIO) -> None:
         advice += "the old one is revoked\nwhen the new key's first use is recorded."
     else:
         advice += (
-            "once 'keyturn keys list' says the replacement\nwas used, revoke the old one: "
+            "once 'keyturn keys list' says the new key\nwas first used, revoke the old one: "
             f"keyturn keys revoke --as {args.account} {old_id}"
         )
     _print_created(created, args, out, advice=advice)
@@ -281,43 +270,39 @@ def keys_expiring(db: Database, args: argparse.Namespace, out: TextIO) -> None:
 
 def keys_leaked(db: Database, args: argparse.Namespace, out: TextIO) -> None:
     # Every account's keys: reported by a code host's secret scanning (keyturn.leaks).
-    keys = db.keys.leaked_keys()
+    leaks = [(key, key.leaked) for key in db.keys.leaked_keys() if key.leaked is not None]
     if args.json:
+        fields = ("key_id", "hint", "name", "account_id")
         _json(
             [
                 {
-                    "key_id": key.key_id,
-                    "hint": key.hint,
-                    "name": key.name,
-                    "account_id": key.account_id,
-                    "reported_at": key.leaked.at.astimezone(UTC).isoformat(),
-                    "url": key.leaked.url,
-                    "revoked_at": None
-                    if key.revoked_at is None
-                    else key.revoked_at.astimezone(UTC).isoformat(),
+                    **{field: getattr(key, field) for field in fields},
+                    "reported_at": _instant(leak.at),
+                    "url": leak.url,
+                    "revoked_at": _instant(key.revoked_at),
                 }
-                for key in keys
-                if key.leaked is not None
+                for key, leak in leaks
             ],
             out,
         )
-    elif not keys:
+    elif not leaks:
         print("No key has been reported leaked.", file=out)
     else:
-        header = ("KEY ID", "HINT", "ACCOUNT", "REPORTED", "REVOKED", "URL")
-        rows = [
-            (
-                key.key_id,
-                key.hint,
-                key.account_id,
-                _when(key.leaked.at),
-                _when(key.revoked_at),
-                key.leaked.url,
-            )
-            for key in keys
-            if key.leaked is not None
-        ]
-        _table(header, rows, out)
+        _table(
+            ("KEY ID", "HINT", "ACCOUNT", "REPORTED", "REVOKED", "URL"),
+            [
+                (
+                    key.key_id,
+                    key.hint,
+                    key.account_id,
+                    _when(leak.at),
+                    _when(key.revoked_at),
+                    leak.url,
+                )
+                for key, leak in leaks
+            ],
+            out,
+        )
 
 
 def _key_id_argument(key_id: str) -> str:
@@ -383,10 +368,11 @@ def _yes(flag: bool) -> str:
     return "yes" if flag else "-"
 
 
-def _as_json(info: KeyInfo) -> dict[str, Any]:
-    def instant(at: datetime | None) -> str | None:
-        return None if at is None else at.astimezone(UTC).isoformat()
+def _instant(at: datetime | None) -> str | None:
+    return None if at is None else at.astimezone(UTC).isoformat()
 
+
+def _as_json(info: KeyInfo) -> dict[str, Any]:
     return {
         "key_id": info.key_id,
         "hint": info.hint,
@@ -397,14 +383,15 @@ def _as_json(info: KeyInfo) -> dict[str, Any]:
             "tenant_id": info.scope.tenant_id,
             "organization_id": info.scope.organization_id,
         },
-        "created_at": instant(info.created_at),
-        "expires_at": instant(info.expires_at),
-        "revoked_at": instant(info.revoked_at),
-        "last_used_at": instant(info.last_used_at),
+        "created_at": _instant(info.created_at),
+        "expires_at": _instant(info.expires_at),
+        "revoked_at": _instant(info.revoked_at),
+        "last_used_at": _instant(info.last_used_at),
+        "first_used_at": _instant(info.first_used_at),
         "replaces": info.replaces,
         "revoke_old_on_first_use": info.revoke_old_on_first_use,
         "replaced_by": info.replaced_by,
-        "replacement_used_at": instant(info.replacement_used_at),
+        "replacement_first_used_at": _instant(info.replacement_first_used_at),
     }
 
 
@@ -431,19 +418,17 @@ def _key_table(infos: Sequence[KeyInfo], out: TextIO) -> None:
 
 
 def _rotation(old: KeyInfo, infos: Sequence[KeyInfo]) -> str:
-    """One line on an old key whose replacement is not final yet: used, or not yet."""
+    """One line on an old key whose replacement is not final yet: first used, or not yet."""
     if not old.status.revocable:
         return ""  # the rotation is done: the old key no longer works
     new = next((info for info in infos if info.key_id == old.replaced_by), None)
     pair = f"{old.key_id} -> {old.replaced_by}"
-    if old.replacement_used_at is not None:
-        return (
-            f"{pair}  replacement used (last at {_when(old.replacement_used_at)}): "
-            f"revoke {old.key_id}"
-        )
+    if old.replacement_first_used_at is not None:
+        first = _when(old.replacement_first_used_at)
+        return f"{pair}  new key first used at {first}; revoke the old one"
     if new is not None and new.revoke_old_on_first_use:
-        return f"{pair}  replacement not used yet; {old.key_id} is revoked at its first use"
-    return f"{pair}  replacement not used yet: keep {old.key_id} until it is"
+        return f"{pair}  new key not used yet; {old.key_id} is revoked at its first use"
+    return f"{pair}  new key not used yet: keep {old.key_id} until it is"
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO) -> None:

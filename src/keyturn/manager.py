@@ -14,21 +14,26 @@ a thin page over these methods::
 
 Rotation (spec section 5: create a new key with the same scope, deploy it, confirm it works,
 then revoke the old one) is decided here and recorded on the new key; the confirmation is
-the new key's ``last_used_at``, and the revoke the creator may ask for is done by the
+the new key's ``first_used_at``, and the revoke the creator may ask for is done by the
 store's usage write (``KeyStore.mark_used``), never on a request's path.
+
+Each operation is written once, as a generator that yields its store and membership calls
+(the style of ``_decision.py`` and ``stores/_sql.py``): :class:`KeyManager` answers them
+directly, :class:`AsyncKeyManager` awaits them.
 """
 
 from __future__ import annotations
 
 import builtins
 import inspect
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
 
 import attrs
 
 from keyturn import _token
-from keyturn._decision import reach_question
+from keyturn._decision import STORE, GetKey, GetOrganization, GetRole, Step, reach_question
 from keyturn._hashing import hash_secret
 from keyturn._lifecycle import (
     DEFAULT_LIFETIME,
@@ -66,28 +71,199 @@ from keyturn.protocols import (
 
 __all__ = ["AsyncKeyManager", "KeyManager"]
 
-
-def _account(account_id: object) -> str:
-    if not isinstance(account_id, str) or not account_id:
-        raise TypeError(
-            f"account_id must be the signed-in account's id (a non-empty str), got {account_id!r}"
-        )
-    return account_id
+T = TypeVar("T")
 
 
-class KeyManager:
-    """Console operations over a :class:`KeyStore` and a :class:`MembershipProvider`."""
+@attrs.frozen
+class _StoreCall:
+    """A key store call an operation yields (the decision's steps ask the rest)."""
 
-    def __init__(
-        self, store: KeyStore, membership: MembershipProvider, *, clock: Clock = utc_now
-    ) -> None:
-        _refuse_async(store, membership)
+    method: str
+    args: tuple[Any, ...]
+    via = STORE
+
+    def ask(self, store: Any) -> Any:
+        return getattr(store, self.method)(*self.args)
+
+
+def _store(method: str, *args: Any) -> _StoreCall:
+    return _StoreCall(method, args)
+
+
+_Op = Generator[Step | _StoreCall, Any, T]
+
+
+class _Operations:
+    """The operations, each a generator of calls; a subclass runs them (sync or awaited)."""
+
+    def __init__(self, store: Any, membership: Any, clock: Clock) -> None:
         self.store = store
         self.membership = membership
         self.clock = clock
 
     def __repr__(self) -> str:
-        return f"KeyManager(store={self.store!r}, membership={self.membership!r})"
+        return f"{type(self).__name__}(store={self.store!r}, membership={self.membership!r})"
+
+    def _target(self, call: Step | _StoreCall) -> Any:
+        return self.store if call.via == STORE else self.membership
+
+    def _now(self) -> datetime:
+        # Stored instants are UTC (D12), whatever zone the clock answers in.
+        now = self.clock()
+        return now if now.utcoffset() is None else now.astimezone(UTC)
+
+    def _create(
+        self,
+        account_id: str,
+        name: str,
+        scope: Scope | None,
+        organization: str | None,
+        expiry: Lifetime | CustomDate,
+    ) -> _Op[CreatedKey]:
+        account_id = _account(account_id)
+        name = validate_name(name)
+        if organization is not None:
+            if scope is not None:
+                raise TypeError("give scope or organization, not both")
+            found = yield GetOrganization(organization)
+            if found is None:
+                raise ScopeNotReachable(f"there is no organization {organization!r}")
+            scope = Scope.organization(found.id, tenant_id=found.tenant_id)
+        if not isinstance(scope, Scope):
+            raise TypeError(
+                "scope must be Scope.tenant(tenant_id) or "
+                f"Scope.organization(organization_id, tenant_id=...) (or pass organization=...), "
+                f"got {scope!r}"
+            )
+        now = self._now()
+        expires_at = expiry_for(expiry, now)
+        scope = yield from _reachable(account_id, scope)
+        return (yield from self._add(_Draft(name, account_id, scope, now, expires_at)))
+
+    def _rotate(self, account_id: str, key_id: str, revoke_old: bool) -> _Op[CreatedKey]:
+        account_id = _account(account_id)
+        key_id = _key_id(key_id, revoke_old)
+        now = self._now()
+        old = _rotatable(key_id, (yield _store("keys_of", account_id)), now)
+        scope = yield from _reachable(account_id, old.scope)
+        return (yield from self._add(_Draft.replacing(old, scope, now, revoke_old)))
+
+    def _add(self, draft: _Draft) -> _Op[CreatedKey]:
+        for _ in range(3):  # a clash of 71 random bits is astronomically rare; never silent
+            token, key = draft.key()
+            try:
+                yield _store("add_key", key)
+            except DuplicateKey:
+                continue
+            if key.replaces is not None and not _kept((yield GetKey(key.key_id)), key):
+                yield _store("revoke_key", key.key_id, key.created_at)
+                raise KeyNotRotatable(
+                    f"the key store {type(self.store).__name__} does not keep rotations "
+                    "(ApiKey.replaces and revoke_old_on_first_use), so the new key was revoked "
+                    "at once: see KeyStore.add_key and KeyStore.mark_used"
+                )
+            return CreatedKey(secret=token.token, info=_info(key, Status.ACTIVE))
+        raise DuplicateKey("could not find a free key id; is the key store's random source broken?")
+
+    def _list(
+        self, account_id: str, status: Status | None, scope: ScopeKind | Scope | None
+    ) -> _Op[list[KeyInfo]]:
+        account_id = _account(account_id)
+        if status is not None and not isinstance(status, Status):
+            raise TypeError(f"status must be a Status (e.g. Status.ACTIVE), got {status!r}")
+        if scope is not None and not isinstance(scope, ScopeKind | Scope):
+            raise TypeError(
+                f"scope must be a ScopeKind (e.g. ScopeKind.TENANT) or a Scope, got {scope!r}"
+            )
+        now = self._now()
+        keys: Sequence[ApiKey] = yield _store("keys_of", account_id)
+        replacements = _replacements(keys)
+        reach: dict[Scope, bool] = {}  # one membership question per scope, not per key
+        infos = []
+        for key in keys:
+            if key.scope not in reach:  # the decision's own Inactive rule, asked the same way
+                reach[key.scope] = bool((yield reach_question(account_id, key.scope)))
+            info = _info(
+                key,
+                derive_status(key, now, reaches_scope=reach[key.scope]),
+                replacements.get(key.key_id),
+            )
+            if (status is None or info.status is status) and (
+                scope is None
+                or (
+                    info.scope.kind is scope
+                    if isinstance(scope, ScopeKind)
+                    else info.scope == scope
+                )
+            ):
+                infos.append(info)
+        return infos
+
+    def _revoke(self, account_id: str, key_id: str) -> _Op[KeyInfo]:
+        account_id = _account(account_id)
+        key_id = _key_id(key_id)
+        key: ApiKey | None = (yield GetKey(key_id)) if key_id else None
+        if key is None or key.account_id != account_id:
+            raise _not_found(key_id)
+        now = self._now()
+        # Inactive keys are revocable too, so membership does not matter here.
+        status = derive_status(key, now, reaches_scope=True)
+        if not status.revocable or not (yield _store("revoke_key", key_id, now)):
+            status = derive_status((yield GetKey(key_id)) or key, now, reaches_scope=True)
+            raise KeyNotRevocable(
+                f"key {key.hint} is already {status.value}; Expired and Revoked keys stay that way"
+            )
+        revoked = yield GetKey(key_id)
+        assert revoked is not None, "the store lost a key it just revoked"
+        replacement = _replacements((yield _store("keys_of", account_id))).get(key_id)
+        return _info(revoked, Status.REVOKED, replacement)
+
+    def _expiring(self, account_id: str, within: timedelta) -> _Op[builtins.list[KeyInfo]]:
+        account_id = _account(account_id)
+        horizon = self._now() + _window(within)
+        # Active and Inactive keys have not expired yet (status is derived against now).
+        return sorted(
+            (
+                info
+                for info in (yield from self._list(account_id, None, None))
+                if info.status in (Status.ACTIVE, Status.INACTIVE) and info.expires_at <= horizon
+            ),
+            key=lambda info: (info.expires_at, info.key_id),
+        )
+
+
+class KeyManager(_Operations):
+    """Console operations over a :class:`KeyStore` and a :class:`MembershipProvider`."""
+
+    def __init__(
+        self, store: KeyStore, membership: MembershipProvider, *, clock: Clock = utc_now
+    ) -> None:
+        # Called synchronously, an async store's answer would be a coroutine never awaited:
+        # a secret returned for a key never stored, a truthy membership answer.
+        for name, obj, methods in (
+            ("store", store, ("get_key", "add_key", "keys_of", "revoke_key")),
+            ("membership", membership, ("get_organization", "get_role", "reaches_tenant")),
+        ):
+            if any(inspect.iscoroutinefunction(getattr(obj, method, None)) for method in methods):
+                raise TypeError(
+                    f"KeyManager needs a sync {name}, got the async {type(obj).__name__}: "
+                    "use AsyncKeyManager, or the sync twin (PostgresDatabase rather than "
+                    "AsyncPostgresDatabase)"
+                )
+        super().__init__(store, membership, clock)
+
+    def _run(self, op: _Op[T]) -> T:
+        answer: Any = None
+        error: Exception | None = None
+        while True:
+            try:
+                call = op.send(answer) if error is None else op.throw(error)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            try:
+                answer, error = call.ask(self._target(call)), None
+            except Exception as exc:  # raised where the operation made the call
+                answer, error = None, exc
 
     def create(
         self,
@@ -107,22 +283,7 @@ class KeyManager:
         :raises InvalidExpiry: the custom date is outside [tomorrow, today + 1 year].
         :raises ScopeNotReachable: the account cannot reach that tenant or organization.
         """
-        account_id = _account(account_id)
-        name = validate_name(name)
-        if organization is not None:
-            if scope is not None:
-                raise TypeError("give scope or organization, not both")
-            scope = self._organization_scope(organization)
-        if not isinstance(scope, Scope):
-            raise TypeError(
-                "scope must be Scope.tenant(tenant_id) or "
-                f"Scope.organization(organization_id, tenant_id=...) (or pass organization=...), "
-                f"got {scope!r}"
-            )
-        now = self._now()
-        expires_at = expiry_for(expiry, now)
-        scope = self._reachable(account_id, scope)
-        return self._add(_Draft(name, account_id, scope, now, expires_at))
+        return self._run(self._create(account_id, name, scope, organization, expiry))
 
     def rotate(
         self, account_id: str, key_id: str, *, revoke_old_on_first_use: bool = False
@@ -131,8 +292,8 @@ class KeyManager:
 
         The new key has the old one's name and scope, and its lifetime: the same span from
         now (at most 365 days). It records which key it replaces; the old key keeps working
-        until it is revoked. Once the new key has been used (its ``last_used_at``), the old
-        key's :class:`KeyInfo` says so (``replacement_used_at``): revoke the old key then.
+        until it is revoked. Once the new key has been used (its ``first_used_at``), the old
+        key's :class:`KeyInfo` says so (``replacement_first_used_at``): revoke it then.
         With *revoke_old_on_first_use*, the store revokes the old key itself when it
         records the new key's first use.
 
@@ -141,25 +302,7 @@ class KeyManager:
         :raises KeyAlreadyReplaced: the key already has a replacement that works.
         :raises ScopeNotReachable: the account no longer reaches the key's scope (Inactive).
         """
-        account_id = _account(account_id)
-        key_id = _key_id(key_id, revoke_old_on_first_use)
-        now = self._now()
-        old = _rotatable(key_id, self.store.keys_of(account_id), now)
-        scope = self._reachable(account_id, old.scope)
-        return self._add(_Draft.replacing(old, scope, now, revoke_old_on_first_use))
-
-    def _add(self, draft: _Draft) -> CreatedKey:
-        for _ in range(3):  # a clash of 71 random bits is astronomically rare; never silent
-            token, key = draft.key()
-            try:
-                self.store.add_key(key)
-            except DuplicateKey:
-                continue
-            if key.replaces is not None and not _kept(self.store.get_key(key.key_id), key):
-                self.store.revoke_key(key.key_id, key.created_at)
-                raise _rotation_not_kept(self.store)
-            return CreatedKey(secret=token.token, info=_info(key, Status.ACTIVE))
-        raise _no_free_id()
+        return self._run(self._rotate(account_id, key_id, revoke_old_on_first_use))
 
     def list(
         self,
@@ -167,33 +310,13 @@ class KeyManager:
         *,
         status: Status | None = None,
         scope: ScopeKind | Scope | None = None,
-    ) -> list[KeyInfo]:
+    ) -> builtins.list[KeyInfo]:
         """The account's own keys, newest first, optionally filtered by status and scope.
 
         *scope* is a :class:`ScopeKind` (all tenant keys, all organization keys) or one
         :class:`Scope`.
         """
-        account_id = _account(account_id)
-        if status is not None and not isinstance(status, Status):
-            raise TypeError(f"status must be a Status (e.g. Status.ACTIVE), got {status!r}")
-        if scope is not None and not isinstance(scope, ScopeKind | Scope):
-            raise TypeError(
-                f"scope must be a ScopeKind (e.g. ScopeKind.TENANT) or a Scope, got {scope!r}"
-            )
-        now = self._now()
-        return [
-            info
-            for info in self._infos(self.store.keys_of(account_id), now)
-            if (status is None or info.status is status)
-            and (
-                scope is None
-                or (
-                    info.scope.kind is scope
-                    if isinstance(scope, ScopeKind)
-                    else info.scope == scope
-                )
-            )
-        ]
+        return self._run(self._list(account_id, status, scope))
 
     def revoke(self, account_id: str, key_id: str) -> KeyInfo:
         """Revoke one of the account's keys: immediate and irreversible.
@@ -201,23 +324,7 @@ class KeyManager:
         :raises KeyNotFound: no such key among the account's own (another user's key included).
         :raises KeyNotRevocable: the key is already Expired or Revoked.
         """
-        account_id = _account(account_id)
-        key_id = _key_id(key_id)
-        key = self.store.get_key(key_id) if key_id else None
-        if key is None or key.account_id != account_id:
-            raise _not_found(key_id)
-        now = self._now()
-        # Inactive keys are revocable too, so membership does not matter here.
-        status = derive_status(key, now, reaches_scope=True)
-        if not status.revocable or not self.store.revoke_key(key_id, now):
-            status = derive_status(self.store.get_key(key_id) or key, now, reaches_scope=True)
-            raise KeyNotRevocable(
-                f"key {key.hint} is already {status.value}; Expired and Revoked keys stay that way"
-            )
-        revoked = self.store.get_key(key_id)
-        assert revoked is not None, "the store lost a key it just revoked"
-        replacement = _replacements(self.store.keys_of(account_id)).get(key_id)
-        return _info(revoked, Status.REVOKED, replacement)
+        return self._run(self._revoke(account_id, key_id))
 
     def expiring(self, account_id: str, *, within: timedelta) -> builtins.list[KeyInfo]:
         """The account's keys that still work or could again (Active or Inactive) and expire
@@ -225,68 +332,108 @@ class KeyManager:
 
         :raises ValueError: *within* is negative.
         """
-        account_id = _account(account_id)
-        horizon = self._now() + _window(within)
-        return _expiring(self.list(account_id), horizon)
+        return self._run(self._expiring(account_id, within))
 
-    def _now(self) -> datetime:
-        # Stored instants are UTC (D12), whatever zone the clock answers in.
-        now = self.clock()
-        return now if now.utcoffset() is None else now.astimezone(UTC)
 
-    def _organization_scope(self, organization_id: str) -> Scope:
-        """The scope of one organization, its tenant read from the membership provider."""
-        found = self.membership.get_organization(organization_id)
-        if found is None:
-            raise ScopeNotReachable(f"there is no organization {organization_id!r}")
-        return Scope.organization(found.id, tenant_id=found.tenant_id)
+class AsyncKeyManager(_Operations):
+    """The async twin of :class:`KeyManager`, over an :class:`AsyncKeyStore` and an
+    :class:`AsyncMembershipProvider` (such as ``AsyncPostgresDatabase``'s): the same
+    operations, every store and membership call awaited."""
 
-    def _reachable(self, account_id: str, scope: Scope) -> Scope:
-        """*scope* as the provider names it, if the account reaches it (D16: canonical ids)."""
-        if scope.organization_id is None:
-            if not self.membership.reaches_tenant(account_id, scope.tenant_id):
-                raise ScopeNotReachable(
-                    f"account {account_id!r} reaches no organization of tenant {scope.tenant_id!r}"
+    def __init__(
+        self,
+        store: AsyncKeyStore,
+        membership: AsyncMembershipProvider,
+        *,
+        clock: Clock = utc_now,
+    ) -> None:
+        for name, obj, method in (
+            ("store", store, "add_key"),
+            ("membership", membership, "get_role"),
+        ):
+            if not inspect.iscoroutinefunction(getattr(obj, method, None)):
+                raise TypeError(
+                    f"AsyncKeyManager needs an async {name}, got {type(obj).__name__}: "
+                    "use KeyManager for a sync one"
                 )
-            return scope
-        organization = self.membership.get_organization(scope.organization_id)
-        if organization is None or organization.tenant_id != scope.tenant_id:
+        super().__init__(store, membership, clock)
+
+    async def _run(self, op: _Op[T]) -> T:
+        answer: Any = None
+        error: Exception | None = None
+        while True:
+            try:
+                call = op.send(answer) if error is None else op.throw(error)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            try:
+                answer, error = await call.ask(self._target(call)), None
+            except Exception as exc:  # raised where the operation made the call
+                answer, error = None, exc
+
+    async def create(
+        self,
+        account_id: str,
+        *,
+        name: str,
+        scope: Scope | None = None,
+        organization: str | None = None,
+        expiry: Lifetime | CustomDate = DEFAULT_LIFETIME,
+    ) -> CreatedKey:
+        """As :meth:`KeyManager.create`, awaited."""
+        return await self._run(self._create(account_id, name, scope, organization, expiry))
+
+    async def rotate(
+        self, account_id: str, key_id: str, *, revoke_old_on_first_use: bool = False
+    ) -> CreatedKey:
+        """As :meth:`KeyManager.rotate`, awaited."""
+        return await self._run(self._rotate(account_id, key_id, revoke_old_on_first_use))
+
+    async def list(
+        self,
+        account_id: str,
+        *,
+        status: Status | None = None,
+        scope: ScopeKind | Scope | None = None,
+    ) -> builtins.list[KeyInfo]:
+        """As :meth:`KeyManager.list`, awaited."""
+        return await self._run(self._list(account_id, status, scope))
+
+    async def revoke(self, account_id: str, key_id: str) -> KeyInfo:
+        """As :meth:`KeyManager.revoke`, awaited."""
+        return await self._run(self._revoke(account_id, key_id))
+
+    async def expiring(self, account_id: str, *, within: timedelta) -> builtins.list[KeyInfo]:
+        """As :meth:`KeyManager.expiring`, awaited."""
+        return await self._run(self._expiring(account_id, within))
+
+
+def _account(account_id: object) -> str:
+    if not isinstance(account_id, str) or not account_id:
+        raise TypeError(
+            f"account_id must be the signed-in account's id (a non-empty str), got {account_id!r}"
+        )
+    return account_id
+
+
+def _reachable(account_id: str, scope: Scope) -> _Op[Scope]:
+    """*scope* as the provider names it, if the account reaches it (D16: canonical ids)."""
+    if scope.organization_id is None:
+        if not (yield reach_question(account_id, scope)):
             raise ScopeNotReachable(
-                f"there is no organization {scope.organization_id!r} in tenant {scope.tenant_id!r}"
+                f"account {account_id!r} reaches no organization of tenant {scope.tenant_id!r}"
             )
-        if self.membership.get_role(account_id, organization.id) is None:
-            raise ScopeNotReachable(
-                f"account {account_id!r} has no role in organization {scope.organization_id!r}"
-            )
-        return Scope.organization(organization.id, tenant_id=organization.tenant_id)
-
-    def _infos(self, keys: Sequence[ApiKey], now: datetime) -> Iterator[KeyInfo]:
-        reach: dict[Scope, bool] = {}  # one membership question per scope, not per key
-        replacements = _replacements(keys)
-        for key in keys:
-            if key.scope not in reach:
-                reach[key.scope] = self._reaches(key.account_id, key.scope)
-            status = derive_status(key, now, reaches_scope=reach[key.scope])
-            yield _info(key, status, replacements.get(key.key_id))
-
-    def _reaches(self, account_id: str, scope: Scope) -> bool:
-        # The decision's own Inactive rule, asked of the same provider.
-        return bool(reach_question(account_id, scope).ask(self.membership))
-
-
-def _refuse_async(store: object, membership: object) -> None:
-    """KeyManager calls its store and provider synchronously: an async one would be a coroutine
-    never awaited -- a secret returned for a key never stored, a truthy membership answer."""
-    for name, obj, methods in (
-        ("store", store, ("get_key", "add_key", "keys_of", "revoke_key")),
-        ("membership", membership, ("get_organization", "get_role", "reaches_tenant")),
-    ):
-        if any(inspect.iscoroutinefunction(getattr(obj, method, None)) for method in methods):
-            raise TypeError(
-                f"KeyManager needs a sync {name}, got the async {type(obj).__name__}: "
-                "use AsyncKeyManager, or the sync twin (PostgresDatabase rather than "
-                "AsyncPostgresDatabase)"
-            )
+        return scope
+    organization = yield GetOrganization(scope.organization_id)
+    if organization is None or organization.tenant_id != scope.tenant_id:
+        raise ScopeNotReachable(
+            f"there is no organization {scope.organization_id!r} in tenant {scope.tenant_id!r}"
+        )
+    if (yield GetRole(account_id, organization.id)) is None:
+        raise ScopeNotReachable(
+            f"account {account_id!r} has no role in organization {scope.organization_id!r}"
+        )
+    return Scope.organization(organization.id, tenant_id=organization.tenant_id)
 
 
 def _window(within: object) -> timedelta:
@@ -295,18 +442,6 @@ def _window(within: object) -> timedelta:
     if within < timedelta(0):
         raise ValueError(f"within must not be negative, got {within}")
     return within
-
-
-def _expiring(infos: Iterable[KeyInfo], horizon: datetime) -> list[KeyInfo]:
-    # Active and Inactive keys have not expired yet (status is derived against now).
-    return sorted(
-        (
-            info
-            for info in infos
-            if info.status in (Status.ACTIVE, Status.INACTIVE) and info.expires_at <= horizon
-        ),
-        key=lambda info: (info.expires_at, info.key_id),
-    )
 
 
 def _key_id(key_id: object, revoke_old_on_first_use: object = False) -> str:
@@ -326,24 +461,12 @@ def _not_found(key_id: str) -> KeyNotFound:
     return KeyNotFound(f"you have no key with {named}")
 
 
-def _no_free_id() -> DuplicateKey:
-    return DuplicateKey("could not find a free key id; is the key store's random source broken?")
-
-
 def _kept(stored: ApiKey | None, key: ApiKey) -> bool:
     """Whether the store kept a replacement's link and the creator's choice: a store
     written before rotation existed may drop them, and the choice would be silently lost."""
     return stored is not None and (stored.replaces, stored.revoke_old_on_first_use) == (
         key.replaces,
         key.revoke_old_on_first_use,
-    )
-
-
-def _rotation_not_kept(store: object) -> KeyNotRotatable:
-    return KeyNotRotatable(
-        f"the key store {type(store).__name__} does not keep rotations (ApiKey.replaces and "
-        "revoke_old_on_first_use), so the new key was revoked at once: see KeyStore.add_key "
-        "and KeyStore.mark_used"
     )
 
 
@@ -425,168 +548,10 @@ def _info(key: ApiKey, status: Status, replacement: ApiKey | None = None) -> Key
         expires_at=key.expires_at,
         revoked_at=key.revoked_at,
         last_used_at=key.last_used_at,
+        first_used_at=key.first_used_at,
         leaked=key.leaked,
         replaces=key.replaces,
         revoke_old_on_first_use=key.revoke_old_on_first_use,
         replaced_by=None if replacement is None else replacement.key_id,
-        replacement_used_at=None if replacement is None else replacement.last_used_at,
+        replacement_first_used_at=None if replacement is None else replacement.first_used_at,
     )
-
-
-def _utc(clock: Clock) -> datetime:
-    # As KeyManager._now: stored instants are UTC (D12), whatever zone the clock answers in.
-    now = clock()
-    return now if now.utcoffset() is None else now.astimezone(UTC)
-
-
-class AsyncKeyManager:
-    """The async twin of :class:`KeyManager`, over an :class:`AsyncKeyStore` and an
-    :class:`AsyncMembershipProvider` (such as ``AsyncPostgresDatabase``'s): every store and
-    membership call is awaited. The rules are the same functions :class:`KeyManager` uses."""
-
-    def __init__(
-        self,
-        store: AsyncKeyStore,
-        membership: AsyncMembershipProvider,
-        *,
-        clock: Clock = utc_now,
-    ) -> None:
-        for name, obj, method in (
-            ("store", store, "add_key"),
-            ("membership", membership, "get_role"),
-        ):
-            if not inspect.iscoroutinefunction(getattr(obj, method, None)):
-                raise TypeError(
-                    f"AsyncKeyManager needs an async {name}, got {type(obj).__name__}: "
-                    "use KeyManager for a sync one"
-                )
-        self.store = store
-        self.membership = membership
-        self.clock = clock
-
-    def __repr__(self) -> str:
-        return f"AsyncKeyManager(store={self.store!r}, membership={self.membership!r})"
-
-    async def create(
-        self,
-        account_id: str,
-        *,
-        name: str,
-        scope: Scope,
-        expiry: Lifetime | CustomDate = DEFAULT_LIFETIME,
-    ) -> CreatedKey:
-        """As :meth:`KeyManager.create`, awaited."""
-        account_id = _account(account_id)
-        name = validate_name(name)
-        if not isinstance(scope, Scope):
-            raise TypeError(f"scope must be a Scope, got {scope!r}")
-        now = _utc(self.clock)
-        expires_at = expiry_for(expiry, now)
-        scope = await self._reachable(account_id, scope)
-        return await self._add(_Draft(name, account_id, scope, now, expires_at))
-
-    async def rotate(
-        self, account_id: str, key_id: str, *, revoke_old_on_first_use: bool = False
-    ) -> CreatedKey:
-        """As :meth:`KeyManager.rotate`, awaited."""
-        account_id = _account(account_id)
-        key_id = _key_id(key_id, revoke_old_on_first_use)
-        now = _utc(self.clock)
-        old = _rotatable(key_id, await self.store.keys_of(account_id), now)
-        scope = await self._reachable(account_id, old.scope)
-        return await self._add(_Draft.replacing(old, scope, now, revoke_old_on_first_use))
-
-    async def _add(self, draft: _Draft) -> CreatedKey:
-        for _ in range(3):
-            token, key = draft.key()
-            try:
-                await self.store.add_key(key)
-            except DuplicateKey:
-                continue
-            if key.replaces is not None and not _kept(await self.store.get_key(key.key_id), key):
-                await self.store.revoke_key(key.key_id, key.created_at)
-                raise _rotation_not_kept(self.store)
-            return CreatedKey(secret=token.token, info=_info(key, Status.ACTIVE))
-        raise _no_free_id()
-
-    async def list(
-        self,
-        account_id: str,
-        *,
-        status: Status | None = None,
-        scope: ScopeKind | Scope | None = None,
-    ) -> list[KeyInfo]:
-        """As :meth:`KeyManager.list`, awaited."""
-        account_id = _account(account_id)
-        if status is not None and not isinstance(status, Status):
-            raise TypeError(f"status must be a Status (e.g. Status.ACTIVE), got {status!r}")
-        if scope is not None and not isinstance(scope, ScopeKind | Scope):
-            raise TypeError(f"scope must be a ScopeKind or a Scope, got {scope!r}")
-        now = _utc(self.clock)
-        reach: dict[Scope, bool] = {}
-        infos = []
-        keys = await self.store.keys_of(account_id)
-        replacements = _replacements(keys)
-        for key in keys:
-            if key.scope not in reach:
-                reach[key.scope] = await self._reaches(key.account_id, key.scope)
-            derived = derive_status(key, now, reaches_scope=reach[key.scope])
-            info = _info(key, derived, replacements.get(key.key_id))
-            if (status is None or info.status is status) and (
-                scope is None
-                or (
-                    info.scope.kind is scope
-                    if isinstance(scope, ScopeKind)
-                    else info.scope == scope
-                )
-            ):
-                infos.append(info)
-        return infos
-
-    async def revoke(self, account_id: str, key_id: str) -> KeyInfo:
-        """As :meth:`KeyManager.revoke`, awaited."""
-        account_id = _account(account_id)
-        key_id = _key_id(key_id)
-        key = await self.store.get_key(key_id) if key_id else None
-        if key is None or key.account_id != account_id:
-            raise _not_found(key_id)
-        now = _utc(self.clock)
-        status = derive_status(key, now, reaches_scope=True)
-        if not status.revocable or not await self.store.revoke_key(key_id, now):
-            status = derive_status(await self.store.get_key(key_id) or key, now, reaches_scope=True)
-            raise KeyNotRevocable(
-                f"key {key.hint} is already {status.value}; Expired and Revoked keys stay that way"
-            )
-        revoked = await self.store.get_key(key_id)
-        assert revoked is not None, "the store lost a key it just revoked"
-        replacement = _replacements(await self.store.keys_of(account_id)).get(key_id)
-        return _info(revoked, Status.REVOKED, replacement)
-
-    async def expiring(self, account_id: str, *, within: timedelta) -> builtins.list[KeyInfo]:
-        """As :meth:`KeyManager.expiring`, awaited."""
-        account_id = _account(account_id)
-        horizon = _utc(self.clock) + _window(within)
-        return _expiring(await self.list(account_id), horizon)
-
-    async def _reachable(self, account_id: str, scope: Scope) -> Scope:
-        if scope.organization_id is None:
-            if not await self.membership.reaches_tenant(account_id, scope.tenant_id):
-                raise ScopeNotReachable(
-                    f"account {account_id!r} reaches no organization of tenant {scope.tenant_id!r}"
-                )
-            return scope
-        organization = await self.membership.get_organization(scope.organization_id)
-        if organization is None or organization.tenant_id != scope.tenant_id:
-            raise ScopeNotReachable(
-                f"there is no organization {scope.organization_id!r} in tenant {scope.tenant_id!r}"
-            )
-        if await self.membership.get_role(account_id, organization.id) is None:
-            raise ScopeNotReachable(
-                f"account {account_id!r} has no role in organization {scope.organization_id!r}"
-            )
-        return Scope.organization(organization.id, tenant_id=organization.tenant_id)
-
-    async def _reaches(self, account_id: str, scope: Scope) -> bool:
-        if scope.organization_id is None:
-            return await self.membership.reaches_tenant(account_id, scope.tenant_id)
-        return await self.membership.get_role(account_id, scope.organization_id) is not None

@@ -59,7 +59,8 @@ class KeyStore(Protocol):
     def mark_used(self, key_id: str, at: datetime) -> None:
         """Record that the key was used at *at* (best effort; keyturn throttles the calls).
 
-        ``last_used_at`` never moves backwards. If the key has ``revoke_old_on_first_use``,
+        ``last_used_at`` never moves backwards; ``first_used_at`` is set by the first such
+        write and never changes after. If the key has ``revoke_old_on_first_use``,
         the same write also sets ``revoked_at = at`` on the key it ``replaces``, unless that
         one is already revoked or expired at *at*: the creator's choice at rotation.
         """

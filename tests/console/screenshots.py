@@ -36,7 +36,7 @@ def main() -> None:
     manager.revoke("alice", gone.info.key_id)
     main = Scope.organization("acme-main", tenant_id="acme")
     agent = manager.create("alice", name="agent on build box", scope=main, expiry=Lifetime.DAYS_7)
-    # Two rotations: one whose new key is in use, one whose new key was not seen yet.
+    # Two rotations: one whose new key was first used, one whose new key was not seen yet.
     new_backups = manager.rotate("alice", backups.info.key_id)
     world.store.mark_used(new_backups.info.key_id, world.clock.now + timedelta(minutes=50))
     world.clock.now += timedelta(minutes=30)

@@ -405,7 +405,11 @@ def test_rotate_confirm_by_use_then_revoke_the_old_key_in_one_click(
     site.world.clock.now += timedelta(hours=1)
     _use(site, secret)
     page.reload()
-    expect()(note).to_contain_text("in use, last used 2026-06-17 13:00")
+    expect()(note).to_contain_text("first used at 2026-06-17 13:00")
+    site.world.clock.now += timedelta(hours=1)
+    _use(site, secret)  # a later use: the note keeps the first
+    page.reload()
+    expect()(note).to_contain_text("first used at 2026-06-17 13:00")
     page.click("button:text('Revoke old key')")
     expect()(page.locator(".notice")).to_contain_text("is revoked")
     old_row = page.locator(f"tr[data-key='{old.info.key_id}']")

@@ -238,6 +238,26 @@ def test_async_key_manager_stores_what_it_creates_and_checks_membership() -> Non
     assert principal.organization_id == "acme-main"
 
 
+def test_async_key_manager_creates_by_organization_alone() -> None:
+    """As KeyManager.create: organization= names the scope, its tenant read from the provider."""
+    store, membership = MemoryKeyStore(), MemoryMembership()
+    seed(membership)
+    manager = AsyncKeyManager(Awaited(store), Awaited(membership), clock=lambda: NOW)  # type: ignore[arg-type]
+
+    async def run() -> Any:
+        with pytest.raises(ScopeNotReachable, match="there is no organization 'nowhere'"):
+            await manager.create("alice", name="x", organization="nowhere")
+        with pytest.raises(TypeError, match="not both"):
+            await manager.create(
+                "alice", name="x", organization="acme-research", scope=Scope.tenant("acme")
+            )
+        return await manager.create("alice", name="research", organization="acme-research")
+
+    created = asyncio.run(run())
+    assert created.info.scope == Scope.organization("acme-research", tenant_id="acme")
+    assert [key.key_id for key in store.keys_of("alice")] == [created.info.key_id]
+
+
 def test_async_key_manager_lists_keys_expiring_soon() -> None:
     """AsyncKeyManager.expiring answers as KeyManager.expiring: working keys, soonest first."""
     store, membership = MemoryKeyStore(), MemoryMembership()
@@ -307,7 +327,7 @@ def _check_rotation(old: Any, new: Any, revoked: Any, listed: list[Any]) -> None
     assert old_info.status is Status.REVOKED  # by the replacement's usage write
     assert old_info.revoked_at == NOW + timedelta(minutes=1)
     assert old_info.replaced_by == new.info.key_id
-    assert old_info.replacement_used_at == NOW + timedelta(minutes=1)
+    assert old_info.replacement_first_used_at == NOW + timedelta(minutes=1)
 
 
 def test_async_key_manager_rotates() -> None:

@@ -628,9 +628,11 @@ def test_a_confirmed_rotation_revokes_the_old_key_in_one_click(
     assert "is unconfirmed:</strong> it has not been used yet" in confirm
     world.clock.now += timedelta(hours=2)
     world.store.mark_used(new.info.key_id, world.clock.now)
+    world.store.mark_used(new.info.key_id, world.clock.now + timedelta(hours=1))  # not the first
     listing = client.get("/console/").text
-    assert f"New key <code>{new.info.hint}</code> in use</strong>, last used" in listing
+    assert f"New key <code>{new.info.hint}</code> first used at <time" in listing
     assert 'datetime="2026-06-15T14:01:00+00:00"' in listing
+    assert "revoke the old one, <code>" in listing
     match = re.search(r'class="rotation confirmed">\s*<input[^>]*value="([^"]+)"', listing)
     assert match is not None
     done = client.post("/console/revoke", {"token": match[1], "key": old.info.key_id})

@@ -62,7 +62,7 @@ def test_the_replacement_keeps_name_scope_and_lifetime_and_links_both_ways(world
     new_info, old_info = listed
     assert (new_info.replaces, new_info.replaced_by) == (old.info.key_id, None)
     assert (old_info.replaces, old_info.replaced_by) == (None, new.info.key_id)
-    assert old_info.replacement_used_at is None and not old_info.replacement_confirmed
+    assert old_info.replacement_first_used_at is None and not old_info.replacement_confirmed
     assert old_info.status is Status.ACTIVE  # both keys work while the new one is deployed
 
 
@@ -153,19 +153,25 @@ def test_one_working_replacement_at_a_time(world: World) -> None:
 
 
 def test_the_first_use_of_the_replacement_is_its_confirmation(world: World) -> None:
-    """Until the new key is used the old one says so; after, it carries the use's instant.
-    Without the creator's choice nothing is revoked."""
+    """Until the new key is used the old one says so; after, it carries the first use's
+    instant, which later uses never move. Without the creator's choice nothing is revoked."""
     old = world.manager.create("alice", name="x", scope=TENANT_SCOPE)
     new = world.manager.rotate("alice", old.info.key_id)
     world.clock.advance(timedelta(minutes=5))
     assert isinstance(use(world, old.secret), Principal)  # the old key's use confirms nothing
-    assert infos(world)[old.info.key_id].replacement_used_at is None
+    assert infos(world)[old.info.key_id].replacement_first_used_at is None
     world.clock.advance(timedelta(minutes=5))
     assert isinstance(use(world, new.secret), Principal)
+    first = world.clock.now
     old_info = infos(world)[old.info.key_id]
-    assert old_info.replacement_used_at == world.clock.now and old_info.replacement_confirmed
+    assert old_info.replacement_first_used_at == first and old_info.replacement_confirmed
     assert old_info.status is Status.ACTIVE
     assert isinstance(use(world, old.secret), Principal)
+    world.clock.advance(timedelta(minutes=10))
+    assert isinstance(use(world, new.secret), Principal)
+    new_info = infos(world)[new.info.key_id]
+    assert (new_info.first_used_at, new_info.last_used_at) == (first, world.clock.now)
+    assert infos(world)[old.info.key_id].replacement_first_used_at == first
 
 
 def test_the_creator_s_choice_revokes_the_old_key_at_the_replacement_s_first_use(
@@ -206,7 +212,7 @@ def test_revoke_reports_the_link(world: World) -> None:
     new = world.manager.rotate("alice", old.info.key_id)
     assert isinstance(use(world, new.secret), Principal)
     revoked = world.manager.revoke("alice", old.info.key_id)
-    assert (revoked.replaced_by, revoked.replacement_used_at) == (
+    assert (revoked.replaced_by, revoked.replacement_first_used_at) == (
         new.info.key_id,
         world.clock.now,
     )

@@ -107,6 +107,7 @@ def test_get_key_returns_the_key_that_was_added(backend: Backend) -> None:
         name="d\u00e9ploiement \u2014 \u2713",
         revoked_at=NOW + timedelta(hours=1),
         last_used_at=NOW + timedelta(minutes=5, microseconds=7),
+        first_used_at=NOW + timedelta(minutes=1),
     )
     backend.keys.add_key(key)
     assert backend.keys.get_key(key.key_id) == key
@@ -154,20 +155,26 @@ def test_revoke_succeeds_once(backend: Backend) -> None:
 
 
 def test_mark_used_never_moves_backwards(backend: Backend) -> None:
-    """last_used_at only moves forward; marking an unknown key is a no-op."""
+    """last_used_at only moves forward; first_used_at is set by the first use and never moves
+    after; marking an unknown key is a no-op."""
     key = make_key()
     backend.keys.add_key(key)
 
-    def last_used() -> datetime | None:
+    def used() -> tuple[datetime | None, datetime | None]:
         stored = backend.keys.get_key(key.key_id)
         assert stored is not None
-        return stored.last_used_at
+        return stored.first_used_at, stored.last_used_at
 
-    backend.keys.mark_used(key.key_id, NOW + timedelta(minutes=2))
+    assert used() == (None, None)
+    first = NOW + timedelta(minutes=2)
+    backend.keys.mark_used(key.key_id, first)
+    assert used() == (first, first)
     backend.keys.mark_used(key.key_id, NOW + timedelta(minutes=1))
-    assert last_used() == NOW + timedelta(minutes=2)
+    assert used() == (first, first)
     backend.keys.mark_used(key.key_id, NOW + timedelta(minutes=3, microseconds=1))
-    assert last_used() == NOW + timedelta(minutes=3, microseconds=1)
+    assert used() == (first, NOW + timedelta(minutes=3, microseconds=1))
+    backend.keys.mark_used(key.key_id, NOW + timedelta(hours=1))
+    assert used() == (first, NOW + timedelta(hours=1))
     backend.keys.mark_used("NoSuchKey123", NOW)
     assert backend.keys.get_key("NoSuchKey123") is None
 
@@ -197,7 +204,8 @@ def test_instants_round_trip_exactly(
 ) -> None:
     """Any aware instant, in any zone, reads back as the same instant to the microsecond."""
     key = attrs.evolve(
-        make_key(created_at=created, revoked_at=revoked, last_used_at=used), expires_at=expires
+        make_key(created_at=created, revoked_at=revoked, last_used_at=used, first_used_at=used),
+        expires_at=expires,
     )
     backend.keys.add_key(key)
     stored = backend.keys.get_key(key.key_id)
@@ -207,6 +215,7 @@ def test_instants_round_trip_exactly(
         (expires, stored.expires_at),
         (revoked, stored.revoked_at),
         (used, stored.last_used_at),
+        (used, stored.first_used_at),
     ]:
         assert back is not None
         assert back.astimezone(UTC) == sent.astimezone(UTC)

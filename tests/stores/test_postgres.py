@@ -85,7 +85,7 @@ def test_async_database_creates_the_schema(make_postgres_schema: Callable[[], st
 
 
 def test_instants_are_timestamptz(postgres_url: str) -> None:
-    """The five instant columns are timestamptz: the database itself knows they are instants."""
+    """The six instant columns are timestamptz: the database itself knows they are instants."""
     with psycopg.connect(postgres_url) as connection:
         rows = connection.execute(
             "SELECT column_name, data_type FROM information_schema.columns "
@@ -94,7 +94,14 @@ def test_instants_are_timestamptz(postgres_url: str) -> None:
         ).fetchall()
     assert rows == [
         (name, "timestamp with time zone")
-        for name in ("created_at", "expires_at", "last_used_at", "leaked_at", "revoked_at")
+        for name in (
+            "created_at",
+            "expires_at",
+            "first_used_at",
+            "last_used_at",
+            "leaked_at",
+            "revoked_at",
+        )
     ]
 
 

@@ -109,13 +109,13 @@ def test_the_replacement_s_first_request_revokes_the_old_key_when_the_creator_as
     finally:
         auth.close()
     revoked = info(auto_old.info.key_id)
-    assert (revoked.revoked_at, revoked.replaced_by, revoked.replacement_used_at) == (
+    assert (revoked.revoked_at, revoked.replaced_by, revoked.replacement_first_used_at) == (
         used_at,
         auto_new.info.key_id,
         used_at,
     )
     kept = info(kept_old.info.key_id)
-    assert (kept.status, kept.revoked_at, kept.replacement_used_at) == (
+    assert (kept.status, kept.revoked_at, kept.replacement_first_used_at) == (
         Status.ACTIVE,
         None,
         used_at,
@@ -147,7 +147,9 @@ def test_the_usage_write_leaves_final_keys_and_unlinked_keys_alone(backend: Back
     assert backend.keys.get_key("RevokedOld01") == revoked
     assert backend.keys.get_key("Bystander001") == bystander
     for key in keys[3:]:
-        assert backend.keys.get_key(key.key_id) == attrs.evolve(key, last_used_at=now)
+        assert backend.keys.get_key(key.key_id) == attrs.evolve(
+            key, last_used_at=now, first_used_at=now
+        )
 
 
 def test_a_late_usage_write_still_revokes_the_old_key(backend: Backend) -> None:
@@ -181,7 +183,7 @@ def test_the_usage_write_finds_both_rows_by_primary_key(sqlite_path: Path) -> No
     connection = sqlite3.connect(sqlite_path)
     try:
         at = Clock().now.isoformat()
-        params = ("k", at, "k", at, "k", at, at, "k")
+        params = ("k", at, "k", at, "k", at, "k", at, at, "k")
         plan = connection.execute(
             "EXPLAIN QUERY PLAN " + _sql._MARK_USED.replace("%s", "?"), params
         ).fetchall()

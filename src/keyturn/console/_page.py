@@ -31,6 +31,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, date, datetime, timedelta
+from functools import partial
 from importlib import resources
 from typing import Any, Final, Literal
 from urllib.parse import parse_qsl, urlencode
@@ -363,10 +364,10 @@ class Console:
         if visit.path in _STATIC and method == "GET":
             return _static(visit.path)
         routes: dict[str, dict[str, Callable[[Visit, str], Page]]] = {
-            "/": {"GET": self._keys, "POST": self._create},
+            "/": {"GET": partial(self._keys_page, form=None, errors={}), "POST": self._create},
             "/preview": {"GET": self._preview},
-            "/revoke": {"GET": self._confirm, "POST": self._revoke},
-            "/rotate": {"GET": self._rotate_form, "POST": self._rotate},
+            "/revoke": {"GET": partial(self._found, form="revoke"), "POST": self._revoke},
+            "/rotate": {"GET": partial(self._found, form="rotate"), "POST": self._rotate},
         }
         if visit.path not in routes:
             return self._message(visit, 404, "Not found", "There is no such console page.")
@@ -425,9 +426,6 @@ class Console:
 
     def _now(self) -> datetime:
         return self.manager._now()
-
-    def _keys(self, visit: Visit, account_id: str) -> Page:
-        return self._keys_page(visit, account_id, form=None, errors={})
 
     def _keys_page(
         self,
@@ -586,9 +584,9 @@ class Console:
             account_id=visit.account_id,
         )
 
-    # --- revoke ---------------------------------------------------------------------------
+    # --- revoke and rotate -------------------------------------------------------------------
 
-    def _found(self, visit: Visit, account_id: str, form: str) -> Page:
+    def _found(self, visit: Visit, account_id: str, *, form: str) -> Page:
         """The page of one of the account's keys (``?key=``) with a *form* token, or a 404."""
         keys = {info.key_id: info for info in self.manager.list(account_id)}
         info = keys.get(visit.query.get("key", ""))
@@ -606,9 +604,6 @@ class Console:
             visit, 404, "No such key", "You have no key with that id.", account_id=account_id
         )
 
-    def _confirm(self, visit: Visit, account_id: str) -> Page:
-        return self._found(visit, account_id, "revoke")
-
     def _revoke(self, visit: Visit, account_id: str) -> Page:
         form = fields(visit.body)
         if self._tokens.check(form.get("token", ""), account_id, "revoke") is None:
@@ -623,11 +618,6 @@ class Console:
                 visit, 409, "Already final", _sentence(str(exc)), account_id=account_id
             )
         return _redirect(visit.base + "?" + urlencode({"revoked": key_id}))
-
-    # --- rotate ---------------------------------------------------------------------------
-
-    def _rotate_form(self, visit: Visit, account_id: str) -> Page:
-        return self._found(visit, account_id, "rotate")
 
     def _rotate(self, visit: Visit, account_id: str) -> Page:
         form = fields(visit.body)
@@ -681,10 +671,9 @@ class Console:
         if old is not None:
             row["replaces"] = {"hint": old.hint, "automatic": info.revoke_old_on_first_use}
         if new is not None:
-            used = info.replacement_used_at
             row["rotation"] = {
                 "hint": new.hint,
-                "used": None if used is None else (local_time(used, zone), used.isoformat()),
+                "first_used": _shown(info.replacement_first_used_at, zone),
                 "automatic": new.revoke_old_on_first_use,
                 "pending": info.status.revocable,  # the old key still works
             }
@@ -697,8 +686,7 @@ class Console:
         if info.status in (Status.ACTIVE, Status.INACTIVE) and left <= self.expiring_within:
             row["expiring"] = f"expires in {_time_left(left)}"
         if info.leaked is not None:
-            at = info.leaked.at
-            row["leaked"] = {"url": info.leaked.url, "at": (local_time(at, zone), at.isoformat())}
+            row["leaked"] = {"url": info.leaked.url, "at": _shown(info.leaked.at, zone)}
         return row
 
     def _render(
@@ -756,19 +744,20 @@ def _row(info: KeyInfo, zone: ZoneInfo | None) -> dict[str, Any]:
         "status": info.status.value,
         "mark": _STATUS_MARKS[info.status],
         "revocable": info.status.revocable,
-        "expires": (local_time(info.expires_at, zone), info.expires_at.isoformat()),
-        "created": (local_time(info.created_at, zone), info.created_at.isoformat()),
-        "last_used": (
-            (local_time(info.last_used_at, zone), info.last_used_at.isoformat())
-            if info.last_used_at
-            else None
-        ),
+        "expires": _shown(info.expires_at, zone),
+        "created": _shown(info.created_at, zone),
+        "last_used": _shown(info.last_used_at, zone),
         "expiring": None,
         "leaked": None,
         "replaces": None,
         "rotation": None,
         "rotatable": False,
     }
+
+
+def _shown(at: datetime | None, zone: ZoneInfo | None) -> tuple[str, str] | None:
+    """An instant as a ``<time>`` element shows it: local text, and the exact instant."""
+    return None if at is None else (local_time(at, zone), at.isoformat())
 
 
 def _paired(infos: Sequence[KeyInfo]) -> list[KeyInfo]:

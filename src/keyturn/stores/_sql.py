@@ -134,8 +134,10 @@ MIGRATIONS: Final[Sequence[Sequence[str]]] = (
     ),
     (
         # Version 3: rotation. A replacement names the key it replaces, and carries the
-        # creator's choice to revoke that key once the replacement's first use is recorded.
+        # creator's choice to revoke that key once the replacement's first use is recorded;
+        # every key keeps its first recorded use, the confirmation that it works.
         "ALTER TABLE keyturn_keys ADD COLUMN replaces TEXT",
+        "ALTER TABLE keyturn_keys ADD COLUMN first_used_at {timestamp}",
         """ALTER TABLE keyturn_keys
             ADD COLUMN revoke_old_on_first_use BOOLEAN NOT NULL DEFAULT FALSE""",
     ),
@@ -195,7 +197,7 @@ def _check_version(version: int) -> None:
 _KEY_COLUMNS: Final = (
     "key_id, secret_hash, hint, name, account_id, tenant_id, organization_id, created_at, "
     "expires_at, revoked_at, last_used_at, leaked_at, leaked_url, replaces, "
-    "revoke_old_on_first_use"
+    "revoke_old_on_first_use, first_used_at"
 )
 _SELECT_KEY: Final = f"SELECT {_KEY_COLUMNS} FROM keyturn_keys WHERE key_id = %s"  # noqa: S608
 # key_id breaks ties so that keys created in the same microsecond list in a stable order.
@@ -206,19 +208,22 @@ _SELECT_KEYS_OF: Final = (
 # ON CONFLICT DO NOTHING + rowcount: a duplicate id is an answer, not a driver exception.
 _INSERT_KEY: Final = (
     f"INSERT INTO keyturn_keys ({_KEY_COLUMNS}) "  # noqa: S608
-    f"VALUES ({', '.join(['%s'] * 15)}) ON CONFLICT DO NOTHING"
+    f"VALUES ({', '.join(['%s'] * 16)}) ON CONFLICT DO NOTHING"
 )
 # Conditional updates: only one concurrent revoke wins, and last_used_at never moves back.
 _REVOKE_KEY: Final = (
     "UPDATE keyturn_keys SET revoked_at = %s WHERE key_id = %s AND revoked_at IS NULL"
 )
-# One statement writes the use and, when the creator asked for it at rotation, revokes the
-# key this one replaces: both rows change together or not at all, in either database. The
-# old key is revoked at the instant of the use, unless it is already Revoked or Expired.
+# One statement writes the use (first_used_at only the first time) and, when the creator
+# asked for it at rotation, revokes the key this one replaces: both rows change together or
+# not at all, in either database. The old key is revoked at the instant of the use, unless
+# it is already Revoked or Expired.
 # Each side of the OR is a primary-key lookup, in both databases: no scan.
 _MARK_USED: Final = """
     UPDATE keyturn_keys SET
         last_used_at = CASE WHEN key_id = %s THEN %s ELSE last_used_at END,
+        first_used_at = CASE WHEN key_id = %s THEN coalesce(first_used_at, %s)
+            ELSE first_used_at END,
         revoked_at = CASE WHEN key_id = %s THEN revoked_at ELSE %s END
     WHERE (key_id = %s AND (last_used_at IS NULL OR last_used_at < %s))
        OR (revoked_at IS NULL AND expires_at > %s AND key_id = (
@@ -239,7 +244,7 @@ def _instant(value: datetime | str) -> datetime:
 def _key(row: Sequence[Any]) -> ApiKey:
     (key_id, secret_hash, hint, name, account_id, tenant_id, organization_id) = row[:7]
     created_at, expires_at, revoked_at, last_used_at, leaked_at, leaked_url = row[7:13]
-    replaces, revoke_old_on_first_use = row[13:]
+    replaces, revoke_old_on_first_use, first_used_at = row[13:]
     return ApiKey(
         key_id=key_id,
         secret_hash=secret_hash,
@@ -251,6 +256,7 @@ def _key(row: Sequence[Any]) -> ApiKey:
         expires_at=_instant(expires_at),
         revoked_at=None if revoked_at is None else _instant(revoked_at),
         last_used_at=None if last_used_at is None else _instant(last_used_at),
+        first_used_at=None if first_used_at is None else _instant(first_used_at),
         leaked=None if leaked_at is None else Leaked(url=leaked_url, at=_instant(leaked_at)),
         replaces=replaces,
         revoke_old_on_first_use=bool(revoke_old_on_first_use),
@@ -281,6 +287,7 @@ def add_key(key: ApiKey) -> Op[None]:
             None if key.leaked is None else key.leaked.url,
             key.replaces,
             key.revoke_old_on_first_use,
+            None if key.first_used_at is None else _utc(key.first_used_at),
         ),
         COUNT,
     )
@@ -300,7 +307,7 @@ def revoke_key(key_id: str, at: datetime) -> Op[bool]:
 
 def mark_used(key_id: str, at: datetime) -> Op[None]:
     at = _utc(at)
-    yield Query(_MARK_USED, (key_id, at, key_id, at, key_id, at, at, key_id), COUNT)
+    yield Query(_MARK_USED, (key_id, at, key_id, at, key_id, at, key_id, at, at, key_id), COUNT)
 
 
 # --- organizations and memberships --------------------------------------------------------
@@ -475,17 +482,23 @@ class AsyncRunner(Protocol):
     def __call__(self, op: Op[T]) -> Awaitable[T]: ...
 
 
-class SQLKeyStore:
-    """A :class:`~keyturn.protocols.KeyStore` in a SQL database: ``db.keys``."""
+class _OnDatabase:
+    """A view of a database whose ``run`` drives the operations above."""
 
     def __init__(self, database: Any) -> None:
         self.database = database
-        self._run: Runner = database.run
+        self._run: Any = database.run
         # SQLite bounds its own calls (busy timeout): no watchdog thread around them.
         self.enforces_timeout: bool = getattr(database, "enforces_timeout", False)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.database!r})"
+
+
+class SQLKeyStore(_OnDatabase):
+    """A :class:`~keyturn.protocols.KeyStore` in a SQL database: ``db.keys``."""
+
+    _run: Runner
 
     def get_key(self, key_id: str) -> ApiKey | None:
         return self._run(get_key(key_id))
@@ -511,7 +524,7 @@ class SQLKeyStore:
         return self._run(leaked_keys())
 
 
-class SQLMembership:
+class SQLMembership(_OnDatabase):
     """A :class:`~keyturn.protocols.WritableMembership` in a SQL database: ``db.membership``.
 
     Tables ``keyturn_organizations`` (``id``, ``tenant_id``, ``is_default``; at most one
@@ -520,13 +533,7 @@ class SQLMembership:
     whenever your application already knows who belongs where.
     """
 
-    def __init__(self, database: Any) -> None:
-        self.database = database
-        self._run: Runner = database.run
-        self.enforces_timeout: bool = getattr(database, "enforces_timeout", False)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.database!r})"
+    _run: Runner
 
     def add_organization(
         self, organization_id: str, *, tenant_id: str, default: bool = False
@@ -578,15 +585,10 @@ class SQLMembership:
         return self._run(organizations_of(account_id))
 
 
-class AsyncSQLKeyStore:
+class AsyncSQLKeyStore(_OnDatabase):
     """The async twin of :class:`SQLKeyStore`."""
 
-    def __init__(self, database: Any) -> None:
-        self.database = database
-        self._run: AsyncRunner = database.run
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.database!r})"
+    _run: AsyncRunner
 
     async def get_key(self, key_id: str) -> ApiKey | None:
         return await self._run(get_key(key_id))
@@ -604,37 +606,27 @@ class AsyncSQLKeyStore:
         await self._run(mark_used(key_id, at))
 
     async def report_leak(self, key_id: str, url: str, at: datetime) -> bool:
-        """Record that the key was found in public at *url*; ``False`` if already recorded."""
         return await self._run(report_leak(key_id, url, at))
 
     async def leaked_keys(self) -> list[ApiKey]:
-        """Every key reported leaked, most recently reported first."""
         return await self._run(leaked_keys())
 
 
-class AsyncSQLMembership:
+class AsyncSQLMembership(_OnDatabase):
     """The async twin of :class:`SQLMembership`."""
 
-    def __init__(self, database: Any) -> None:
-        self.database = database
-        self._run: AsyncRunner = database.run
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.database!r})"
+    _run: AsyncRunner
 
     async def add_organization(
         self, organization_id: str, *, tenant_id: str, default: bool = False
     ) -> Organization:
-        """Add an organization; ``default=True`` makes it the tenant's ``default`` one."""
         organization = Organization(id=organization_id, tenant_id=tenant_id, is_default=default)
         return await self._run(add_organization(organization))
 
     async def add_member(self, account_id: str, organization_id: str, *, role: str) -> None:
-        """Give *account_id* a *role* in the organization (replacing any previous role)."""
         await self._run(add_member(account_id, organization_id, role))
 
     async def remove_member(self, account_id: str, organization_id: str) -> None:
-        """Take the account's role in the organization away (nothing if it had none)."""
         await self._run(remove_member(account_id, organization_id))
 
     async def get_organization(self, organization_id: str) -> Organization | None:
@@ -650,17 +642,13 @@ class AsyncSQLMembership:
         return await self._run(reaches_tenant(account_id, tenant_id))
 
     async def organizations(self) -> list[Organization]:
-        """Every organization, by tenant and id."""
         return await self._run(organizations())
 
     async def remove_organization(self, organization_id: str) -> bool:
-        """Remove the organization and its memberships; ``False`` if there was none."""
         return await self._run(remove_organization(organization_id))
 
     async def members_of(self, organization_id: str) -> list[tuple[str, str]]:
-        """The ``(account_id, role)`` pairs of the organization, by account."""
         return await self._run(members_of(organization_id))
 
     async def organizations_of(self, account_id: str) -> Sequence[Organization]:
-        """Every organization in which the account holds a role, by tenant, default first."""
         return await self._run(organizations_of(account_id))

@@ -68,7 +68,8 @@ class MemoryKeyStore:
             if key is None:
                 return
             if key.last_used_at is None or key.last_used_at < at:
-                self._keys[key_id] = attrs.evolve(key, last_used_at=at)
+                first = key.first_used_at or at
+                self._keys[key_id] = attrs.evolve(key, last_used_at=at, first_used_at=first)
             old = self._keys.get(key.replaces or "") if key.revoke_old_on_first_use else None
             if old is not None and old.revoked_at is None and old.expires_at > at:
                 self._keys[old.key_id] = attrs.evolve(old, revoked_at=at)
@@ -147,10 +148,7 @@ class MemoryMembership:
     def remove_member(self, account_id: str, organization_id: str) -> None:
         with self._lock:
             if self._roles.pop((account_id, organization_id), None) is not None:
-                reach = (account_id, self._organizations[organization_id].tenant_id)
-                self._reach[reach] -= 1
-                if not self._reach[reach]:
-                    del self._reach[reach]
+                self._unreach(account_id, self._organizations[organization_id].tenant_id)
 
     def get_organization(self, organization_id: str) -> Organization | None:
         return self._organizations.get(organization_id)
@@ -178,11 +176,13 @@ class MemoryMembership:
                 del self._defaults[organization.tenant_id]
             for account_id, _ in self._members(organization_id):
                 del self._roles[account_id, organization_id]
-                reach = (account_id, organization.tenant_id)
-                self._reach[reach] -= 1
-                if not self._reach[reach]:
-                    del self._reach[reach]
+                self._unreach(account_id, organization.tenant_id)
         return True
+
+    def _unreach(self, account_id: str, tenant_id: str) -> None:
+        self._reach[account_id, tenant_id] -= 1
+        if not self._reach[account_id, tenant_id]:
+            del self._reach[account_id, tenant_id]
 
     def members_of(self, organization_id: str) -> list[tuple[str, str]]:
         """The ``(account_id, role)`` pairs of the organization, by account."""
