@@ -67,6 +67,8 @@ __all__ = [
 DEFAULT_ORGANIZATION: Final = "default"
 DEFAULT_ORGANIZATION_PATTERN: Final = r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}"
 _HTTP_WHITESPACE: Final = " \t"
+_BEARER: Final = "Bearer "
+_BEARER_LINE_LENGTH: Final = len(_BEARER) + _token.TOKEN_LENGTH
 
 
 class AuthRequest(NamedTuple):
@@ -326,11 +328,19 @@ def decide(
 ) -> Generator[Step, Any, Principal | Refusal]:
     """Decide one request; yields steps, returns a :class:`Principal` or the refusal."""
     # 1. The credential: any failure here is the same 401 to the client.
-    token = bearer_token(request.authorization)
-    if isinstance(token, Reason):
-        return Unauthorized(token)
-    if len(token) != _token.TOKEN_LENGTH or not token.isascii():
-        return Unauthorized(Reason.MALFORMED)
+    values = request.authorization
+    line = values[0] if len(values) == 1 else ""
+    if len(line) == _BEARER_LINE_LENGTH and line.startswith(_BEARER) and line.isascii():
+        # The common spelling, read without the general parse: where they differ (blanks
+        # around the token), the token fails the shape check below, as the 401 it would be.
+        token = line[len(_BEARER) :]
+    else:
+        parsed_header = bearer_token(values)
+        if isinstance(parsed_header, Reason):
+            return Unauthorized(parsed_header)
+        if len(parsed_header) != _token.TOKEN_LENGTH or not parsed_header.isascii():
+            return Unauthorized(Reason.MALFORMED)
+        token = parsed_header
     digest = cache.digest(token)
     verified = cache.lookup(digest)
     if verified is None:  # not seen before: check shape and checksum before any lookup
@@ -355,7 +365,11 @@ def decide(
 
     scope = key.scope
     account_id = key.account_id
-    target = organization_header(request.organization, rules.organization_pattern)
+    target = (
+        organization_header(request.organization, rules.organization_pattern)
+        if request.organization
+        else None  # the usual request of an organization key: nothing to read
+    )
 
     if scope.organization_id is not None:
         # 2-3. An organization-scoped key works in its own organization only (D9, D10).

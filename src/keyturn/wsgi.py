@@ -69,7 +69,9 @@ What it does, precisely:
 
 from __future__ import annotations
 
+import functools
 import logging
+import operator
 from collections.abc import Callable, Iterable, Mapping
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Final, Protocol
@@ -83,9 +85,10 @@ from keyturn._web import (
     ORGANIZATION_ID_HEADER,
     PRINCIPAL_KEY,
     SERVICE_HEADER_NAMES,
+    SERVICE_ORGANIZATION_HEADER,
+    SERVICE_TENANT_HEADER,
     MiddlewareConfig,
     refusal,
-    service_headers,
     unreadable,
 )
 from keyturn.errors import MissingPrincipal, Refusal
@@ -144,7 +147,7 @@ class ApiKeyMiddleware(MiddlewareConfig[WSGIApplication]):
         environ[PRINCIPAL_KEY] = outcome
         if self.strip_authorization:
             environ.pop(_AUTHORIZATION, None)
-        extra = service_headers(outcome)
+        extra = _service_headers(outcome.organization_id, outcome.tenant_id)
 
         started = False
 
@@ -153,9 +156,12 @@ class ApiKeyMiddleware(MiddlewareConfig[WSGIApplication]):
         ) -> Callable[[bytes], object]:
             nonlocal started
             started = True
-            # A new list: the app may pass the same list object to every response.
+            # A new list: the app may pass the same list object to every response. The usual
+            # app sets no service header, which map() finds without a Python loop.
+            if SERVICE_HEADER_NAMES.isdisjoint(map(str.lower, map(_name, headers))):
+                return start_response(status, [*headers, *extra], exc_info)
             headers = [h for h in headers if h[0].lower() not in SERVICE_HEADER_NAMES]
-            return start_response(status, headers + extra, exc_info)
+            return start_response(status, [*headers, *extra], exc_info)
 
         try:
             return self.app(environ, start_with_service_headers)
@@ -175,6 +181,15 @@ def _refuse(error: Refusal, realm: str, method: str, start_response: StartRespon
     headers, body = refusal(error, realm, method)
     start_response(f"{error.status} {HTTPStatus(error.status).phrase}", headers)
     return [body] if body else []
+
+
+_name: Final = operator.itemgetter(0)
+
+
+@functools.lru_cache(maxsize=1024)
+def _service_headers(organization_id: str, tenant_id: str) -> tuple[tuple[str, str], ...]:
+    """The service headers of one organization, built once (a principal is a cached value)."""
+    return ((SERVICE_ORGANIZATION_HEADER, organization_id), (SERVICE_TENANT_HEADER, tenant_id))
 
 
 def _text(environ: WSGIEnvironment, key: str) -> str:
