@@ -68,7 +68,7 @@ DEFAULT_ORGANIZATION: Final = "default"
 DEFAULT_ORGANIZATION_PATTERN: Final = r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}"
 _HTTP_WHITESPACE: Final = " \t"
 _BEARER: Final = "Bearer "
-_BEARER_LINE_LENGTH: Final = len(_BEARER) + _token.TOKEN_LENGTH
+_BEARER_LINE_LENGTH: Final[int] = len(_BEARER) + _token.TOKEN_LENGTH
 
 
 class AuthRequest(NamedTuple):
@@ -80,8 +80,10 @@ class AuthRequest(NamedTuple):
     one per request, and this is the cheapest immutable record Python has.)
     """
 
-    authorization: tuple[str, ...] = ()
-    organization: tuple[str, ...] = ()
+    # Tuples; typed as sequences so that a compiled build leaves the check of a misuse (a
+    # bare str) to the parsers below, with their message.
+    authorization: Sequence[str] = ()
+    organization: Sequence[str] = ()
     method: str = "GET"
     path: str = "/"
 
@@ -219,7 +221,7 @@ class ReachesTenant(Step):
         return target.reaches_tenant(self.account_id, self.tenant_id)
 
 
-class WrongAnswer(TypeError):
+class WrongAnswer(Exception):
     """A store or provider answered a step with a value of the wrong type."""
 
     def __init__(self, step: Step, answer: object) -> None:
@@ -422,7 +424,10 @@ def decide(
     # 4. The application's own rule on roles, if it has one. Its 403 names the organization
     # the request reached, so the response carries the service headers (D16).
     if rules.policy is not None:
-        allowed: object = rules.policy(principal, request)
+        # Read as any object: the check below is the decision's, with its message, in
+        # both builds (a compiled build would otherwise reject a non-bool on its own).
+        policy: Callable[[Principal, AuthRequest], object] = rules.policy
+        allowed = policy(principal, request)
         if allowed is not True:
             if allowed is False:
                 return PermissionDenied(Reason.POLICY, key_id=key_id, principal=principal)

@@ -76,9 +76,10 @@ import functools
 import logging
 import operator
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from keyturn._decision import AuthRequest
+from keyturn._dependency import asgi_attribute
 from keyturn._model import Principal
 from keyturn._target import UNREADABLE
 from keyturn._web import (
@@ -94,7 +95,7 @@ from keyturn._web import (
 )
 from keyturn.errors import MissingPrincipal, Refusal
 
-__all__ = ["ApiKeyMiddleware", "current_principal", "principal"]  # noqa: F822 -- see __getattr__
+__all__ = ["ApiKeyMiddleware", "current_principal", "principal"]
 
 log: Final = logging.getLogger("keyturn")
 
@@ -213,11 +214,13 @@ class ApiKeyMiddleware(MiddlewareConfig[ASGIApp]):
         await send({"type": f"{kind}.body", "body": body})
 
 
-def _read(scope: ASGIScope, path: str) -> tuple[AuthRequest, Header | None]:
-    """The decision's input, and the (first) raw ``Authorization`` line, to hide from the app."""
+def _read(scope: ASGIScope, path: str) -> tuple[AuthRequest, Any]:
+    """The decision's input, and the (first) raw ``Authorization`` line, to hide from the app
+    (the very object the server sent: it is removed by identity).
+    """
     authorization: tuple[str, ...] = ()
     organization: tuple[str, ...] = ()
-    credentials = None
+    credentials: Any = None  # not a typed tuple: a compiled build would rebuild it
     for line in scope["headers"]:
         # Servers may pass the client's spelling of a name through: compare lower-cased.
         name = line[0]
@@ -263,22 +266,11 @@ def principal(request_or_scope: Mapping[str, Any]) -> Principal:
     return found
 
 
-def __getattr__(name: str) -> Any:
-    # current_principal is for FastAPI, which finds the request to pass by the parameter's
-    # annotation: Starlette is imported when it is asked for, not with this module.
-    if name != "current_principal":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    try:
-        from starlette.requests import HTTPConnection
-    except ImportError as exc:
-        raise ImportError(
-            "keyturn.asgi.current_principal needs Starlette: pip install 'keyturn[asgi]'"
-        ) from exc
+# current_principal is for FastAPI, which finds the request to pass by the parameter's
+# annotation: Starlette is imported when it is asked for, not with this module. The hook
+# lives in an interpreted module and is installed by assignment: FastAPI cannot read a
+# compiled function's signature, and a compiled module cannot define ``__getattr__``.
+if TYPE_CHECKING:
+    current_principal: Callable[[Mapping[str, Any]], Principal]
 
-    def current_principal(connection: HTTPConnection) -> Principal:
-        """:func:`principal` as a FastAPI dependency: ``Depends(current_principal)``."""
-        return principal(connection)
-
-    current_principal.__annotations__ = {"connection": HTTPConnection, "return": Principal}
-    globals()[name] = current_principal
-    return current_principal
+globals()["__getattr__"] = asgi_attribute
