@@ -375,11 +375,11 @@ def compiled_python() -> tuple[str | None, str]:
 
     python = os.environ.get(COMPILED_ENV) or COMPILED_VENV
     if not os.path.exists(python):
-        return None, f"no compiled build ({python} is missing: make test-compiled builds it)"
+        return None, "no compiled build (.venv-compiled is missing: make test-compiled builds it)"
     probe = "import keyturn._decision as d; print(d.__file__)"
     done = subprocess.run(  # noqa: S603 - the compiled build's own interpreter
         [python, "-c", probe], capture_output=True, text=True, timeout=60, check=False
     )
     if done.returncode != 0 or done.stdout.strip().endswith(".py"):
-        return None, f"{python} does not import a compiled keyturn"
-    return python, f"compiled build: {python}"
+        return None, f"{os.path.relpath(python)} does not import a compiled keyturn"
+    return python, f"compiled build: {os.path.relpath(python)}"

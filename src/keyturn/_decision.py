@@ -222,7 +222,10 @@ class ReachesTenant(Step):
 
 
 class WrongAnswer(Exception):
-    """A store or provider answered a step with a value of the wrong type."""
+    """A store or provider answered a step with a value of the wrong type.
+
+    (An ``Exception``, not a ``TypeError``: the compiled build cannot subclass the latter.)
+    """
 
     def __init__(self, step: Step, answer: object) -> None:
         if inspect.iscoroutine(answer):
