@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 
 __all__ = [
+    "COMPILED_ENV",
     "FULL",
     "QUICK",
     "SMOKE",
@@ -31,6 +32,7 @@ __all__ = [
     "Settings",
     "Table",
     "Target",
+    "compiled_python",
     "machine",
     "paired",
     "ratio",
@@ -355,3 +357,29 @@ def machine() -> str:
         f"{model}, {os.cpu_count()} cores, {platform.python_implementation()} "
         f"{platform.python_version()} on {sys.platform}"
     )
+
+
+COMPILED_ENV: Final = "KEYTURN_BENCH_COMPILED_PYTHON"
+COMPILED_VENV: Final = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv-compiled", "bin", "python"
+)
+
+
+def compiled_python() -> tuple[str | None, str]:
+    """The interpreter of the compiled build and a note; ``None`` (and why) where there is none.
+
+    ``make bench`` builds it (``.venv-compiled``, as ``make test-compiled`` does) where a C
+    compiler is present; ``$KEYTURN_BENCH_COMPILED_PYTHON`` names another.
+    """
+    import subprocess
+
+    python = os.environ.get(COMPILED_ENV) or COMPILED_VENV
+    if not os.path.exists(python):
+        return None, "no compiled build (.venv-compiled is missing: make test-compiled builds it)"
+    probe = "import keyturn._decision as d; print(d.__file__)"
+    done = subprocess.run(  # noqa: S603 - the compiled build's own interpreter
+        [python, "-c", probe], capture_output=True, text=True, timeout=60, check=False
+    )
+    if done.returncode != 0 or done.stdout.strip().endswith(".py"):
+        return None, f"{os.path.relpath(python)} does not import a compiled keyturn"
+    return python, f"compiled build: {os.path.relpath(python)}"

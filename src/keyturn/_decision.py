@@ -67,6 +67,8 @@ __all__ = [
 DEFAULT_ORGANIZATION: Final = "default"
 DEFAULT_ORGANIZATION_PATTERN: Final = r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}"
 _HTTP_WHITESPACE: Final = " \t"
+_BEARER: Final = "Bearer "
+_BEARER_LINE_LENGTH: Final[int] = len(_BEARER) + _token.TOKEN_LENGTH
 
 
 class AuthRequest(NamedTuple):
@@ -78,8 +80,10 @@ class AuthRequest(NamedTuple):
     one per request, and this is the cheapest immutable record Python has.)
     """
 
-    authorization: tuple[str, ...] = ()
-    organization: tuple[str, ...] = ()
+    # Tuples; typed as sequences so that a compiled build leaves the check of a misuse (a
+    # bare str) to the parsers below, with their message.
+    authorization: Sequence[str] = ()
+    organization: Sequence[str] = ()
     method: str = "GET"
     path: str = "/"
 
@@ -217,8 +221,11 @@ class ReachesTenant(Step):
         return target.reaches_tenant(self.account_id, self.tenant_id)
 
 
-class WrongAnswer(TypeError):
-    """A store or provider answered a step with a value of the wrong type."""
+class WrongAnswer(Exception):
+    """A store or provider answered a step with a value of the wrong type.
+
+    (An ``Exception``, not a ``TypeError``: the compiled build cannot subclass the latter.)
+    """
 
     def __init__(self, step: Step, answer: object) -> None:
         if inspect.iscoroutine(answer):
@@ -328,11 +335,19 @@ def decide(
 ) -> Generator[Step, Any, Principal | Refusal]:
     """Decide one request; yields steps, returns a :class:`Principal` or the refusal."""
     # 1. The credential: any failure here is the same 401 to the client.
-    token = bearer_token(request.authorization)
-    if isinstance(token, Reason):
-        return Unauthorized(token)
-    if len(token) != _token.TOKEN_LENGTH or not token.isascii():
-        return Unauthorized(Reason.MALFORMED)
+    values = request.authorization
+    line = values[0] if len(values) == 1 else ""
+    if len(line) == _BEARER_LINE_LENGTH and line.startswith(_BEARER) and line.isascii():
+        # The common spelling, read without the general parse: where they differ (blanks
+        # around the token), the token fails the shape check below, as the 401 it would be.
+        token = line[len(_BEARER) :]
+    else:
+        parsed_header = bearer_token(values)
+        if isinstance(parsed_header, Reason):
+            return Unauthorized(parsed_header)
+        if len(parsed_header) != _token.TOKEN_LENGTH or not parsed_header.isascii():
+            return Unauthorized(Reason.MALFORMED)
+        token = parsed_header
     digest = cache.digest(token)
     verified = cache.lookup(digest)
     if verified is None:  # not seen before: check shape and checksum before any lookup
@@ -357,7 +372,11 @@ def decide(
 
     scope = key.scope
     account_id = key.account_id
-    target = organization_header(request.organization, rules.organization_pattern)
+    target = (
+        organization_header(request.organization, rules.organization_pattern)
+        if request.organization
+        else None  # the usual request of an organization key: nothing to read
+    )
 
     if scope.organization_id is not None:
         # 2-3. An organization-scoped key works in its own organization only (D9, D10).
@@ -411,7 +430,10 @@ def decide(
     # 4. The application's own rule on roles, if it has one. Its 403 names the organization
     # the request reached, so the response carries the service headers (D16).
     if rules.policy is not None:
-        allowed: object = rules.policy(principal, request)
+        # Read as any object: the check below is the decision's, with its message, in
+        # both builds (a compiled build would otherwise reject a non-bool on its own).
+        policy: Callable[[Principal, AuthRequest], object] = rules.policy
+        allowed = policy(principal, request)
         if allowed is not True:
             if allowed is False:
                 return PermissionDenied(Reason.POLICY, key_id=key_id, principal=principal)

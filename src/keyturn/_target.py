@@ -43,8 +43,6 @@ PublicPaths = Collection[str] | Callable[[str], bool]
 # RFC 3986 scheme, then "//" and an authority that ends at the first "/" (or the end).
 _ABSOLUTE: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/]*")
 _MAX_DECODING_ROUNDS: Final = 8  # "%252525..." unwraps one layer a round; more is refused
-# Text that some reading may change: only such paths need more than the literal check.
-_ODD: Final = re.compile(r"//|/\.|%|^[^/]")
 
 
 class Unreadable(enum.Enum):
@@ -142,7 +140,9 @@ class Paths:
         return guarded
 
     def _verdict(self, path: str) -> str | Literal[Unreadable.TARGET] | None:
-        if _ODD.search(path) is None:  # the common case: every reading is the path itself
+        # The common case: every reading is the path itself. (Four substring tests inline:
+        # a regex alternation, or a call, costs several times more per request.)
+        if "//" not in path and "/." not in path and "%" not in path and path[:1] in ("/", ""):
             return path if self._guards(path) else None
         layers, clean = decoded(path)
         readings = {canonical(layer) for layer in layers}
@@ -164,7 +164,7 @@ class Paths:
         return path.startswith(self._under) or path == self._root
 
     def _guards(self, path: str) -> bool:
-        return self._under_prefix(path) and not self._public(path)
+        return (path.startswith(self._under) or path == self._root) and not self._public(path)
 
 
 def _starts(path: str, root: str) -> bool:

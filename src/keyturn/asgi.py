@@ -77,11 +77,13 @@ from __future__ import annotations
 
 import functools
 import logging
+import operator
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from datetime import datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from keyturn._decision import AuthRequest
+from keyturn._dependency import asgi_attribute
 from keyturn._model import Principal
 from keyturn._target import UNREADABLE
 from keyturn._web import (
@@ -98,7 +100,7 @@ from keyturn._web import (
 )
 from keyturn.errors import MissingPrincipal, Refusal
 
-__all__ = ["ApiKeyMiddleware", "current_principal", "principal"]  # noqa: F822 -- see __getattr__
+__all__ = ["ApiKeyMiddleware", "current_principal", "principal"]
 
 log: Final = logging.getLogger("keyturn")
 
@@ -153,49 +155,38 @@ class ApiKeyMiddleware(MiddlewareConfig[ASGIApp]):
             await self._refuse(outcome, scope, send)
             return
         scope.setdefault("state", {})[PRINCIPAL_KEY] = outcome
-        if self.strip_authorization and credentials:
-            kept = list(scope["headers"])
-            kept.remove(credentials[0])  # a request that passed sent exactly one
-            scope["headers"] = kept
+        if self.strip_authorization and credentials is not None:
+            # A request that passed sent exactly one; the server's list is left as is.
+            scope["headers"] = [line for line in scope["headers"] if line is not credentials]
         del credentials
-        await self._call_app(outcome, scope, receive, send)
-
-    def _flush_at_shutdown(self, send: Send) -> Send:
-        async def send_after_usage(message: Message) -> None:
-            usage = self.authenticator.usage
-            if message["type"].startswith("lifespan.shutdown.") and usage is not None:
-                await usage.flush()  # the loop ends after this message: land the writes first
-            await send(message)
-
-        return send_after_usage
-
-    async def _call_app(
-        self, caller: Principal, scope: ASGIScope, receive: Receive, send: Send
-    ) -> None:
         # Encoded now, so a provider id that is no header value fails before the app runs.
-        service = _encoded_service_headers(caller.organization_id, caller.tenant_id)
-        extra = service + _encoded_expiry(caller.expires_at) if self.expiry_header else service
+        service = _encoded_service_headers(outcome.organization_id, outcome.tenant_id)
+        extra = service + _encoded_expiry(outcome.expires_at) if self.expiry_header else service
         started = False
 
         async def send_with_service_headers(message: Message) -> None:
             nonlocal started
             if message["type"] in _RESPONSE_STARTS:
                 started = True
-                # The app's own service headers are dropped (ours are the canonical ones).
-                headers = [
-                    line
-                    for line in message.get("headers", ())
-                    if len(line[0]) not in _SERVICE_LENGTHS or line[0].lower() not in _SERVICE_NAMES
-                ]
+                headers = list(message.get("headers", ()))  # the app's list is left as is
+                # The app's own service headers are dropped (ours are the canonical ones);
+                # the usual response has none, which map() finds without a Python loop.
+                if not _SERVICE_LENGTHS.isdisjoint(map(len, map(_name, headers))):
+                    headers = [
+                        line
+                        for line in headers
+                        if len(line[0]) not in _SERVICE_LENGTHS
+                        or line[0].lower() not in _SERVICE_NAMES
+                    ]
                 headers += extra
-                message = {**message, "headers": headers}  # the app's list is left as is
+                message = {**message, "headers": headers}
             await send(message)
 
         try:
             await self.app(scope, receive, send_with_service_headers)
         except Exception:
             # Left alone, the server would answer this crash outside us, without the headers.
-            if scope["type"] == "http" and not started:
+            if kind == "http" and not started:
                 await send(  # our own 500: the service headers, never the key's expiry
                     {
                         "type": "http.response.start",
@@ -205,6 +196,15 @@ class ApiKeyMiddleware(MiddlewareConfig[ASGIApp]):
                 )
                 await send({"type": "http.response.body", "body": b"Internal Server Error"})
             raise
+
+    def _flush_at_shutdown(self, send: Send) -> Send:
+        async def send_after_usage(message: Message) -> None:
+            usage = self.authenticator.usage
+            if message["type"].startswith("lifespan.shutdown.") and usage is not None:
+                await usage.flush()  # the loop ends after this message: land the writes first
+            await send(message)
+
+        return send_after_usage
 
     async def _refuse(self, error: Refusal, scope: ASGIScope, send: Send) -> None:
         headers, body = refusal(error, self.realm, scope.get("method", "GET"))
@@ -220,11 +220,13 @@ class ApiKeyMiddleware(MiddlewareConfig[ASGIApp]):
         await send({"type": f"{kind}.body", "body": body})
 
 
-def _read(scope: ASGIScope, path: str) -> tuple[AuthRequest, list[Any]]:
-    """The decision's input, and the raw ``Authorization`` lines (to hide from the app)."""
+def _read(scope: ASGIScope, path: str) -> tuple[AuthRequest, Any]:
+    """The decision's input, and the (first) raw ``Authorization`` line, to hide from the app
+    (the very object the server sent: it is removed by identity).
+    """
     authorization: tuple[str, ...] = ()
     organization: tuple[str, ...] = ()
-    credentials = []
+    credentials: Any = None  # not a typed tuple: a compiled build would rebuild it
     for line in scope["headers"]:
         # Servers may pass the client's spelling of a name through: compare lower-cased.
         name = line[0]
@@ -232,7 +234,8 @@ def _read(scope: ASGIScope, path: str) -> tuple[AuthRequest, list[Any]]:
             name = name.lower()
             if name == _AUTHORIZATION:
                 authorization += (line[1].decode("latin-1"),)
-                credentials.append(line)
+                if credentials is None:
+                    credentials = line
             elif name == _ORGANIZATION_ID:
                 organization += (line[1].decode("latin-1"),)
     # What the router dispatches on: the upper-cased method (a WebSocket handshake is a GET).
@@ -240,6 +243,7 @@ def _read(scope: ASGIScope, path: str) -> tuple[AuthRequest, list[Any]]:
     return _new_request(AuthRequest, (authorization, organization, method, path)), credentials
 
 
+_name: Final = operator.itemgetter(0)
 # The named tuple's own __new__ is Python code; the tuple's is not (same record, built once
 # per request).
 _new_request: Final = tuple.__new__
@@ -276,22 +280,11 @@ def principal(request_or_scope: Mapping[str, Any]) -> Principal:
     return found
 
 
-def __getattr__(name: str) -> Any:
-    # current_principal is for FastAPI, which finds the request to pass by the parameter's
-    # annotation: Starlette is imported when it is asked for, not with this module.
-    if name != "current_principal":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    try:
-        from starlette.requests import HTTPConnection
-    except ImportError as exc:
-        raise ImportError(
-            "keyturn.asgi.current_principal needs Starlette: pip install 'keyturn[asgi]'"
-        ) from exc
+# current_principal is for FastAPI, which finds the request to pass by the parameter's
+# annotation: Starlette is imported when it is asked for, not with this module. The hook
+# lives in an interpreted module and is installed by assignment: FastAPI cannot read a
+# compiled function's signature, and a compiled module cannot define ``__getattr__``.
+if TYPE_CHECKING:
+    current_principal: Callable[[Mapping[str, Any]], Principal]
 
-    def current_principal(connection: HTTPConnection) -> Principal:
-        """:func:`principal` as a FastAPI dependency: ``Depends(current_principal)``."""
-        return principal(connection)
-
-    current_principal.__annotations__ = {"connection": HTTPConnection, "return": Principal}
-    globals()[name] = current_principal
-    return current_principal
+globals()["__getattr__"] = asgi_attribute

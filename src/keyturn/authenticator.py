@@ -130,9 +130,11 @@ def _loggable(text: str, limit: int = 200) -> str:
 class _Answers:
     """How each step is answered: decided once, from the store, the provider and the timeout.
 
-    ``sync[step.via]`` answers a step for the sync driver; the async driver calls
-    ``sync[step.via]`` where ``inline[step.via]`` (it never blocks), else awaits
-    ``in_loop[step.via]``. Each takes the step and the request's deadline.
+    ``sync[step.via]`` answers a step for the sync driver, ``in_loop[step.via]`` (awaited)
+    for the async one; each takes the step and the request's deadline. Where a driver would
+    only ask the target in place, ``here[step.via]`` (sync driver) or
+    ``here_in_loop[step.via]`` (async driver: the object never blocks) is that target, and
+    the driver asks it directly; else it is ``None``.
     """
 
     def __init__(
@@ -165,18 +167,33 @@ class _Answers:
             # shield: a cancelled request must not cancel a verification others wait on
             return await asyncio.shield(asyncio.wrap_future(verify(step)))
 
+        # The sync driver bounds a blocking call with a pool thread, unless the object
+        # bounds its own calls (``enforces_timeout``, as SQLite does).
+        bounded = tuple(
+            timeout is not None
+            and mode is _Mode.THREAD
+            and not getattr(target, "enforces_timeout", False)
+            for mode, target in zip(modes, targets, strict=True)
+        )
         self.sync = (
             *(
-                # The sync driver bounds a blocking call with a pool thread, unless the
-                # object bounds its own calls (``enforces_timeout``, as SQLite does).
-                _on_thread(target, self.calls)
-                if timeout is not None
-                and mode is _Mode.THREAD
-                and not getattr(target, "enforces_timeout", False)
-                else _in_place(target)
-                for mode, target in zip(modes, targets, strict=True)
+                _on_thread(target, self.calls) if bound else _in_place(target)
+                for bound, target in zip(bounded, targets, strict=True)
             ),
             verify_here,
+        )
+        # Where a step is simply asked of its target (no thread, no await), the drivers ask
+        # it themselves: the warm path's steps cost no call of ours around them.
+        self.here = (
+            *(None if bound else target for bound, target in zip(bounded, targets, strict=True)),
+            None,
+        )
+        self.here_in_loop = (
+            *(
+                target if mode is _Mode.INLINE else None
+                for mode, target in zip(modes, targets, strict=True)
+            ),
+            None,
         )
         self.in_loop = (
             *(
@@ -318,11 +335,18 @@ class Authenticator:
         flow = decide(request, self.clock(), self.cache, self.rules)
         deadline = None if answers.timeout is None else time.monotonic() + answers.timeout
         answer: Any = None
+        here = answers.here
         try:
             while True:
                 step = flow.send(answer)
                 try:
-                    answer = answers.sync[step.via](step, deadline)
+                    target = here[step.via]
+                    if target is None:
+                        answer = answers.sync[step.via](step, deadline)
+                    else:
+                        answer = step.ask(target)
+                        if not isinstance(answer, step.answers):
+                            raise WrongAnswer(step, answer)
                 except Exception as exc:
                     flow.close()
                     return self._finish(request, self._unavailable(exc), started)
@@ -338,14 +362,18 @@ class Authenticator:
         flow = decide(request, self.clock(), self.cache, self.rules)
         deadline = None if answers.timeout is None else time.monotonic() + answers.timeout
         answer: Any = None
+        here = answers.here_in_loop
         try:
             while True:
                 step = flow.send(answer)
                 try:
-                    if answers.inline[step.via]:  # never blocks: no coroutine, no await
-                        answer = answers.sync[step.via](step, None)
-                    else:
+                    target = here[step.via]
+                    if target is None:
                         answer = await answers.in_loop[step.via](step, deadline)
+                    else:  # never blocks: no coroutine, no await
+                        answer = step.ask(target)
+                        if not isinstance(answer, step.answers):
+                            raise WrongAnswer(step, answer)
                 except Exception as exc:
                     flow.close()
                     return self._finish(request, self._unavailable(exc), started)

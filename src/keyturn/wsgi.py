@@ -72,7 +72,9 @@ What it does, precisely:
 
 from __future__ import annotations
 
+import functools
 import logging
+import operator
 from collections.abc import Callable, Iterable, Mapping
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Final, Protocol
@@ -86,10 +88,11 @@ from keyturn._web import (
     ORGANIZATION_ID_HEADER,
     PRINCIPAL_KEY,
     RESERVED_HEADER_NAMES,
+    SERVICE_ORGANIZATION_HEADER,
+    SERVICE_TENANT_HEADER,
     MiddlewareConfig,
     expiry_headers,
     refusal,
-    service_headers,
     unreadable,
 )
 from keyturn.errors import MissingPrincipal, Refusal
@@ -148,9 +151,8 @@ class ApiKeyMiddleware(MiddlewareConfig[WSGIApplication]):
         environ[PRINCIPAL_KEY] = outcome
         if self.strip_authorization:
             environ.pop(_AUTHORIZATION, None)
-        extra = service_headers(outcome)
-        if self.expiry_header:
-            extra += expiry_headers(outcome.expires_at)
+        service = _service_headers(outcome.organization_id, outcome.tenant_id)
+        extra = service + expiry_headers(outcome.expires_at) if self.expiry_header else service
 
         started = False
 
@@ -159,9 +161,12 @@ class ApiKeyMiddleware(MiddlewareConfig[WSGIApplication]):
         ) -> Callable[[bytes], object]:
             nonlocal started
             started = True
-            # A new list: the app may pass the same list object to every response.
+            # A new list: the app may pass the same list object to every response. The usual
+            # app sets none of our header names, which map() finds without a Python loop.
+            if RESERVED_HEADER_NAMES.isdisjoint(map(str.lower, map(_name, headers))):
+                return start_response(status, [*headers, *extra], exc_info)
             headers = [h for h in headers if h[0].lower() not in RESERVED_HEADER_NAMES]
-            return start_response(status, headers + extra, exc_info)
+            return start_response(status, [*headers, *extra], exc_info)
 
         try:
             return self.app(environ, start_with_service_headers)
@@ -173,7 +178,7 @@ class ApiKeyMiddleware(MiddlewareConfig[WSGIApplication]):
             log.exception("the application raised before responding; answering 500")
             start_response(  # our own 500: the service headers, never the key's expiry
                 "500 Internal Server Error",
-                [("content-type", "text/plain; charset=utf-8"), *service_headers(outcome)],
+                [("content-type", "text/plain; charset=utf-8"), *service],
             )
             return [b"Internal Server Error"]
 
@@ -182,6 +187,15 @@ def _refuse(error: Refusal, realm: str, method: str, start_response: StartRespon
     headers, body = refusal(error, realm, method)
     start_response(f"{error.status} {HTTPStatus(error.status).phrase}", headers)
     return [body] if body else []
+
+
+_name: Final = operator.itemgetter(0)
+
+
+@functools.lru_cache(maxsize=1024)
+def _service_headers(organization_id: str, tenant_id: str) -> tuple[tuple[str, str], ...]:
+    """The service headers of one organization, built once (a principal is a cached value)."""
+    return ((SERVICE_ORGANIZATION_HEADER, organization_id), (SERVICE_TENANT_HEADER, tenant_id))
 
 
 def _text(environ: WSGIEnvironment, key: str) -> str:
