@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 import re
 from datetime import UTC, datetime
 from typing import Final, Generic, TypeVar
 
+from keyturn._decision import AuthRequest
 from keyturn._model import Principal
 from keyturn._target import Paths, PublicPaths
 from keyturn.authenticator import Authenticator
@@ -39,7 +39,6 @@ __all__ = [
     "unreadable",
 ]
 
-log: Final = logging.getLogger("keyturn")
 
 PRINCIPAL_KEY: Final = "keyturn.principal"
 DEFAULT_PREFIX: Final = "/managed-agents/v1/"
@@ -136,18 +135,13 @@ def expiry_headers(expires_at: datetime | None) -> tuple[tuple[str, str], ...]:
     return ((KEY_EXPIRES_HEADER, expires_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")),)
 
 
-def unreadable(root: str, path: str) -> InvalidRequest:
+def unreadable(authenticator: Authenticator, method: str, root: str, path: str) -> Refusal:
     """The 400 for a target routers may read as different paths under the prefix (_target);
-    logged like the decision's refusals, the target quoted and cut short.
+    logged and audited as the decision's refusals are, with the target as sent.
     """
-    log.info(
-        "refused path %r (mount prefix %r) with 400: %s",
-        path[:200],
-        root[:200],
-        Reason.UNREADABLE_TARGET.value,
-    )
-    return InvalidRequest(
+    error = InvalidRequest(
         Reason.UNREADABLE_TARGET,
         "The request path has no single reading: send it with single slashes, "
         "no '.' or '..' segments and no percent-escapes of its own.",
     )
+    return authenticator.record(AuthRequest((), (), method.upper(), root + path), error)

@@ -145,7 +145,12 @@ class ApiKeyMiddleware(MiddlewareConfig[ASGIApp]):
             log.warning("refused an ASGI %r scope under the protected prefix", kind)
             return
         if path is UNREADABLE:
-            error = unreadable(scope.get("root_path", ""), scope.get("path", ""))
+            error = unreadable(
+                self.authenticator,
+                scope.get("method", "GET"),
+                scope.get("root_path", ""),
+                scope.get("path", ""),
+            )
             await self._refuse(error, scope, send)
             return
         request, credentials = _read(scope, path)

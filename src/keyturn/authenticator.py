@@ -400,6 +400,13 @@ class Authenticator:
             )
         return outcome
 
+    def record(self, request: AuthRequest, refusal: Refusal) -> Refusal:
+        """Log and audit a refusal an adapter made before asking (a target with no single
+        reading), as the decision's own are; the refusal.
+        """
+        self._finish(request, refusal)
+        return refusal
+
     def _finish(
         self, request: AuthRequest, outcome: Principal | Refusal, started: float | None = None
     ) -> Principal | Refusal:

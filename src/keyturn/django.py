@@ -168,7 +168,9 @@ class ApiKeyMiddleware(MiddlewareConfig[GetResponse]):
         """The canonical path to guard the request under (see ``_target``), or ``None``."""
         root = request.META.get("SCRIPT_NAME", "")
         path = self.paths.read(root, request.path_info)
-        return unreadable(root, request.path_info) if path is UNREADABLE else path
+        if path is UNREADABLE:
+            return unreadable(self.authenticator, request.method or "GET", root, request.path_info)
+        return path
 
     def _with_service_headers(
         self, response: HttpResponseBase, caller: Principal

@@ -130,7 +130,8 @@ class ApiKeyMiddleware(MiddlewareConfig[WSGIApplication]):
             return self.app(environ, start_response)
         method = environ.get("REQUEST_METHOD", "GET")
         if path is UNREADABLE:
-            error = unreadable(environ.get("SCRIPT_NAME", ""), environ.get("PATH_INFO", ""))
+            root, raw = _text(environ, "SCRIPT_NAME"), _text(environ, "PATH_INFO")
+            error = unreadable(self.authenticator, method, root, raw)
             return _refuse(error, self.realm, method, start_response)
 
         # The tuple's own __new__, not the named tuple's Python one: the same record, cheaper.

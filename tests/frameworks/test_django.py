@@ -17,7 +17,15 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.test import AsyncClient, Client, override_settings
 from django.urls import path
 
-from keyturn import Authenticator, CreatedKey, KeyManager, MissingPrincipal, Scope
+from keyturn import (
+    AuditEvent,
+    Authenticator,
+    CreatedKey,
+    KeyManager,
+    MissingPrincipal,
+    Reason,
+    Scope,
+)
 from keyturn.django import principal
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 
@@ -290,3 +298,24 @@ def test_expiry_header_under_the_async_chain(world: tuple[Authenticator, Created
     assert reply.status_code == 200
     assert datetime.fromisoformat(reply["service-key-expires-at"]) <= key.info.expires_at
     assert refused.status_code == 401 and "service-key-expires-at" not in refused
+
+
+def test_a_target_with_no_single_reading_is_refused_and_audited(
+    world: tuple[Authenticator, CreatedKey],
+) -> None:
+    """A path that climbs out of the prefix gets the adapters' 400, and the audit hook hears it."""
+    authenticator, key = world
+    events: list[AuditEvent] = []
+    with (
+        Authenticator(
+            authenticator.store, authenticator.membership, audit=events.append
+        ) as audited,
+        override_settings(KEYTURN={"AUTHENTICATOR": audited}),
+    ):
+        reply = Client().get("/managed-agents/v1/%2E%2E/whoami", headers=bearer(key))
+
+    assert reply.status_code == 400
+    assert reply.json()["error"]["code"] == "invalid_request"
+    (event,) = events
+    assert event.principal is None and event.error is not None
+    assert (event.error.reason, event.method) == (Reason.UNREADABLE_TARGET, "GET")

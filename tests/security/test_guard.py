@@ -14,7 +14,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 from starlette.testclient import TestClient
 
-from keyturn import AuthRequest, Principal
+from keyturn import AuthRequest, Principal, Reason
 from keyturn.asgi import ApiKeyMiddleware as AsgiMiddleware
 from keyturn.wsgi import ApiKeyMiddleware as WsgiMiddleware
 from tests.web.web_support import ADMIN, MODELS, Client, WsgiClient
@@ -32,7 +32,7 @@ def test_walk_arounds_do_not_reach_the_app(
     client: Client, world: World, path: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Targets that a router may read as one under the prefix never reach the app keyless;
-    each refusal is logged with its reason.
+    each refusal is logged and audited with its reason.
     """
     caplog.set_level("INFO", logger="keyturn")
     reply = client.raw(path, [])
@@ -41,7 +41,11 @@ def test_walk_arounds_do_not_reach_the_app(
     assert reply.json()["error"]["code"] in ("invalid_request", "unauthorized")
     assert world.calls == []
     (line,) = [r.getMessage() for r in caplog.records if r.name == "keyturn"]
-    assert "unreadable_target" in line if reply.status == 400 else "missing" in line
+    (event,) = world.audit
+    assert event.principal is None and event.error is not None
+    expected = Reason.UNREADABLE_TARGET if reply.status == 400 else Reason.MISSING
+    assert (event.error.reason, event.method) == (expected, "GET")
+    assert expected.value in line
 
 
 def test_flask_view_behind_a_missing_slash_needs_a_key(world: World) -> None:
