@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
 from bench._apps import asgi_batch, asgi_call
@@ -35,7 +35,7 @@ from bench._core import (
 )
 from bench._variants import LABELS, Variant, base_of, build, world
 
-__all__ = ["check", "measure", "overhead_table", "run"]
+__all__ = ["check", "measure", "overhead_table", "run", "timed_builds"]
 
 NAME: Final = "asgi"
 TITLE: Final = "1. ASGI in process: warm path, paired wall time (GC on)"
@@ -96,21 +96,27 @@ def measure(reps: int, batch: int) -> dict[str, Any]:
     return {"samples": result.samples, "argon2_runs": w.authenticator.verifier.runs - runs}
 
 
-def run(settings: Settings) -> Report:
-    report = Report(NAME, TITLE)
-    builds, note = per_build(__name__, measure, settings)
+def timed_builds(
+    report: Report,
+    module: str,
+    measure: Callable[[int, int], dict[str, Any]],
+    settings: Settings,
+    versus: Mapping[str, str],
+) -> Iterator[tuple[str, str, Paired]]:
+    """Each build's name, facts suffix and result; its table and argon2 count go in *report*."""
+    builds, note = per_build(module, measure, settings)
     report.notes.append(note)
     for which, said in builds.items():
         result, suffix = Paired(said["samples"]), "" if which == PURE else "@" + which
         report.facts["warm.argon2_runs_while_timed" + suffix] = said["argon2_runs"]
-        report.tables.append(
-            overhead_table(
-                f"{which}: per request, {settings.reps} paired repetitions x "
-                f"{settings.batch} requests, GC on",
-                result,
-                VERSUS,
-            )
-        )
+        title = f"{which}: per request, {settings.reps} paired repetitions x {settings.batch}"
+        report.tables.append(overhead_table(f"{title} requests, GC on", result, versus))
+        yield which, suffix, result
+
+
+def run(settings: Settings) -> Report:
+    report = Report(NAME, TITLE)
+    for which, suffix, result in timed_builds(report, __name__, measure, settings, VERSUS):
         for kind, tenant in (("organization key", ""), ("tenant key", "+tenant")):
             name, base = f"starlette.keyturn{tenant}", f"starlette.bare{tenant}"
             floor, auth = f"starlette.floor{tenant}", f"starlette.auth{tenant}"

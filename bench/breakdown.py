@@ -377,7 +377,9 @@ def run(settings: Settings) -> Report:
         pieces=len(rows[here]) - 3,
         missing=len(missing),
         counted=int(counted),
-        keyturn_over_bare=rows[here]["request: keyturn, organization key, over bare Starlette"],
+        keyturn_over_bare=rows[here].get(
+            "request: keyturn, organization key, over bare Starlette", float("nan")
+        ),
         adapter=rows[here][ADAPTER],
     )
     report.notes += [f"missing piece (internal moved): {text}" for text in missing]

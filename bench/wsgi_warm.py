@@ -13,9 +13,9 @@ import sys
 from typing import Any, Final
 
 from bench._apps import wsgi_batch, wsgi_call
-from bench._core import PURE, Batch, Paired, Report, Settings, Target, paired, per_build, us
+from bench._core import Batch, Report, Settings, Target, paired, us
 from bench._variants import LABELS, build, world
-from bench.asgi_warm import check, overhead_table
+from bench.asgi_warm import check, timed_builds
 
 __all__ = ["measure", "run"]
 
@@ -47,19 +47,7 @@ def measure(reps: int, batch: int) -> dict[str, Any]:
 
 def run(settings: Settings) -> Report:
     report = Report(NAME, TITLE)
-    builds, note = per_build(__name__, measure, settings)
-    report.notes.append(note)
-    for which, said in builds.items():
-        result, suffix = Paired(said["samples"]), "" if which == PURE else "@" + which
-        report.facts["warm.argon2_runs_while_timed" + suffix] = said["argon2_runs"]
-        report.tables.append(
-            overhead_table(
-                f"{which}: per request, {settings.reps} paired repetitions x "
-                f"{settings.batch} requests, GC on",
-                result,
-                VERSUS,
-            )
-        )
+    for which, suffix, result in timed_builds(report, __name__, measure, settings, VERSUS):
         for kind, tenant in (("organization key", ""), ("tenant key", "+tenant")):
             name, base = f"flask.keyturn{tenant}", f"flask.bare{tenant}"
             floor, httpauth = f"flask.floor{tenant}", f"flask.httpauth{tenant}"
