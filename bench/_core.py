@@ -11,14 +11,17 @@ production: switching it off would favour the variants that allocate most.
 from __future__ import annotations
 
 import gc
+import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Final
+from pathlib import Path
+from typing import Any, Final
 
 __all__ = [
     "COMPILED_ENV",
@@ -32,11 +35,14 @@ __all__ = [
     "Settings",
     "Table",
     "Target",
+    "compiled_here",
     "compiled_python",
     "machine",
     "paired",
+    "per_build",
     "ratio",
     "run_batch",
+    "run_module",
     "target_table",
     "us",
 ]
@@ -359,10 +365,11 @@ def machine() -> str:
     )
 
 
+ROOT: Final = Path(__file__).resolve().parents[1]
 COMPILED_ENV: Final = "KEYTURN_BENCH_COMPILED_PYTHON"
-COMPILED_VENV: Final = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv-compiled", "bin", "python"
-)
+COMPILED_VENV: Final = ROOT / ".venv-compiled" / "bin" / "python"
+PURE: Final = "pure Python"
+COMPILED: Final = "compiled"
 
 
 def compiled_python() -> tuple[str | None, str]:
@@ -371,9 +378,7 @@ def compiled_python() -> tuple[str | None, str]:
     ``make bench`` builds it (``.venv-compiled``, as ``make test-compiled`` does) where a C
     compiler is present; ``$KEYTURN_BENCH_COMPILED_PYTHON`` names another.
     """
-    import subprocess
-
-    python = os.environ.get(COMPILED_ENV) or COMPILED_VENV
+    python = os.environ.get(COMPILED_ENV) or str(COMPILED_VENV)
     if not os.path.exists(python):
         return None, "no compiled build (.venv-compiled is missing: make test-compiled builds it)"
     probe = "import keyturn._decision as d; print(d.__file__)"
@@ -383,3 +388,58 @@ def compiled_python() -> tuple[str | None, str]:
     if done.returncode != 0 or done.stdout.strip().endswith(".py"):
         return None, f"{os.path.relpath(python)} does not import a compiled keyturn"
     return python, f"compiled build: {os.path.relpath(python)}"
+
+
+def run_module(
+    python: str,
+    module: str,
+    *args: str,
+    before: Sequence[str] = (),
+    timeout: float = 900.0,
+) -> dict[str, Any]:
+    """Run ``python -m module args`` from the project root (behind *before*, e.g. valgrind).
+
+    This is how a benchmark reaches the other build: its interpreter imports this same
+    ``bench`` package. Returns the one JSON line the module printed last.
+    """
+    env = {**os.environ, "PYTHONHASHSEED": "0"}  # two runs execute the same instructions
+    done = subprocess.run(  # noqa: S603 - our own interpreter and module
+        [*before, python, "-m", module, *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        timeout=timeout,
+        check=False,
+    )
+    if done.returncode != 0:
+        tail = done.stderr.decode("utf-8", "replace")[-1500:]
+        raise RuntimeError(f"{python} -m {module} {' '.join(args)} failed: {tail}")
+    said: dict[str, Any] = json.loads(done.stdout.decode("utf-8").strip().splitlines()[-1])
+    return said
+
+
+def compiled_here() -> bool:
+    """Whether this interpreter imports the compiled build of keyturn."""
+    import keyturn._decision
+
+    return not (keyturn._decision.__file__ or "").endswith(".py")
+
+
+def per_build(
+    module: str, measure: Callable[[int, int], dict[str, Any]], settings: Settings
+) -> tuple[dict[str, dict[str, Any]], str]:
+    """*measure(reps, batch)* for each build: here, and in the compiled build's interpreter.
+
+    The compiled build runs ``python -m module REPS BATCH`` (the section's ``__main__``
+    prints what *measure* returned), so each build's variants are paired within its own
+    process; figures of the two builds come from two processes run one after the other.
+    Returns build -> what *measure* returned, and a note saying which builds ran.
+    """
+    here = COMPILED if compiled_here() else PURE
+    results = {here: measure(settings.reps, settings.batch)}
+    if here == COMPILED:
+        return results, "this interpreter imports the compiled build: no pure-Python rows"
+    python, note = compiled_python()
+    if python is not None:
+        results[COMPILED] = run_module(python, module, str(settings.reps), str(settings.batch))
+    return results, note

@@ -6,7 +6,9 @@ empty call's loop. Under ``valgrind --tool=callgrind`` (one run, ``python -m
 bench.breakdown N``) a marker call between pieces dumps the counts, so each piece's part
 holds its loop alone; callgrind's own per-function view does not help here, since every
 Python function runs inside the interpreter's one evaluation loop. Without valgrind, the
-same pieces are timed in nanoseconds instead (noisy on a shared machine).
+same pieces are timed in nanoseconds instead (noisy on a shared machine). Where the
+compiled build is installed (``.venv-compiled``), its interpreter runs the same pieces under
+callgrind for a second column.
 
 THIS is the one benchmark file that reaches into keyturn's internals (the header scan, the
 path guard, the decision's helpers, the driver): when they move, update :func:`pieces`
@@ -28,7 +30,16 @@ from pathlib import Path
 from typing import Any, Final
 
 from bench._apps import MODELS, asgi_batch
-from bench._core import Report, Settings, Table, run_batch
+from bench._core import (
+    COMPILED,
+    PURE,
+    Report,
+    Settings,
+    Table,
+    compiled_here,
+    compiled_python,
+    run_batch,
+)
 from bench._variants import build, world
 from bench._world import ACCOUNT, ORGANIZATION
 
@@ -39,6 +50,7 @@ TITLE: Final = "Breakdown: the warm ASGI request (organization key), piece by pi
 ROOT: Final = Path(__file__).resolve().parents[1]
 EMPTY: Final = "(empty call)"
 GUARD: Final = "path guard (Paths.read: root path joined, decoded, matched)"
+ADAPTER: Final = "= adapter work after the decision (request - async driver - scan - guard)"
 Loop = Callable[[int], object]  # runs a piece n times
 
 
@@ -260,10 +272,10 @@ def _count_main(n: int) -> None:
     print(json.dumps({"pieces": list(found), "missing": missing, "n": n}), flush=True)
 
 
-def _instructions(n: int) -> tuple[dict[str, float], list[str]]:
+def _instructions(n: int, python: str = sys.executable) -> tuple[dict[str, float], list[str]]:
     from bench.instructions import callgrind
 
-    said, parts = callgrind("bench.breakdown", str(n))
+    said, parts = callgrind("bench.breakdown", str(n), python=python)
     names: list[str] = said["pieces"]
     if sorted(parts) != list(range(1, len(names) + 3)):
         raise RuntimeError(f"expected {len(names) + 2} callgrind parts, got {sorted(parts)}")
@@ -289,43 +301,38 @@ def _nanoseconds(n: int) -> tuple[dict[str, float], list[str]]:
     return result, missing
 
 
-def run(settings: Settings) -> Report:
-    report = Report(NAME, TITLE)
-    n = max(20, settings.count_requests)
-    counted = shutil.which("valgrind") is not None
-    per_call, missing = _instructions(n) if counted else _nanoseconds(settings.batch)
-    unit = "instructions" if counted else "ns (valgrind not installed: timed instead)"
-    empty = per_call.pop(EMPTY)
+def _pieces(per_call: dict[str, float]) -> dict[str, float]:
+    """Each piece net of the empty call's loop, whole requests over bare, and the three sums."""
+    empty = per_call[EMPTY]
     net = {
         name: value - (0 if name.startswith("request:") else empty)
         for name, value in per_call.items()
+        if name != EMPTY
     }
     bare = net.pop("request: bare Starlette")
-    wholes = {name: value - bare for name, value in net.items() if name.startswith("request:")}
-    table = Table(
-        f"{unit} per call, {n} calls per piece, minus an empty call's loop ({empty:,.0f})",
-        ["piece", unit.split()[0]],
-    )
-    for name, value in wholes.items():
-        table.add(f"{name}, over bare Starlette", f"{value:,.0f}")
-    for name, value in net.items():
-        if not name.startswith("request:"):
-            table.add(name, f"{value:,.0f}")
+    rows = {
+        f"{name}, over bare Starlette": value - bare
+        for name, value in net.items()
+        if name.startswith("request:")
+    }
+    rows.update((name, value) for name, value in net.items() if not name.startswith("request:"))
 
     def get(name: str) -> float:
         return net.get(name, float("nan"))
 
-    keyturn = wholes.get("request: keyturn, organization key", float("nan"))
-    adapter = (
+    keyturn = net.get("request: keyturn, organization key", float("nan")) - bare
+    rows[ADAPTER] = (
         keyturn
         - get("Authenticator.authenticate_async (async driver, whole decision)")
         - get("header scan into AuthRequest (asgi._read)")
         - get(GUARD)
     )
-    driver = get("Authenticator.authenticate_async (async driver, whole decision)") - get(
+    rows["= async driver around decide(): dispatch, _finish, usage"] = get(
+        "Authenticator.authenticate_async (async driver, whole decision)"
+    ) - get("decide() driven inline (no driver, no _finish)")
+    rows["= decide()'s own bytecode, generator protocol and step objects"] = get(
         "decide() driven inline (no driver, no _finish)"
-    )
-    inside = get("decide() driven inline (no driver, no _finish)") - sum(
+    ) - sum(
         get(name)
         for name in (
             "bearer_token",
@@ -338,19 +345,42 @@ def run(settings: Settings) -> Report:
             "organization_header (absent)",
         )
     )
-    table.add(
-        "= adapter work after the decision (request - async driver - scan - guard)",
-        f"{adapter:,.0f}",
+    return rows
+
+
+def run(settings: Settings) -> Report:
+    """Counted for the pure-Python build, and for the compiled one where it is built."""
+    report = Report(NAME, TITLE)
+    n = max(20, settings.count_requests)
+    counted = shutil.which("valgrind") is not None
+    here = COMPILED if compiled_here() else PURE
+    measured: dict[str, tuple[dict[str, float], list[str]]] = {
+        here: _instructions(n) if counted else _nanoseconds(settings.batch)
+    }
+    compiled, note = compiled_python()
+    if counted and here == PURE and compiled is not None:
+        measured[COMPILED] = _instructions(n, compiled)
+    elif counted:
+        report.notes.append(note)
+    unit = "instructions" if counted else "ns (valgrind not installed: timed instead)"
+    empties = ", ".join(f"{which} {found[EMPTY]:,.0f}" for which, (found, _) in measured.items())
+    rows = {which: _pieces(found) for which, (found, _) in measured.items()}
+    table = Table(
+        f"{unit} per call, {n} calls per piece, minus an empty call's loop ({empties})",
+        ["piece", *(f"{unit.split()[0]}, {which}" for which in rows)],
     )
-    table.add("= async driver around decide(): dispatch, _finish, usage", f"{driver:,.0f}")
-    table.add("= decide()'s own bytecode, generator protocol and step objects", f"{inside:,.0f}")
+    for name in rows[here]:
+        table.add(name, *(f"{pieces.get(name, float('nan')):,.0f}" for pieces in rows.values()))
     report.tables.append(table)
+    missing = sorted({text for _, lost in measured.values() for text in lost})
     report.facts.update(
-        pieces=len(net) + len(wholes),
+        pieces=len(rows[here]) - 3,
         missing=len(missing),
         counted=int(counted),
-        keyturn_over_bare=keyturn,
-        adapter=adapter,
+        keyturn_over_bare=rows[here].get(
+            "request: keyturn, organization key, over bare Starlette", float("nan")
+        ),
+        adapter=rows[here][ADAPTER],
     )
     report.notes += [f"missing piece (internal moved): {text}" for text in missing]
     return report

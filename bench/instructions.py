@@ -13,18 +13,16 @@ Without ``valgrind`` on the ``PATH`` the section is skipped, and says so.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final
 
-from bench._core import Report, Settings, Table, Target, compiled_python, times
+from bench._core import Report, Settings, Table, Target, compiled_python, run_module, times
 from bench._variants import LABELS, base_of
 
 __all__ = ["callgrind", "count", "run", "valgrind_missing"]
@@ -65,24 +63,13 @@ def callgrind(
     """
     with tempfile.TemporaryDirectory(prefix="bench-callgrind-") as scratch:
         out = Path(scratch)
-        command = [
+        valgrind = [
             "valgrind",
             "--tool=callgrind",
             "--dump-before=getppid",
             f"--callgrind-out-file={out / 'callgrind.out'}",
-            python,
-            "-m",
-            module,
-            *args,
         ]
-        env = {**os.environ, "PYTHONHASHSEED": "0"}
-        done = subprocess.run(  # noqa: S603 - valgrind and our own interpreter and module
-            command, cwd=ROOT, env=env, capture_output=True, timeout=TIMEOUT, check=False
-        )
-        if done.returncode != 0:
-            tail = done.stderr.decode("utf-8", "replace")[-1500:]
-            raise RuntimeError(f"callgrind run of {module} {args} failed: {tail}")
-        said: dict[str, Any] = json.loads(done.stdout.decode("utf-8").strip().splitlines()[-1])
+        said = run_module(python, module, *args, before=valgrind, timeout=TIMEOUT)
         return said, _parts(out)
 
 

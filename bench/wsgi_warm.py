@@ -2,19 +2,22 @@
 
 Each variant (``bench._variants``) calls the app with a prepared environ and a
 ``start_response`` that does nothing, consumes the returned iterable and closes it, as a
-WSGI server would. Section 0 counts the same variants in instructions.
+WSGI server would. Section 0 counts the same variants in instructions. Both builds are
+timed, as in section 1 (``bench._core.per_build``).
 """
 
 from __future__ import annotations
 
-from typing import Final
+import json
+import sys
+from typing import Any, Final
 
 from bench._apps import wsgi_batch, wsgi_call
 from bench._core import Batch, Report, Settings, Target, paired, us
 from bench._variants import LABELS, build, world
-from bench.asgi_warm import check, overhead_table
+from bench.asgi_warm import check, timed_builds
 
-__all__ = ["run"]
+__all__ = ["measure", "run"]
 
 NAME: Final = "wsgi"
 TITLE: Final = "2. WSGI in process: warm path on Flask, paired wall time (GC on)"
@@ -24,8 +27,8 @@ VERSUS: Final = {
 }
 
 
-def run(settings: Settings) -> Report:
-    report = Report(NAME, TITLE)
+def measure(reps: int, batch: int) -> dict[str, Any]:
+    """Every variant's paired samples, and the argon2 runs while timing (there must be none)."""
     w = world()
     variants = {name: build(name, w) for name in VARIANTS}
     try:
@@ -36,43 +39,45 @@ def run(settings: Settings) -> Report:
         batches: dict[str, Batch] = {
             name: wsgi_batch(variant.app, variant.request) for name, variant in variants.items()
         }
-        result = paired(batches, reps=settings.reps, n=settings.batch)
+        result = paired(batches, reps=reps, n=batch)
     finally:
         w.authenticator.close()
-    report.facts["warm.argon2_runs_while_timed"] = w.authenticator.verifier.runs - runs
-    report.tables.append(
-        overhead_table(
-            f"per request, {settings.reps} paired repetitions x {settings.batch} requests, GC on",
-            result,
-            VERSUS,
-        )
-    )
-    for kind, suffix in (("organization key", ""), ("tenant key", "+tenant")):
-        name, base = f"flask.keyturn{suffix}", f"flask.bare{suffix}"
-        floor, httpauth = f"flask.floor{suffix}", f"flask.httpauth{suffix}"
-        versus_floor = result.ratio(name, floor, base)
-        versus_httpauth = result.ratio(name, httpauth, base)
-        report.facts[f"{name}/{floor}"] = versus_floor
-        report.facts[f"{name}/{httpauth}"] = versus_httpauth
-        mine = us(result.overhead(name, base))
-        report.targets.append(
-            Target(
-                f"WSGI warm overhead / floor, paired wall time (GC on), {kind}",
-                versus_floor,
-                "<=",
-                detail=f"{mine} vs {us(result.overhead(floor, base))} us",
+    return {"samples": result.samples, "argon2_runs": w.authenticator.verifier.runs - runs}
+
+
+def run(settings: Settings) -> Report:
+    report = Report(NAME, TITLE)
+    for which, suffix, result in timed_builds(report, __name__, measure, settings, VERSUS):
+        for kind, tenant in (("organization key", ""), ("tenant key", "+tenant")):
+            name, base = f"flask.keyturn{tenant}", f"flask.bare{tenant}"
+            floor, httpauth = f"flask.floor{tenant}", f"flask.httpauth{tenant}"
+            versus_floor = result.ratio(name, floor, base)
+            versus_httpauth = result.ratio(name, httpauth, base)
+            report.facts[f"{name}{suffix}/{floor}"] = versus_floor
+            report.facts[f"{name}{suffix}/{httpauth}"] = versus_httpauth
+            mine = us(result.overhead(name, base))
+            report.targets.append(
+                Target(
+                    f"WSGI warm overhead / floor, paired wall time (GC on), {kind}, {which}",
+                    versus_floor,
+                    "<=",
+                    detail=f"{mine} vs {us(result.overhead(floor, base))} us",
+                )
             )
-        )
-        report.targets.append(
-            Target(
-                f"WSGI / Flask-HTTPAuth same work, time, {kind}",
-                versus_httpauth,
-                "<=",
-                detail=f"{mine} vs {us(result.overhead(httpauth, base))} us",
+            report.targets.append(
+                Target(
+                    f"WSGI / Flask-HTTPAuth same work, time, {kind}, {which}",
+                    versus_httpauth,
+                    "<=",
+                    detail=f"{mine} vs {us(result.overhead(httpauth, base))} us",
+                )
             )
-        )
     report.notes.append(
         "Flask-HTTPAuth runs inside the Flask view (after routing) and adds the headers in an "
         "after_request hook; the floor and keyturn run in front of Flask"
     )
     return report
+
+
+if __name__ == "__main__":  # the compiled build's half of the section (bench._core.per_build)
+    print(json.dumps(measure(int(sys.argv[1]), int(sys.argv[2]))), flush=True)
