@@ -146,7 +146,7 @@ def test_store_timeouts_are_counted(meters: Meters) -> None:
     """A store that does not answer within the timeout is counted as a timeout, and a 503."""
     world = World()
     slow = SlowStore()
-    for key in world.store._keys.values():
+    for key in world.store.keys_of("alice"):
         slow.add_key(key)
     audit = MetricsAudit(meters.meter)
     with Authenticator(slow, world.membership, audit=audit, timeout=0.05) as auth:
@@ -336,7 +336,7 @@ def test_the_duration_includes_the_store_wait(meters: Meters, driver: str) -> No
     """
     world = World()
     held = HeldStore()
-    for key in world.store._keys.values():
+    for key in world.store.keys_of("alice"):
         held.add_key(key)
     seen: list[AuditEvent] = []
     audit = MetricsAudit(meters.meter, then=seen.append)
