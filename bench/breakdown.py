@@ -213,7 +213,10 @@ def pieces() -> tuple[dict[str, Loop], list[str], Callable[[], None]]:
     def encode() -> Loop:
         names = _internal("keyturn._web", "service_headers")
         return _repeat(
-            lambda: [(k.encode("latin-1"), v.encode("latin-1")) for k, v in names(principal)]
+            lambda: [
+                (k.encode("latin-1"), v.encode("latin-1"))
+                for k, v in names(principal.organization_id, principal.tenant_id)
+            ]
         )
 
     add("service headers, encoded", encode)

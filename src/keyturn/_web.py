@@ -14,7 +14,6 @@ from datetime import UTC, datetime
 from typing import Final, Generic, TypeVar
 
 from keyturn._decision import AuthRequest
-from keyturn._model import Principal
 from keyturn._target import Paths, PublicPaths
 from keyturn.authenticator import Authenticator
 from keyturn.errors import InvalidRequest, Reason, Refusal
@@ -113,16 +112,16 @@ def refusal(error: Refusal, realm: str, method: str = "GET") -> tuple[list[tuple
         body = b""
     headers += error.headers(realm)
     if error.principal is not None:  # the decision says the request reached an organization
-        headers += service_headers(error.principal)
+        headers += service_headers(error.principal.organization_id, error.principal.tenant_id)
     return headers, body
 
 
-def service_headers(principal: Principal) -> list[tuple[str, str]]:
-    """The response headers naming where the request ran: canonical ids, never request text."""
-    return [
-        (SERVICE_ORGANIZATION_HEADER, principal.organization_id),
-        (SERVICE_TENANT_HEADER, principal.tenant_id),
-    ]
+@functools.lru_cache(maxsize=1024)
+def service_headers(organization_id: str, tenant_id: str) -> tuple[tuple[str, str], ...]:
+    """The response headers naming where the request ran: canonical ids, never request text;
+    built once per organization.
+    """
+    return ((SERVICE_ORGANIZATION_HEADER, organization_id), (SERVICE_TENANT_HEADER, tenant_id))
 
 
 @functools.lru_cache(maxsize=4096)

@@ -179,7 +179,7 @@ class ApiKeyMiddleware(MiddlewareConfig[GetResponse]):
         for name in RESERVED_HEADER_NAMES:
             if name in response:
                 del response[name]
-        extra = service_headers(caller)
+        extra = service_headers(caller.organization_id, caller.tenant_id)
         if self.expiry_header:
             extra += expiry_headers(caller.expires_at)
         for name, value in extra:

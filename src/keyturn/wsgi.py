@@ -72,7 +72,6 @@ What it does, precisely:
 
 from __future__ import annotations
 
-import functools
 import logging
 import operator
 from collections.abc import Callable, Iterable, Mapping
@@ -88,11 +87,10 @@ from keyturn._web import (
     ORGANIZATION_ID_HEADER,
     PRINCIPAL_KEY,
     RESERVED_HEADER_NAMES,
-    SERVICE_ORGANIZATION_HEADER,
-    SERVICE_TENANT_HEADER,
     MiddlewareConfig,
     expiry_headers,
     refusal,
+    service_headers,
     unreadable,
 )
 from keyturn.errors import MissingPrincipal, Refusal
@@ -152,7 +150,7 @@ class ApiKeyMiddleware(MiddlewareConfig[WSGIApplication]):
         environ[PRINCIPAL_KEY] = outcome
         if self.strip_authorization:
             environ.pop(_AUTHORIZATION, None)
-        service = _service_headers(outcome.organization_id, outcome.tenant_id)
+        service = service_headers(outcome.organization_id, outcome.tenant_id)
         extra = service + expiry_headers(outcome.expires_at) if self.expiry_header else service
 
         started = False
@@ -164,9 +162,8 @@ class ApiKeyMiddleware(MiddlewareConfig[WSGIApplication]):
             started = True
             # A new list: the app may pass the same list object to every response. The usual
             # app sets none of our header names, which map() finds without a Python loop.
-            if RESERVED_HEADER_NAMES.isdisjoint(map(str.lower, map(_name, headers))):
-                return start_response(status, [*headers, *extra], exc_info)
-            headers = [h for h in headers if h[0].lower() not in RESERVED_HEADER_NAMES]
+            if not RESERVED_HEADER_NAMES.isdisjoint(map(str.lower, map(_name, headers))):
+                headers = [h for h in headers if h[0].lower() not in RESERVED_HEADER_NAMES]
             return start_response(status, [*headers, *extra], exc_info)
 
         try:
@@ -191,12 +188,6 @@ def _refuse(error: Refusal, realm: str, method: str, start_response: StartRespon
 
 
 _name: Final = operator.itemgetter(0)
-
-
-@functools.lru_cache(maxsize=1024)
-def _service_headers(organization_id: str, tenant_id: str) -> tuple[tuple[str, str], ...]:
-    """The service headers of one organization, built once (a principal is a cached value)."""
-    return ((SERVICE_ORGANIZATION_HEADER, organization_id), (SERVICE_TENANT_HEADER, tenant_id))
 
 
 def _text(environ: WSGIEnvironment, key: str) -> str:
