@@ -28,20 +28,12 @@ from keyturn import KeyManager
 from keyturn.console import Console
 from keyturn.console._page import StartOn
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
+from tests.world import Clock
 
 ACCOUNT_COOKIE = "test_account"
 SIGN_IN = "/sign-in"
 EDGES = ("asgi", "wsgi")
-
-
-@attrs.define
-class Clock:
-    """The server's clock, set by the test."""
-
-    now: datetime = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
+NOW = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)  # where the console tests' clock starts
 
 
 @attrs.frozen
@@ -59,7 +51,7 @@ def signed_in(request: Any) -> str | None:
 
 
 def make_world(*, start_on: StartOn = "tenant") -> World:
-    store, membership, clock = MemoryKeyStore(), MemoryMembership(), Clock()
+    store, membership, clock = MemoryKeyStore(), MemoryMembership(), Clock(NOW)
     membership.add_organization("acme-main", tenant_id="acme", default=True)
     membership.add_organization("acme-research", tenant_id="acme")
     membership.add_organization("globex-hq", tenant_id="globex", default=True)

@@ -1,7 +1,8 @@
 """The console in a real browser: Debian's Chromium driven by Playwright, on both edges.
 
-Each edge (ASGI under uvicorn, WSGI under Werkzeug's server) is served once per module on a
-free 127.0.0.1 port, in a thread of this process, and stopped at the end. The server's
+Each test gets a fresh console with no keys, served by each edge (ASGI under uvicorn, WSGI
+under Werkzeug's server) on a free 127.0.0.1 port, in a thread of this process, and stopped
+at its end. The server's
 clock is the test's; the browser's time zone is emulated per test. Without Chromium or
 Playwright these tests skip, saying why -- except under ``CI=true``, where they fail.
 """
@@ -18,9 +19,15 @@ import pytest
 
 from keyturn import Lifetime, Scope, Status
 from keyturn.console import local_time
-from tests.console.support import ACCOUNT_COOKIE, EDGES, World, expect, make_world, serving
-
-NOW = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)
+from tests.console.support import (
+    ACCOUNT_COOKIE,
+    EDGES,
+    NOW,
+    World,
+    expect,
+    make_world,
+    serving,
+)
 
 
 @attrs.frozen
@@ -29,20 +36,12 @@ class Site:
     url: str  # the console's base URL, with its trailing slash
 
 
-@pytest.fixture(scope="module", params=EDGES)
-def served(request: pytest.FixtureRequest, browser: Any) -> Iterator[Site]:
-    """The console of one edge, served for the module."""
+@pytest.fixture(params=EDGES)
+def site(request: pytest.FixtureRequest, browser: Any) -> Iterator[Site]:
+    """A console of one edge with no keys and the clock at NOW, served for one test."""
     world = make_world()
     with serving(request.param, world.console) as origin:
         yield Site(world, f"{origin}/console/")
-
-
-@pytest.fixture
-def site(served: Site) -> Site:
-    """The served console with no keys and the clock at NOW."""
-    served.world.store._keys.clear()
-    served.world.clock.now = NOW
-    return served
 
 
 def open_console(browser: Any, site: Site, *, zone: str = "Europe/Paris", width: int = 1000) -> Any:

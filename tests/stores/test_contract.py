@@ -33,6 +33,7 @@ from keyturn import (
     UnknownOrganization,
 )
 from tests.stores.conftest import Backend
+from tests.world import Clock
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 TENANT = Scope.tenant("acme")
@@ -89,12 +90,9 @@ def world(backend: Backend) -> None:
     membership.add_member("alice", "org_research", role="member")
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = datetime.now(UTC).replace(microsecond=123456)
-
-    def __call__(self) -> datetime:
-        return self.now
+def clock_now() -> Clock:
+    """The test clock, set to now, with microseconds a store must keep."""
+    return Clock(datetime.now(UTC).replace(microsecond=123456))
 
 
 # --- keys ---------------------------------------------------------------------------------
@@ -369,7 +367,7 @@ def test_console_and_authentication_end_to_end(backend: Backend) -> None:
 def test_authenticator_records_last_use_at_most_once_per_interval(backend: Backend) -> None:
     """The first request writes last_used_at; another within the interval writes nothing."""
     world(backend)
-    clock = Clock()
+    clock = clock_now()
     manager = KeyManager(backend.keys, backend.membership, clock=clock)
     created = manager.create("alice", name="research", scope=RESEARCH)
     first_use = clock.now
@@ -395,7 +393,7 @@ def test_authenticator_records_last_use_at_most_once_per_interval(backend: Backe
 def test_a_leak_report_is_recorded_once_and_shown_on_the_key(backend: Backend) -> None:
     """The first report of a leak stands; a later one changes nothing and says so."""
     world(backend)
-    clock = Clock()
+    clock = clock_now()
     manager = KeyManager(backend.keys, backend.membership, clock=clock)
     created = manager.create("alice", name="deploys", scope=TENANT)
     key_id = created.info.key_id

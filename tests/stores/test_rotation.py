@@ -26,7 +26,7 @@ from keyturn import Authenticator, KeyManager, Status
 from keyturn import asgi as keyturn_asgi
 from keyturn import wsgi as keyturn_wsgi
 from tests.stores.conftest import Backend
-from tests.stores.test_contract import TENANT, Clock, make_key, wait_until, world
+from tests.stores.test_contract import TENANT, clock_now, make_key, wait_until, world
 
 PATH = "/managed-agents/v1/models"
 
@@ -81,7 +81,7 @@ def test_the_replacement_s_first_request_revokes_the_old_key_when_the_creator_as
     """Two rotations, one with the creator's auto-revoke: a request with each new key, and
     the usage write revokes exactly the old key whose creator asked, at the use's instant."""
     world(backend)
-    clock = Clock()
+    clock = clock_now()
     manager = KeyManager(backend.keys, backend.membership, clock=clock)
     auto_old = manager.create("alice", name="auto", scope=TENANT)
     kept_old = manager.create("alice", name="kept", scope=TENANT)
@@ -126,7 +126,7 @@ def test_the_replacement_s_first_request_revokes_the_old_key_when_the_creator_as
 def test_the_usage_write_leaves_final_keys_and_unlinked_keys_alone(backend: Backend) -> None:
     """mark_used on a replacement: an Expired old key stays Expired, a Revoked one keeps its
     instant, and a key that replaces nothing changes no other row."""
-    clock = Clock()
+    clock = clock_now()
     now = clock.now
     expired = make_key("ExpiredOld01", created_at=now - timedelta(days=40))
     revoked = make_key("RevokedOld01", revoked_at=now - timedelta(days=1))
@@ -154,7 +154,7 @@ def test_the_usage_write_leaves_final_keys_and_unlinked_keys_alone(backend: Back
 
 def test_a_late_usage_write_still_revokes_the_old_key(backend: Backend) -> None:
     """A write older than the recorded use moves no last_used_at, but a use is a use."""
-    now = Clock().now
+    now = clock_now().now
     old = make_key("OldKey000001")
     new = make_key(
         "NewKey000001",
@@ -182,7 +182,7 @@ def test_the_usage_write_finds_both_rows_by_primary_key(sqlite_path: Path) -> No
         db.keys.get_key("NoSuchKey123")  # creates the schema
     connection = sqlite3.connect(sqlite_path)
     try:
-        at = Clock().now.isoformat()
+        at = clock_now().now.isoformat()
         params = ("k", at, "k", at, "k", at, "k", at, at, "k")
         plan = connection.execute(
             "EXPLAIN QUERY PLAN " + _sql._MARK_USED.replace("%s", "?"), params
