@@ -19,7 +19,7 @@ from typing import Any
 
 import attrs
 
-from keyturn import ApiKey, Organization, _token
+from keyturn import ApiKey, _token
 from keyturn._web import SERVICE_HEADER_NAMES
 from tests.web.web_support import MODELS, Client, Reply
 from tests.world import World
@@ -224,8 +224,8 @@ class Target:
         return reply
 
     def canonical_ids(self) -> set[str]:
-        organizations: dict[str, Organization] = self.world.membership._organizations
-        return set(organizations) | {o.tenant_id for o in organizations.values()}
+        organizations = self.world.membership.organizations()
+        return {o.id for o in organizations} | {o.tenant_id for o in organizations}
 
 
 # --- keys -----------------------------------------------------------------------------------
