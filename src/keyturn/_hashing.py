@@ -197,6 +197,11 @@ class SecretVerifier:
             f"in_flight={len(self._in_flight)})"
         )
 
+    def in_flight(self) -> list[str]:
+        """The stored hash of each check queued or running now (what the bounds count)."""
+        with self._lock:
+            return [secret_hash for _, secret_hash in self._in_flight]
+
     def submit(
         self,
         cache: VerifiedTokenCache,

@@ -222,7 +222,7 @@ def argon2_watch(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         with lock:
             running += 1
             peaks["running"] = max(peaks["running"], running)
-            pending = len(peaks["verifier"]._in_flight) if peaks["verifier"] else 0
+            pending = len(peaks["verifier"].in_flight()) if peaks["verifier"] else 0
             peaks["pending"] = max(peaks["pending"], pending)
         try:
             time.sleep(0.02)

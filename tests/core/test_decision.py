@@ -27,6 +27,7 @@ from keyturn import (
     ServiceUnavailable,
     Unauthorized,
     VerifiedTokenCache,
+    _hashing,
     _token,
 )
 from keyturn._hashing import hash_secret
@@ -561,13 +562,21 @@ def test_async_store_is_awaited_and_timed_out(world: World) -> None:
     slow.close()
 
 
-def test_verification_overload_is_shed_with_503(world: World, make_decide: MakeDecide) -> None:
+def test_verification_overload_is_shed_with_503(
+    world: World, make_decide: MakeDecide, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Past the bound on pending argon2 runs, requests are shed with 503 at once."""
     created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
     verifier = SecretVerifier(max_workers=1, max_pending=1)
     gate = threading.Event()
-    verifier._executor.submit(gate.wait)  # occupy the only worker
-    blocker = verifier.submit(  # one pending verification fills the bound
+    check = _hashing.check_secret
+
+    def gated_check(*args: Any) -> Any:
+        gate.wait(10)
+        return check(*args)
+
+    monkeypatch.setattr(_hashing, "check_secret", gated_check)
+    blocker = verifier.submit(  # one verification in flight, held: it fills the bound
         VerifiedTokenCache(), b"x", hash_secret("y" * 28), "y" * 28
     )
     decide = make_decide(world, verifier=verifier)

@@ -111,8 +111,7 @@ def watch_share(
     peak = [0]
 
     def counting_check(secret_hash: str, secret: str, limits: Any = _hashing.HASH_LIMITS) -> Any:
-        with verifier._lock:  # the verifier's own record of what is in flight
-            share = sum(1 for _, stored in verifier._in_flight if stored in flooded)
+        share = sum(1 for stored in verifier.in_flight() if stored in flooded)
         peak[0] = max(peak[0], share)
         return check(secret_hash, secret, limits)
 
