@@ -7,9 +7,10 @@ ever holds a secret, and its repr shows the hint instead.
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
-from typing import Any
+from typing import Any, Final
 from zoneinfo import ZoneInfo
 
 import attrs
@@ -33,9 +34,9 @@ __all__ = [
 Clock = Callable[[], datetime]
 
 
-def utc_now() -> datetime:
-    """The default :data:`Clock`: the current time in UTC."""
-    return datetime.now(UTC)
+#: The default :data:`Clock`: the current time in UTC. A partial, not a function: it is
+#: read on every request, and a Python frame around ``datetime.now`` costs a third more.
+utc_now: Final[Clock] = functools.partial(datetime.now, UTC)
 
 
 def _aware(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
