@@ -24,11 +24,11 @@ directly, :class:`AsyncKeyManager` awaits them.
 
 from __future__ import annotations
 
-import builtins
+import functools
 import inspect
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Generator, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import attrs
 
@@ -72,6 +72,7 @@ from keyturn.protocols import (
 __all__ = ["AsyncKeyManager", "KeyManager"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 @attrs.frozen
@@ -115,11 +116,21 @@ class _Operations:
     def _create(
         self,
         account_id: str,
+        *,
         name: str,
-        scope: Scope | None,
-        organization: str | None,
-        expiry: Lifetime | CustomDate,
+        scope: Scope | None = None,
+        organization: str | None = None,
+        expiry: Lifetime | CustomDate = DEFAULT_LIFETIME,
     ) -> _Op[CreatedKey]:
+        """Create a key for *account_id*. The returned secret is shown once and never again.
+
+        Give either *scope*, or *organization* alone: an organization id whose tenant the
+        membership provider knows (``organization="org_research"``).
+
+        :raises InvalidKeyName: the name is empty, too long or holds control characters.
+        :raises InvalidExpiry: the custom date is outside [tomorrow, today + 1 year].
+        :raises ScopeNotReachable: the account cannot reach that tenant or organization.
+        """
         account_id = _account(account_id)
         name = validate_name(name)
         if organization is not None:
@@ -140,13 +151,29 @@ class _Operations:
         scope = yield from _reachable(account_id, scope)
         return (yield from self._add(_Draft(name, account_id, scope, now, expires_at)))
 
-    def _rotate(self, account_id: str, key_id: str, revoke_old: bool) -> _Op[CreatedKey]:
+    def _rotate(
+        self, account_id: str, key_id: str, *, revoke_old_on_first_use: bool = False
+    ) -> _Op[CreatedKey]:
+        """Create the replacement of one of the account's keys; its secret is shown once.
+
+        The new key has the old one's name and scope, and its lifetime: the same span from
+        now (at most 365 days). It records which key it replaces; the old key keeps working
+        until it is revoked. Once the new key has been used (its ``first_used_at``), the old
+        key's :class:`KeyInfo` says so (``replacement_first_used_at``): revoke it then.
+        With *revoke_old_on_first_use*, the store revokes the old key itself when it
+        records the new key's first use.
+
+        :raises KeyNotFound: no such key among the account's own (as :meth:`revoke`).
+        :raises KeyNotRotatable: the key is Expired or Revoked: create a new key instead.
+        :raises KeyAlreadyReplaced: the key already has a replacement that works.
+        :raises ScopeNotReachable: the account no longer reaches the key's scope (Inactive).
+        """
         account_id = _account(account_id)
-        key_id = _key_id(key_id, revoke_old)
+        key_id = _key_id(key_id, revoke_old_on_first_use)
         now = self._now()
         old = _rotatable(key_id, (yield _store("keys_of", account_id)), now)
         scope = yield from _reachable(account_id, old.scope)
-        return (yield from self._add(_Draft.replacing(old, scope, now, revoke_old)))
+        return (yield from self._add(_Draft.replacing(old, scope, now, revoke_old_on_first_use)))
 
     def _add(self, draft: _Draft) -> _Op[CreatedKey]:
         for _ in range(3):  # a clash of 71 random bits is astronomically rare; never silent
@@ -166,8 +193,17 @@ class _Operations:
         raise DuplicateKey("could not find a free key id; is the key store's random source broken?")
 
     def _list(
-        self, account_id: str, status: Status | None, scope: ScopeKind | Scope | None
+        self,
+        account_id: str,
+        *,
+        status: Status | None = None,
+        scope: ScopeKind | Scope | None = None,
     ) -> _Op[list[KeyInfo]]:
+        """The account's own keys, newest first, optionally filtered by status and scope.
+
+        *scope* is a :class:`ScopeKind` (all tenant keys, all organization keys) or one
+        :class:`Scope`.
+        """
         account_id = _account(account_id)
         if status is not None and not isinstance(status, Status):
             raise TypeError(f"status must be a Status (e.g. Status.ACTIVE), got {status!r}")
@@ -200,6 +236,11 @@ class _Operations:
         return infos
 
     def _revoke(self, account_id: str, key_id: str) -> _Op[KeyInfo]:
+        """Revoke one of the account's keys: immediate and irreversible.
+
+        :raises KeyNotFound: no such key among the account's own (another user's key included).
+        :raises KeyNotRevocable: the key is already Expired or Revoked.
+        """
         account_id = _account(account_id)
         key_id = _key_id(key_id)
         key: ApiKey | None = (yield GetKey(key_id)) if key_id else None
@@ -218,18 +259,69 @@ class _Operations:
         replacement = _replacements((yield _store("keys_of", account_id))).get(key_id)
         return _info(revoked, Status.REVOKED, replacement)
 
-    def _expiring(self, account_id: str, within: timedelta) -> _Op[builtins.list[KeyInfo]]:
+    def _expiring(self, account_id: str, *, within: timedelta) -> _Op[list[KeyInfo]]:
+        """The account's keys that still work or could again (Active or Inactive) and expire
+        within *within* of the clock's now, the soonest first: the ones to rotate.
+
+        :raises ValueError: *within* is negative.
+        """
         account_id = _account(account_id)
         horizon = self._now() + _window(within)
         # Active and Inactive keys have not expired yet (status is derived against now).
         return sorted(
             (
                 info
-                for info in (yield from self._list(account_id, None, None))
+                for info in (yield from self._list(account_id))
                 if info.status in (Status.ACTIVE, Status.INACTIVE) and info.expires_at <= horizon
             ),
             key=lambda info: (info.expires_at, info.key_id),
         )
+
+
+def _sync(
+    op: Callable[Concatenate[_Operations, P], _Op[T]],
+) -> Callable[Concatenate[_Operations, P], T]:
+    """The method that runs operation *op*, asking each of its calls in place."""
+
+    @functools.wraps(op)
+    def method(self: _Operations, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        flow = op(self, *args, **kwargs)
+        answer: Any = None
+        error: Exception | None = None
+        while True:
+            try:
+                call = flow.send(answer) if error is None else flow.throw(error)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            try:
+                answer, error = call.ask(self._target(call)), None
+            except Exception as exc:  # raised where the operation made the call
+                answer, error = None, exc
+
+    return method
+
+
+def _async(
+    op: Callable[Concatenate[_Operations, P], _Op[T]],
+) -> Callable[Concatenate[_Operations, P], Coroutine[Any, Any, T]]:
+    """:func:`_sync` with each call awaited."""
+
+    @functools.wraps(op)
+    async def method(self: _Operations, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        flow = op(self, *args, **kwargs)
+        answer: Any = None
+        error: Exception | None = None
+        while True:
+            try:
+                call = flow.send(answer) if error is None else flow.throw(error)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            try:
+                answer, error = await call.ask(self._target(call)), None
+            except Exception as exc:  # raised where the operation made the call
+                answer, error = None, exc
+
+    return method
 
 
 class KeyManager(_Operations):
@@ -252,87 +344,11 @@ class KeyManager(_Operations):
                 )
         super().__init__(store, membership, clock)
 
-    def _run(self, op: _Op[T]) -> T:
-        answer: Any = None
-        error: Exception | None = None
-        while True:
-            try:
-                call = op.send(answer) if error is None else op.throw(error)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-            try:
-                answer, error = call.ask(self._target(call)), None
-            except Exception as exc:  # raised where the operation made the call
-                answer, error = None, exc
-
-    def create(
-        self,
-        account_id: str,
-        *,
-        name: str,
-        scope: Scope | None = None,
-        organization: str | None = None,
-        expiry: Lifetime | CustomDate = DEFAULT_LIFETIME,
-    ) -> CreatedKey:
-        """Create a key for *account_id*. The returned secret is shown once and never again.
-
-        Give either *scope*, or *organization* alone: an organization id whose tenant the
-        membership provider knows (``organization="org_research"``).
-
-        :raises InvalidKeyName: the name is empty, too long or holds control characters.
-        :raises InvalidExpiry: the custom date is outside [tomorrow, today + 1 year].
-        :raises ScopeNotReachable: the account cannot reach that tenant or organization.
-        """
-        return self._run(self._create(account_id, name, scope, organization, expiry))
-
-    def rotate(
-        self, account_id: str, key_id: str, *, revoke_old_on_first_use: bool = False
-    ) -> CreatedKey:
-        """Create the replacement of one of the account's keys; its secret is shown once.
-
-        The new key has the old one's name and scope, and its lifetime: the same span from
-        now (at most 365 days). It records which key it replaces; the old key keeps working
-        until it is revoked. Once the new key has been used (its ``first_used_at``), the old
-        key's :class:`KeyInfo` says so (``replacement_first_used_at``): revoke it then.
-        With *revoke_old_on_first_use*, the store revokes the old key itself when it
-        records the new key's first use.
-
-        :raises KeyNotFound: no such key among the account's own (as :meth:`revoke`).
-        :raises KeyNotRotatable: the key is Expired or Revoked: create a new key instead.
-        :raises KeyAlreadyReplaced: the key already has a replacement that works.
-        :raises ScopeNotReachable: the account no longer reaches the key's scope (Inactive).
-        """
-        return self._run(self._rotate(account_id, key_id, revoke_old_on_first_use))
-
-    def list(
-        self,
-        account_id: str,
-        *,
-        status: Status | None = None,
-        scope: ScopeKind | Scope | None = None,
-    ) -> builtins.list[KeyInfo]:
-        """The account's own keys, newest first, optionally filtered by status and scope.
-
-        *scope* is a :class:`ScopeKind` (all tenant keys, all organization keys) or one
-        :class:`Scope`.
-        """
-        return self._run(self._list(account_id, status, scope))
-
-    def revoke(self, account_id: str, key_id: str) -> KeyInfo:
-        """Revoke one of the account's keys: immediate and irreversible.
-
-        :raises KeyNotFound: no such key among the account's own (another user's key included).
-        :raises KeyNotRevocable: the key is already Expired or Revoked.
-        """
-        return self._run(self._revoke(account_id, key_id))
-
-    def expiring(self, account_id: str, *, within: timedelta) -> builtins.list[KeyInfo]:
-        """The account's keys that still work or could again (Active or Inactive) and expire
-        within *within* of the clock's now, the soonest first: the ones to rotate.
-
-        :raises ValueError: *within* is negative.
-        """
-        return self._run(self._expiring(account_id, within))
+    create = _sync(_Operations._create)
+    rotate = _sync(_Operations._rotate)
+    list = _sync(_Operations._list)
+    revoke = _sync(_Operations._revoke)
+    expiring = _sync(_Operations._expiring)
 
 
 class AsyncKeyManager(_Operations):
@@ -358,54 +374,11 @@ class AsyncKeyManager(_Operations):
                 )
         super().__init__(store, membership, clock)
 
-    async def _run(self, op: _Op[T]) -> T:
-        answer: Any = None
-        error: Exception | None = None
-        while True:
-            try:
-                call = op.send(answer) if error is None else op.throw(error)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-            try:
-                answer, error = await call.ask(self._target(call)), None
-            except Exception as exc:  # raised where the operation made the call
-                answer, error = None, exc
-
-    async def create(
-        self,
-        account_id: str,
-        *,
-        name: str,
-        scope: Scope | None = None,
-        organization: str | None = None,
-        expiry: Lifetime | CustomDate = DEFAULT_LIFETIME,
-    ) -> CreatedKey:
-        """As :meth:`KeyManager.create`, awaited."""
-        return await self._run(self._create(account_id, name, scope, organization, expiry))
-
-    async def rotate(
-        self, account_id: str, key_id: str, *, revoke_old_on_first_use: bool = False
-    ) -> CreatedKey:
-        """As :meth:`KeyManager.rotate`, awaited."""
-        return await self._run(self._rotate(account_id, key_id, revoke_old_on_first_use))
-
-    async def list(
-        self,
-        account_id: str,
-        *,
-        status: Status | None = None,
-        scope: ScopeKind | Scope | None = None,
-    ) -> builtins.list[KeyInfo]:
-        """As :meth:`KeyManager.list`, awaited."""
-        return await self._run(self._list(account_id, status, scope))
-
-    async def revoke(self, account_id: str, key_id: str) -> KeyInfo:
-        """As :meth:`KeyManager.revoke`, awaited."""
-        return await self._run(self._revoke(account_id, key_id))
-
-    async def expiring(self, account_id: str, *, within: timedelta) -> builtins.list[KeyInfo]:
-        """As :meth:`KeyManager.expiring`, awaited."""
-        return await self._run(self._expiring(account_id, within))
+    create = _async(_Operations._create)
+    rotate = _async(_Operations._rotate)
+    list = _async(_Operations._list)
+    revoke = _async(_Operations._revoke)
+    expiring = _async(_Operations._expiring)
 
 
 def _account(account_id: object) -> str:
