@@ -87,10 +87,6 @@ class _StoreCall:
         return getattr(store, self.method)(*self.args)
 
 
-def _store(method: str, *args: Any) -> _StoreCall:
-    return _StoreCall(method, args)
-
-
 _Op = Generator[Step | _StoreCall, Any, T]
 
 
@@ -149,7 +145,15 @@ class _Operations:
         now = self._now()
         expires_at = expiry_for(expiry, now)
         scope = yield from _reachable(account_id, scope)
-        return (yield from self._add(_Draft(name, account_id, scope, now, expires_at)))
+        draft = functools.partial(
+            ApiKey,
+            name=name,
+            account_id=account_id,
+            scope=scope,
+            created_at=now,
+            expires_at=expires_at,
+        )
+        return (yield from self._add(draft))
 
     def _rotate(
         self, account_id: str, key_id: str, *, revoke_old_on_first_use: bool = False
@@ -171,19 +175,34 @@ class _Operations:
         account_id = _account(account_id)
         key_id = _key_id(key_id, revoke_old_on_first_use)
         now = self._now()
-        old = _rotatable(key_id, (yield _store("keys_of", account_id)), now)
+        old = _rotatable(key_id, (yield _StoreCall("keys_of", (account_id,))), now)
         scope = yield from _reachable(account_id, old.scope)
-        return (yield from self._add(_Draft.replacing(old, scope, now, revoke_old_on_first_use)))
+        # The old key's lifetime choice is kept as its span: a fixed lifetime stays that
+        # lifetime; a custom date becomes the same span from now, capped as any expiry is.
+        span = min(old.expires_at - old.created_at, MAX_LIFETIME)
+        draft = functools.partial(
+            ApiKey,
+            name=old.name,
+            account_id=old.account_id,
+            scope=scope,
+            created_at=now,
+            expires_at=now + span,
+            replaces=old.key_id,
+            revoke_old_on_first_use=revoke_old_on_first_use,
+        )
+        return (yield from self._add(draft))
 
-    def _add(self, draft: _Draft) -> _Op[CreatedKey]:
+    def _add(self, draft: Callable[..., ApiKey]) -> _Op[CreatedKey]:
+        """Store the key *draft* makes with a fresh id and secret (only the secret's hash)."""
         for _ in range(3):  # a clash of 71 random bits is astronomically rare; never silent
-            token, key = draft.key()
+            token = _token.generate()
+            key = draft(key_id=token.key_id, secret_hash=hash_secret(token.secret), hint=token.hint)
             try:
-                yield _store("add_key", key)
+                yield _StoreCall("add_key", (key,))
             except DuplicateKey:
                 continue
             if key.replaces is not None and not _kept((yield GetKey(key.key_id)), key):
-                yield _store("revoke_key", key.key_id, key.created_at)
+                yield _StoreCall("revoke_key", (key.key_id, key.created_at))
                 raise KeyNotRotatable(
                     f"the key store {type(self.store).__name__} does not keep rotations "
                     "(ApiKey.replaces and revoke_old_on_first_use), so the new key was revoked "
@@ -212,7 +231,7 @@ class _Operations:
                 f"scope must be a ScopeKind (e.g. ScopeKind.TENANT) or a Scope, got {scope!r}"
             )
         now = self._now()
-        keys: Sequence[ApiKey] = yield _store("keys_of", account_id)
+        keys: Sequence[ApiKey] = yield _StoreCall("keys_of", (account_id,))
         replacements = _replacements(keys)
         reach: dict[Scope, bool] = {}  # one membership question per scope, not per key
         infos = []
@@ -249,14 +268,14 @@ class _Operations:
         now = self._now()
         # Inactive keys are revocable too, so membership does not matter here.
         status = derive_status(key, now, reaches_scope=True)
-        if not status.revocable or not (yield _store("revoke_key", key_id, now)):
+        if not status.revocable or not (yield _StoreCall("revoke_key", (key_id, now))):
             status = derive_status((yield GetKey(key_id)) or key, now, reaches_scope=True)
             raise KeyNotRevocable(
                 f"key {key.hint} is already {status.value}; Expired and Revoked keys stay that way"
             )
         revoked = yield GetKey(key_id)
         assert revoked is not None, "the store lost a key it just revoked"
-        replacement = _replacements((yield _store("keys_of", account_id))).get(key_id)
+        replacement = _replacements((yield _StoreCall("keys_of", (account_id,)))).get(key_id)
         return _info(revoked, Status.REVOKED, replacement)
 
     def _expiring(self, account_id: str, *, within: timedelta) -> _Op[list[KeyInfo]]:
@@ -266,7 +285,11 @@ class _Operations:
         :raises ValueError: *within* is negative.
         """
         account_id = _account(account_id)
-        horizon = self._now() + _window(within)
+        if not isinstance(within, timedelta):
+            raise TypeError(f"within must be a timedelta (e.g. timedelta(days=14)), got {within!r}")
+        if within < timedelta(0):
+            raise ValueError(f"within must not be negative, got {within}")
+        horizon = self._now() + within
         # Active and Inactive keys have not expired yet (status is derived against now).
         return sorted(
             (
@@ -409,14 +432,6 @@ def _reachable(account_id: str, scope: Scope) -> _Op[Scope]:
     return Scope.organization(organization.id, tenant_id=organization.tenant_id)
 
 
-def _window(within: object) -> timedelta:
-    if not isinstance(within, timedelta):
-        raise TypeError(f"within must be a timedelta (e.g. timedelta(days=14)), got {within!r}")
-    if within < timedelta(0):
-        raise ValueError(f"within must not be negative, got {within}")
-    return within
-
-
 def _key_id(key_id: object, revoke_old_on_first_use: object = False) -> str:
     """The *key_id* argument, type-checked with rotate()'s flag."""
     if not isinstance(key_id, str):
@@ -471,43 +486,6 @@ def _rotatable(key_id: str, keys: Sequence[ApiKey], now: datetime) -> ApiKey:
             replacement_id=new.key_id,
         )
     return old
-
-
-@attrs.frozen
-class _Draft:
-    """What a new key will be; :meth:`key` draws its id and secret (again on a clash)."""
-
-    name: str
-    account_id: str
-    scope: Scope
-    now: datetime
-    expires_at: datetime
-    replaces: str | None = None
-    revoke_old_on_first_use: bool = False
-
-    @classmethod
-    def replacing(cls, old: ApiKey, scope: Scope, now: datetime, revoke_old: bool) -> _Draft:
-        # The old key's lifetime choice is kept as its span: a fixed lifetime stays that
-        # lifetime; a custom date becomes the same span from now, capped as any expiry is.
-        span = min(old.expires_at - old.created_at, MAX_LIFETIME)
-        return cls(old.name, old.account_id, scope, now, now + span, old.key_id, revoke_old)
-
-    def key(self) -> tuple[_token.ParsedToken, ApiKey]:
-        """A fresh key string and the record stored for it (only the secret's hash)."""
-        token = _token.generate()
-        key = ApiKey(
-            key_id=token.key_id,
-            secret_hash=hash_secret(token.secret),
-            hint=token.hint,
-            name=self.name,
-            account_id=self.account_id,
-            scope=self.scope,
-            created_at=self.now,
-            expires_at=self.expires_at,
-            replaces=self.replaces,
-            revoke_old_on_first_use=self.revoke_old_on_first_use,
-        )
-        return token, key
 
 
 def _info(key: ApiKey, status: Status, replacement: ApiKey | None = None) -> KeyInfo:
