@@ -382,21 +382,29 @@ def add_organization(
 
     :raises OrganizationConflict: it exists differently, or the tenant has a default.
     """
-    organization = Organization(id=organization_id, tenant_id=tenant_id, is_default=default)
+    # Built before the operation runs: invalid ids are refused without touching the database.
+    return _add_organization(
+        Organization(id=organization_id, tenant_id=tenant_id, is_default=default)
+    )
+
+
+def _add_organization(organization: Organization) -> Op[Organization]:
     # Without a conflict target, this also does nothing when the tenant already has a default.
     inserted = yield Query(
         "INSERT INTO keyturn_organizations (id, tenant_id, is_default) VALUES (%s, %s, %s) "
         "ON CONFLICT DO NOTHING",
-        (organization_id, tenant_id, default),
+        (organization.id, organization.tenant_id, organization.is_default),
         COUNT,
     )
     if not inserted:
-        known = yield from get_organization(organization_id)
+        known = yield from get_organization(organization.id)
         if known is None:
-            raise OrganizationConflict(f"tenant {tenant_id!r} already has a default organization")
+            raise OrganizationConflict(
+                f"tenant {organization.tenant_id!r} already has a default organization"
+            )
         if known != organization:
             raise OrganizationConflict(
-                f"organization {organization_id!r} already exists differently"
+                f"organization {organization.id!r} already exists differently"
             )
     return organization
 
