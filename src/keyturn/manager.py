@@ -285,11 +285,12 @@ class _Operations:
         :raises ValueError: *within* is negative.
         """
         account_id = _account(account_id)
+        now = self._now()
         if not isinstance(within, timedelta):
             raise TypeError(f"within must be a timedelta (e.g. timedelta(days=14)), got {within!r}")
         if within < timedelta(0):
             raise ValueError(f"within must not be negative, got {within}")
-        horizon = self._now() + within
+        horizon = now + within
         # Active and Inactive keys have not expired yet (status is derived against now).
         return sorted(
             (
