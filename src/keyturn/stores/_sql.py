@@ -498,6 +498,7 @@ class _OnDatabase:
 
     def __init__(self, database: Any) -> None:
         self.database = database
+        self._run: Any = database.run
         # SQLite bounds its own calls (busy timeout): no watchdog thread around them.
         self.enforces_timeout: bool = getattr(database, "enforces_timeout", False)
 
@@ -509,7 +510,7 @@ def _sync(op: Callable[P, Op[T]]) -> Callable[Concatenate[_OnDatabase, P], T]:
     """The store method that runs *op* on the database."""
 
     def method(self: _OnDatabase, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return self.database.run(op(*args, **kwargs))  # type: ignore[no-any-return]
+        return self._run(op(*args, **kwargs))  # type: ignore[no-any-return]
 
     method.__name__ = method.__qualname__ = op.__name__
     method.__doc__ = op.__doc__
@@ -520,7 +521,7 @@ def _async(op: Callable[P, Op[T]]) -> Callable[Concatenate[_OnDatabase, P], Coro
     """The async store method that runs *op* on the database."""
 
     async def method(self: _OnDatabase, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return await self.database.run(op(*args, **kwargs))  # type: ignore[no-any-return]
+        return await self._run(op(*args, **kwargs))  # type: ignore[no-any-return]
 
     method.__name__ = method.__qualname__ = op.__name__
     method.__doc__ = op.__doc__
