@@ -24,11 +24,11 @@ directly, :class:`AsyncKeyManager` awaits them.
 
 from __future__ import annotations
 
-import builtins
+import functools
 import inspect
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Generator, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import attrs
 
@@ -72,6 +72,7 @@ from keyturn.protocols import (
 __all__ = ["AsyncKeyManager", "KeyManager"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 @attrs.frozen
@@ -84,10 +85,6 @@ class _StoreCall:
 
     def ask(self, store: Any) -> Any:
         return getattr(store, self.method)(*self.args)
-
-
-def _store(method: str, *args: Any) -> _StoreCall:
-    return _StoreCall(method, args)
 
 
 _Op = Generator[Step | _StoreCall, Any, T]
@@ -115,11 +112,21 @@ class _Operations:
     def _create(
         self,
         account_id: str,
+        *,
         name: str,
-        scope: Scope | None,
-        organization: str | None,
-        expiry: Lifetime | CustomDate,
+        scope: Scope | None = None,
+        organization: str | None = None,
+        expiry: Lifetime | CustomDate = DEFAULT_LIFETIME,
     ) -> _Op[CreatedKey]:
+        """Create a key for *account_id*. The returned secret is shown once and never again.
+
+        Give either *scope*, or *organization* alone: an organization id whose tenant the
+        membership provider knows (``organization="org_research"``).
+
+        :raises InvalidKeyName: the name is empty, too long or holds control characters.
+        :raises InvalidExpiry: the custom date is outside [tomorrow, today + 1 year].
+        :raises ScopeNotReachable: the account cannot reach that tenant or organization.
+        """
         account_id = _account(account_id)
         name = validate_name(name)
         if organization is not None:
@@ -138,25 +145,64 @@ class _Operations:
         now = self._now()
         expires_at = expiry_for(expiry, now)
         scope = yield from _reachable(account_id, scope)
-        return (yield from self._add(_Draft(name, account_id, scope, now, expires_at)))
+        draft = functools.partial(
+            ApiKey,
+            name=name,
+            account_id=account_id,
+            scope=scope,
+            created_at=now,
+            expires_at=expires_at,
+        )
+        return (yield from self._add(draft))
 
-    def _rotate(self, account_id: str, key_id: str, revoke_old: bool) -> _Op[CreatedKey]:
+    def _rotate(
+        self, account_id: str, key_id: str, *, revoke_old_on_first_use: bool = False
+    ) -> _Op[CreatedKey]:
+        """Create the replacement of one of the account's keys; its secret is shown once.
+
+        The new key has the old one's name and scope, and its lifetime: the same span from
+        now (at most 365 days). It records which key it replaces; the old key keeps working
+        until it is revoked. Once the new key has been used (its ``first_used_at``), the old
+        key's :class:`KeyInfo` says so (``replacement_first_used_at``): revoke it then.
+        With *revoke_old_on_first_use*, the store revokes the old key itself when it
+        records the new key's first use.
+
+        :raises KeyNotFound: no such key among the account's own (as :meth:`revoke`).
+        :raises KeyNotRotatable: the key is Expired or Revoked: create a new key instead.
+        :raises KeyAlreadyReplaced: the key already has a replacement that works.
+        :raises ScopeNotReachable: the account no longer reaches the key's scope (Inactive).
+        """
         account_id = _account(account_id)
-        key_id = _key_id(key_id, revoke_old)
+        key_id = _key_id(key_id, revoke_old_on_first_use)
         now = self._now()
-        old = _rotatable(key_id, (yield _store("keys_of", account_id)), now)
+        old = _rotatable(key_id, (yield _StoreCall("keys_of", (account_id,))), now)
         scope = yield from _reachable(account_id, old.scope)
-        return (yield from self._add(_Draft.replacing(old, scope, now, revoke_old)))
+        # The old key's lifetime choice is kept as its span: a fixed lifetime stays that
+        # lifetime; a custom date becomes the same span from now, capped as any expiry is.
+        span = min(old.expires_at - old.created_at, MAX_LIFETIME)
+        draft = functools.partial(
+            ApiKey,
+            name=old.name,
+            account_id=old.account_id,
+            scope=scope,
+            created_at=now,
+            expires_at=now + span,
+            replaces=old.key_id,
+            revoke_old_on_first_use=revoke_old_on_first_use,
+        )
+        return (yield from self._add(draft))
 
-    def _add(self, draft: _Draft) -> _Op[CreatedKey]:
+    def _add(self, draft: Callable[..., ApiKey]) -> _Op[CreatedKey]:
+        """Store the key *draft* makes with a fresh id and secret (only the secret's hash)."""
         for _ in range(3):  # a clash of 71 random bits is astronomically rare; never silent
-            token, key = draft.key()
+            token = _token.generate()
+            key = draft(key_id=token.key_id, secret_hash=hash_secret(token.secret), hint=token.hint)
             try:
-                yield _store("add_key", key)
+                yield _StoreCall("add_key", (key,))
             except DuplicateKey:
                 continue
             if key.replaces is not None and not _kept((yield GetKey(key.key_id)), key):
-                yield _store("revoke_key", key.key_id, key.created_at)
+                yield _StoreCall("revoke_key", (key.key_id, key.created_at))
                 raise KeyNotRotatable(
                     f"the key store {type(self.store).__name__} does not keep rotations "
                     "(ApiKey.replaces and revoke_old_on_first_use), so the new key was revoked "
@@ -166,8 +212,17 @@ class _Operations:
         raise DuplicateKey("could not find a free key id; is the key store's random source broken?")
 
     def _list(
-        self, account_id: str, status: Status | None, scope: ScopeKind | Scope | None
+        self,
+        account_id: str,
+        *,
+        status: Status | None = None,
+        scope: ScopeKind | Scope | None = None,
     ) -> _Op[list[KeyInfo]]:
+        """The account's own keys, newest first, optionally filtered by status and scope.
+
+        *scope* is a :class:`ScopeKind` (all tenant keys, all organization keys) or one
+        :class:`Scope`.
+        """
         account_id = _account(account_id)
         if status is not None and not isinstance(status, Status):
             raise TypeError(f"status must be a Status (e.g. Status.ACTIVE), got {status!r}")
@@ -176,7 +231,7 @@ class _Operations:
                 f"scope must be a ScopeKind (e.g. ScopeKind.TENANT) or a Scope, got {scope!r}"
             )
         now = self._now()
-        keys: Sequence[ApiKey] = yield _store("keys_of", account_id)
+        keys: Sequence[ApiKey] = yield _StoreCall("keys_of", (account_id,))
         replacements = _replacements(keys)
         reach: dict[Scope, bool] = {}  # one membership question per scope, not per key
         infos = []
@@ -200,6 +255,11 @@ class _Operations:
         return infos
 
     def _revoke(self, account_id: str, key_id: str) -> _Op[KeyInfo]:
+        """Revoke one of the account's keys: immediate and irreversible.
+
+        :raises KeyNotFound: no such key among the account's own (another user's key included).
+        :raises KeyNotRevocable: the key is already Expired or Revoked.
+        """
         account_id = _account(account_id)
         key_id = _key_id(key_id)
         key: ApiKey | None = (yield GetKey(key_id)) if key_id else None
@@ -208,28 +268,84 @@ class _Operations:
         now = self._now()
         # Inactive keys are revocable too, so membership does not matter here.
         status = derive_status(key, now, reaches_scope=True)
-        if not status.revocable or not (yield _store("revoke_key", key_id, now)):
+        if not status.revocable or not (yield _StoreCall("revoke_key", (key_id, now))):
             status = derive_status((yield GetKey(key_id)) or key, now, reaches_scope=True)
             raise KeyNotRevocable(
                 f"key {key.hint} is already {status.value}; Expired and Revoked keys stay that way"
             )
         revoked = yield GetKey(key_id)
         assert revoked is not None, "the store lost a key it just revoked"
-        replacement = _replacements((yield _store("keys_of", account_id))).get(key_id)
+        replacement = _replacements((yield _StoreCall("keys_of", (account_id,)))).get(key_id)
         return _info(revoked, Status.REVOKED, replacement)
 
-    def _expiring(self, account_id: str, within: timedelta) -> _Op[builtins.list[KeyInfo]]:
+    def _expiring(self, account_id: str, *, within: timedelta) -> _Op[list[KeyInfo]]:
+        """The account's keys that still work or could again (Active or Inactive) and expire
+        within *within* of the clock's now, the soonest first: the ones to rotate.
+
+        :raises ValueError: *within* is negative.
+        """
         account_id = _account(account_id)
-        horizon = self._now() + _window(within)
+        now = self._now()
+        if not isinstance(within, timedelta):
+            raise TypeError(f"within must be a timedelta (e.g. timedelta(days=14)), got {within!r}")
+        if within < timedelta(0):
+            raise ValueError(f"within must not be negative, got {within}")
+        horizon = now + within
         # Active and Inactive keys have not expired yet (status is derived against now).
         return sorted(
             (
                 info
-                for info in (yield from self._list(account_id, None, None))
+                for info in (yield from self._list(account_id))
                 if info.status in (Status.ACTIVE, Status.INACTIVE) and info.expires_at <= horizon
             ),
             key=lambda info: (info.expires_at, info.key_id),
         )
+
+
+def _sync(
+    op: Callable[Concatenate[_Operations, P], _Op[T]],
+) -> Callable[Concatenate[_Operations, P], T]:
+    """The method that runs operation *op*, asking each of its calls in place."""
+
+    @functools.wraps(op)
+    def method(self: _Operations, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        flow = op(self, *args, **kwargs)
+        answer: Any = None
+        error: Exception | None = None
+        while True:
+            try:
+                call = flow.send(answer) if error is None else flow.throw(error)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            try:
+                answer, error = call.ask(self._target(call)), None
+            except Exception as exc:  # raised where the operation made the call
+                answer, error = None, exc
+
+    return method
+
+
+def _async(
+    op: Callable[Concatenate[_Operations, P], _Op[T]],
+) -> Callable[Concatenate[_Operations, P], Coroutine[Any, Any, T]]:
+    """:func:`_sync` with each call awaited."""
+
+    @functools.wraps(op)
+    async def method(self: _Operations, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        flow = op(self, *args, **kwargs)
+        answer: Any = None
+        error: Exception | None = None
+        while True:
+            try:
+                call = flow.send(answer) if error is None else flow.throw(error)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            try:
+                answer, error = await call.ask(self._target(call)), None
+            except Exception as exc:  # raised where the operation made the call
+                answer, error = None, exc
+
+    return method
 
 
 class KeyManager(_Operations):
@@ -252,87 +368,11 @@ class KeyManager(_Operations):
                 )
         super().__init__(store, membership, clock)
 
-    def _run(self, op: _Op[T]) -> T:
-        answer: Any = None
-        error: Exception | None = None
-        while True:
-            try:
-                call = op.send(answer) if error is None else op.throw(error)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-            try:
-                answer, error = call.ask(self._target(call)), None
-            except Exception as exc:  # raised where the operation made the call
-                answer, error = None, exc
-
-    def create(
-        self,
-        account_id: str,
-        *,
-        name: str,
-        scope: Scope | None = None,
-        organization: str | None = None,
-        expiry: Lifetime | CustomDate = DEFAULT_LIFETIME,
-    ) -> CreatedKey:
-        """Create a key for *account_id*. The returned secret is shown once and never again.
-
-        Give either *scope*, or *organization* alone: an organization id whose tenant the
-        membership provider knows (``organization="org_research"``).
-
-        :raises InvalidKeyName: the name is empty, too long or holds control characters.
-        :raises InvalidExpiry: the custom date is outside [tomorrow, today + 1 year].
-        :raises ScopeNotReachable: the account cannot reach that tenant or organization.
-        """
-        return self._run(self._create(account_id, name, scope, organization, expiry))
-
-    def rotate(
-        self, account_id: str, key_id: str, *, revoke_old_on_first_use: bool = False
-    ) -> CreatedKey:
-        """Create the replacement of one of the account's keys; its secret is shown once.
-
-        The new key has the old one's name and scope, and its lifetime: the same span from
-        now (at most 365 days). It records which key it replaces; the old key keeps working
-        until it is revoked. Once the new key has been used (its ``first_used_at``), the old
-        key's :class:`KeyInfo` says so (``replacement_first_used_at``): revoke it then.
-        With *revoke_old_on_first_use*, the store revokes the old key itself when it
-        records the new key's first use.
-
-        :raises KeyNotFound: no such key among the account's own (as :meth:`revoke`).
-        :raises KeyNotRotatable: the key is Expired or Revoked: create a new key instead.
-        :raises KeyAlreadyReplaced: the key already has a replacement that works.
-        :raises ScopeNotReachable: the account no longer reaches the key's scope (Inactive).
-        """
-        return self._run(self._rotate(account_id, key_id, revoke_old_on_first_use))
-
-    def list(
-        self,
-        account_id: str,
-        *,
-        status: Status | None = None,
-        scope: ScopeKind | Scope | None = None,
-    ) -> builtins.list[KeyInfo]:
-        """The account's own keys, newest first, optionally filtered by status and scope.
-
-        *scope* is a :class:`ScopeKind` (all tenant keys, all organization keys) or one
-        :class:`Scope`.
-        """
-        return self._run(self._list(account_id, status, scope))
-
-    def revoke(self, account_id: str, key_id: str) -> KeyInfo:
-        """Revoke one of the account's keys: immediate and irreversible.
-
-        :raises KeyNotFound: no such key among the account's own (another user's key included).
-        :raises KeyNotRevocable: the key is already Expired or Revoked.
-        """
-        return self._run(self._revoke(account_id, key_id))
-
-    def expiring(self, account_id: str, *, within: timedelta) -> builtins.list[KeyInfo]:
-        """The account's keys that still work or could again (Active or Inactive) and expire
-        within *within* of the clock's now, the soonest first: the ones to rotate.
-
-        :raises ValueError: *within* is negative.
-        """
-        return self._run(self._expiring(account_id, within))
+    create = _sync(_Operations._create)
+    rotate = _sync(_Operations._rotate)
+    list = _sync(_Operations._list)
+    revoke = _sync(_Operations._revoke)
+    expiring = _sync(_Operations._expiring)
 
 
 class AsyncKeyManager(_Operations):
@@ -358,54 +398,11 @@ class AsyncKeyManager(_Operations):
                 )
         super().__init__(store, membership, clock)
 
-    async def _run(self, op: _Op[T]) -> T:
-        answer: Any = None
-        error: Exception | None = None
-        while True:
-            try:
-                call = op.send(answer) if error is None else op.throw(error)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-            try:
-                answer, error = await call.ask(self._target(call)), None
-            except Exception as exc:  # raised where the operation made the call
-                answer, error = None, exc
-
-    async def create(
-        self,
-        account_id: str,
-        *,
-        name: str,
-        scope: Scope | None = None,
-        organization: str | None = None,
-        expiry: Lifetime | CustomDate = DEFAULT_LIFETIME,
-    ) -> CreatedKey:
-        """As :meth:`KeyManager.create`, awaited."""
-        return await self._run(self._create(account_id, name, scope, organization, expiry))
-
-    async def rotate(
-        self, account_id: str, key_id: str, *, revoke_old_on_first_use: bool = False
-    ) -> CreatedKey:
-        """As :meth:`KeyManager.rotate`, awaited."""
-        return await self._run(self._rotate(account_id, key_id, revoke_old_on_first_use))
-
-    async def list(
-        self,
-        account_id: str,
-        *,
-        status: Status | None = None,
-        scope: ScopeKind | Scope | None = None,
-    ) -> builtins.list[KeyInfo]:
-        """As :meth:`KeyManager.list`, awaited."""
-        return await self._run(self._list(account_id, status, scope))
-
-    async def revoke(self, account_id: str, key_id: str) -> KeyInfo:
-        """As :meth:`KeyManager.revoke`, awaited."""
-        return await self._run(self._revoke(account_id, key_id))
-
-    async def expiring(self, account_id: str, *, within: timedelta) -> builtins.list[KeyInfo]:
-        """As :meth:`KeyManager.expiring`, awaited."""
-        return await self._run(self._expiring(account_id, within))
+    create = _async(_Operations._create)
+    rotate = _async(_Operations._rotate)
+    list = _async(_Operations._list)
+    revoke = _async(_Operations._revoke)
+    expiring = _async(_Operations._expiring)
 
 
 def _account(account_id: object) -> str:
@@ -434,14 +431,6 @@ def _reachable(account_id: str, scope: Scope) -> _Op[Scope]:
             f"account {account_id!r} has no role in organization {scope.organization_id!r}"
         )
     return Scope.organization(organization.id, tenant_id=organization.tenant_id)
-
-
-def _window(within: object) -> timedelta:
-    if not isinstance(within, timedelta):
-        raise TypeError(f"within must be a timedelta (e.g. timedelta(days=14)), got {within!r}")
-    if within < timedelta(0):
-        raise ValueError(f"within must not be negative, got {within}")
-    return within
 
 
 def _key_id(key_id: object, revoke_old_on_first_use: object = False) -> str:
@@ -498,43 +487,6 @@ def _rotatable(key_id: str, keys: Sequence[ApiKey], now: datetime) -> ApiKey:
             replacement_id=new.key_id,
         )
     return old
-
-
-@attrs.frozen
-class _Draft:
-    """What a new key will be; :meth:`key` draws its id and secret (again on a clash)."""
-
-    name: str
-    account_id: str
-    scope: Scope
-    now: datetime
-    expires_at: datetime
-    replaces: str | None = None
-    revoke_old_on_first_use: bool = False
-
-    @classmethod
-    def replacing(cls, old: ApiKey, scope: Scope, now: datetime, revoke_old: bool) -> _Draft:
-        # The old key's lifetime choice is kept as its span: a fixed lifetime stays that
-        # lifetime; a custom date becomes the same span from now, capped as any expiry is.
-        span = min(old.expires_at - old.created_at, MAX_LIFETIME)
-        return cls(old.name, old.account_id, scope, now, now + span, old.key_id, revoke_old)
-
-    def key(self) -> tuple[_token.ParsedToken, ApiKey]:
-        """A fresh key string and the record stored for it (only the secret's hash)."""
-        token = _token.generate()
-        key = ApiKey(
-            key_id=token.key_id,
-            secret_hash=hash_secret(token.secret),
-            hint=token.hint,
-            name=self.name,
-            account_id=self.account_id,
-            scope=self.scope,
-            created_at=self.now,
-            expires_at=self.expires_at,
-            replaces=self.replaces,
-            revoke_old_on_first_use=self.revoke_old_on_first_use,
-        )
-        return token, key
 
 
 def _info(key: ApiKey, status: Status, replacement: ApiKey | None = None) -> KeyInfo:

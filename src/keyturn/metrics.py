@@ -43,12 +43,12 @@ event returning extra attributes.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Final
 
 try:
     from opentelemetry import metrics
-    from opentelemetry.metrics import CallbackOptions, Meter, Observation
+    from opentelemetry.metrics import Meter, Observation
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError(
         "keyturn.metrics needs the OpenTelemetry API: pip install 'keyturn[otel]'"
@@ -138,7 +138,7 @@ class MetricsAudit:
         if verifier is not None:
             self.meter.create_observable_counter(
                 "keyturn.argon2.runs",
-                callbacks=[self._argon2_runs],
+                callbacks=[lambda options: [Observation(verifier.runs)]],
                 unit="{run}",
                 description="argon2 secret verifications started.",
             )
@@ -167,7 +167,3 @@ class MetricsAudit:
             self.duration.record(event.elapsed, outcome)
         if self.then is not None:
             self.then(event)
-
-    def _argon2_runs(self, options: CallbackOptions) -> Iterable[Observation]:
-        assert self.verifier is not None
-        return [Observation(self.verifier.runs)]

@@ -5,16 +5,9 @@
 - :mod:`keyturn.stores.postgres`: a shared database for many app instances, sync and async.
 
 A store URL picks one: :func:`open_database` is what the ``keyturn`` command uses, and apps
-may use it too::
-
-    db = open_database("sqlite:///keyturn.sqlite3")  # sqlite:////abs/path: absolute
-    db = open_database("postgresql://app@127.0.0.1:5432/app")
-    auth = Authenticator(db.keys, db.membership)
-
-Each is a :class:`~keyturn.protocols.Database`: ``.keys`` (a
-:class:`~keyturn.protocols.KeyStore`), ``.membership`` (a
-:class:`~keyturn.protocols.WritableMembership`), ``create_schema()``, ``schema_version()``
-and ``close()``. Importing this package imports no database driver.
+may use it too. Each is a :class:`~keyturn.protocols.Database` (``.keys``, ``.membership``,
+``create_schema()``, ``schema_version()``, ``close()``). Importing this package imports no
+database driver.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ Rules of this file:
 
 1. Every operation is a generator in the style of ``_decision.py``: it yields :class:`Query`
    objects and receives their results. The SQLite driver, the psycopg driver and the async
-   psycopg driver each run these same operations in a dozen lines, so the three stores
-   cannot drift apart, and sync and async never duplicate logic.
+   psycopg driver each run these same operations in a dozen lines, and each store method,
+   sync or async, is made from its operation (:func:`_sync`, :func:`_async`), so the three
+   stores cannot drift apart, and sync and async never duplicate logic.
 2. Statements use ``%s`` placeholders (the SQLite driver rewrites them to ``?``) and only
    SQL that both databases speak. The few differences (the timestamp column type, how to
    ask whether a table exists) are a :class:`Dialect`.
@@ -17,9 +18,9 @@ Rules of this file:
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Callable, Coroutine, Generator, Sequence
 from datetime import UTC, datetime
-from typing import Any, Final, NamedTuple, Protocol, Self, TypeVar
+from typing import Any, Concatenate, Final, NamedTuple, ParamSpec, Self, TypeVar
 
 from keyturn._model import ApiKey, Leaked, Organization, Scope
 from keyturn.errors import (
@@ -42,6 +43,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 # What a driver hands back for a query: the first row, every row, or the rowcount.
 ONE: Final = "one"
@@ -147,8 +149,6 @@ SCHEMA_VERSION: Final = len(MIGRATIONS)
 _CREATE_VERSION_TABLE: Final = (
     "CREATE TABLE IF NOT EXISTS keyturn_schema_version (version INTEGER PRIMARY KEY)"
 )
-_SELECT_VERSION: Final = "SELECT coalesce(max(version), 0) FROM keyturn_schema_version"
-_INSERT_VERSION: Final = "INSERT INTO keyturn_schema_version (version) VALUES (%s)"
 
 
 def migrate(dialect: Dialect) -> Op[int]:
@@ -169,7 +169,7 @@ def migrate(dialect: Dialect) -> Op[int]:
     for version in range(current + 1, SCHEMA_VERSION + 1):
         for statement in MIGRATIONS[version - 1]:
             yield Query(statement.format(timestamp=dialect.timestamp), (), COUNT)
-        yield Query(_INSERT_VERSION, (version,), COUNT)
+        yield Query("INSERT INTO keyturn_schema_version (version) VALUES (%s)", (version,), COUNT)
     return SCHEMA_VERSION
 
 
@@ -178,17 +178,15 @@ def schema_version(dialect: Dialect) -> Op[int]:
     (exists,) = yield Query(dialect.has_version_table, (), ONE)
     if not exists:
         return 0
-    (version,) = yield Query(_SELECT_VERSION, (), ONE)
-    _check_version(version)
-    return int(version)
-
-
-def _check_version(version: int) -> None:
+    (version,) = yield Query(
+        "SELECT coalesce(max(version), 0) FROM keyturn_schema_version", (), ONE
+    )
     if version > SCHEMA_VERSION:
         raise SchemaTooNew(
             f"the database holds keyturn schema version {version}, newer than the "
             f"{SCHEMA_VERSION} this version of keyturn knows: upgrade keyturn"
         )
+    return int(version)
 
 
 # --- keys ---------------------------------------------------------------------------------
@@ -199,21 +197,8 @@ _KEY_COLUMNS: Final = (
     "expires_at, revoked_at, last_used_at, leaked_at, leaked_url, replaces, "
     "revoke_old_on_first_use, first_used_at"
 )
-_SELECT_KEY: Final = f"SELECT {_KEY_COLUMNS} FROM keyturn_keys WHERE key_id = %s"  # noqa: S608
-# key_id breaks ties so that keys created in the same microsecond list in a stable order.
-_SELECT_KEYS_OF: Final = (
-    f"SELECT {_KEY_COLUMNS} FROM keyturn_keys "  # noqa: S608
-    "WHERE account_id = %s ORDER BY created_at DESC, key_id DESC"
-)
-# ON CONFLICT DO NOTHING + rowcount: a duplicate id is an answer, not a driver exception.
-_INSERT_KEY: Final = (
-    f"INSERT INTO keyturn_keys ({_KEY_COLUMNS}) "  # noqa: S608
-    f"VALUES ({', '.join(['%s'] * 16)}) ON CONFLICT DO NOTHING"
-)
-# Conditional updates: only one concurrent revoke wins, and last_used_at never moves back.
-_REVOKE_KEY: Final = (
-    "UPDATE keyturn_keys SET revoked_at = %s WHERE key_id = %s AND revoked_at IS NULL"
-)
+_SELECT_KEYS: Final = f"SELECT {_KEY_COLUMNS} FROM keyturn_keys"  # noqa: S608
+_SELECT_KEY: Final = f"{_SELECT_KEYS} WHERE key_id = %s"
 # One statement writes the use (first_used_at only the first time) and, when the creator
 # asked for it at rotation, revokes the key this one replaces: both rows change together or
 # not at all, in either database. The old key is revoked at the instant of the use, unless
@@ -231,8 +216,8 @@ _MARK_USED: Final = """
 """
 
 
-def _utc(at: datetime) -> datetime:
-    return at.astimezone(UTC)
+def _utc(at: datetime | None) -> datetime | None:
+    return None if at is None else at.astimezone(UTC)
 
 
 def _instant(value: datetime | str) -> datetime:
@@ -269,8 +254,10 @@ def get_key(key_id: str) -> Op[ApiKey | None]:
 
 
 def add_key(key: ApiKey) -> Op[None]:
+    # ON CONFLICT DO NOTHING + rowcount: a duplicate id is an answer, not a driver exception.
     inserted = yield Query(
-        _INSERT_KEY,
+        f"INSERT INTO keyturn_keys ({_KEY_COLUMNS}) "  # noqa: S608
+        f"VALUES ({', '.join(['%s'] * 16)}) ON CONFLICT DO NOTHING",
         (
             key.key_id,
             key.secret_hash,
@@ -281,13 +268,13 @@ def add_key(key: ApiKey) -> Op[None]:
             key.scope.organization_id,
             _utc(key.created_at),
             _utc(key.expires_at),
-            None if key.revoked_at is None else _utc(key.revoked_at),
-            None if key.last_used_at is None else _utc(key.last_used_at),
+            _utc(key.revoked_at),
+            _utc(key.last_used_at),
             None if key.leaked is None else _utc(key.leaked.at),
             None if key.leaked is None else key.leaked.url,
             key.replaces,
             key.revoke_old_on_first_use,
-            None if key.first_used_at is None else _utc(key.first_used_at),
+            _utc(key.first_used_at),
         ),
         COUNT,
     )
@@ -295,85 +282,122 @@ def add_key(key: ApiKey) -> Op[None]:
         raise DuplicateKey(f"a key with id {key.key_id!r} already exists")
 
 
-def keys_of(account_id: str) -> Op[list[ApiKey]]:
-    rows = yield Query(_SELECT_KEYS_OF, (account_id,), ALL)
+def keys_of(account_id: str) -> Op[Sequence[ApiKey]]:
+    # key_id breaks ties so that keys created in the same microsecond list in a stable order.
+    rows = yield Query(
+        f"{_SELECT_KEYS} WHERE account_id = %s ORDER BY created_at DESC, key_id DESC",
+        (account_id,),
+        ALL,
+    )
     return [_key(row) for row in rows]
 
 
 def revoke_key(key_id: str, at: datetime) -> Op[bool]:
-    revoked = yield Query(_REVOKE_KEY, (_utc(at), key_id), COUNT)
+    # Conditional updates: only one concurrent revoke wins, and last_used_at never moves back.
+    revoked = yield Query(
+        "UPDATE keyturn_keys SET revoked_at = %s WHERE key_id = %s AND revoked_at IS NULL",
+        (_utc(at), key_id),
+        COUNT,
+    )
     return bool(revoked == 1)
 
 
 def mark_used(key_id: str, at: datetime) -> Op[None]:
-    at = _utc(at)
-    yield Query(_MARK_USED, (key_id, at, key_id, at, key_id, at, key_id, at, at, key_id), COUNT)
+    utc = _utc(at)
+    yield Query(
+        _MARK_USED, (key_id, utc, key_id, utc, key_id, utc, key_id, utc, utc, key_id), COUNT
+    )
+
+
+def report_leak(key_id: str, url: str, at: datetime) -> Op[bool]:
+    """Record that the key was found in public at *url*; ``False`` if already recorded."""
+    # The first report stands: it says when the key became public; later ones change nothing.
+    reported = yield Query(
+        "UPDATE keyturn_keys SET leaked_at = %s, leaked_url = %s "
+        "WHERE key_id = %s AND leaked_at IS NULL",
+        (_utc(at), url, key_id),
+        COUNT,
+    )
+    return bool(reported == 1)
+
+
+def leaked_keys() -> Op[list[ApiKey]]:
+    """Every key reported leaked, most recently reported first."""
+    rows = yield Query(
+        f"{_SELECT_KEYS} WHERE leaked_at IS NOT NULL ORDER BY leaked_at DESC, key_id DESC", (), ALL
+    )
+    return [_key(row) for row in rows]
 
 
 # --- organizations and memberships --------------------------------------------------------
 
-_SELECT_ORGANIZATION: Final = (
-    "SELECT id, tenant_id, is_default FROM keyturn_organizations WHERE id = %s"
-)
-_SELECT_DEFAULT_ORGANIZATION: Final = (
-    "SELECT id, tenant_id, is_default FROM keyturn_organizations "
-    "WHERE tenant_id = %s AND is_default"
-)
-# Without a conflict target, this also does nothing when the tenant already has a default.
-_INSERT_ORGANIZATION: Final = (
-    "INSERT INTO keyturn_organizations (id, tenant_id, is_default) VALUES (%s, %s, %s) "
-    "ON CONFLICT DO NOTHING"
-)
-_SELECT_ROLE: Final = (
-    "SELECT role FROM keyturn_memberships WHERE account_id = %s AND organization_id = %s"
-)
-_REACHES_TENANT: Final = (
-    "SELECT 1 FROM keyturn_memberships m "
-    "JOIN keyturn_organizations o ON o.id = m.organization_id "
-    "WHERE m.account_id = %s AND o.tenant_id = %s LIMIT 1"
-)
-# Inserts nothing when the organization does not exist: rowcount 0 says so.
-_UPSERT_MEMBERSHIP: Final = (
-    "INSERT INTO keyturn_memberships (account_id, organization_id, role) "
-    "SELECT %s, id, %s FROM keyturn_organizations WHERE id = %s "
-    "ON CONFLICT (account_id, organization_id) DO UPDATE SET role = excluded.role"
-)
-_DELETE_MEMBERSHIP: Final = (
-    "DELETE FROM keyturn_memberships WHERE account_id = %s AND organization_id = %s"
-)
 
-
-def _organization(row: Sequence[Any] | None) -> Organization | None:
-    if row is None:
-        return None
+def _organization(row: Sequence[Any]) -> Organization:
     return Organization(id=row[0], tenant_id=row[1], is_default=bool(row[2]))
 
 
 def get_organization(organization_id: str) -> Op[Organization | None]:
-    return _organization((yield Query(_SELECT_ORGANIZATION, (organization_id,), ONE)))
+    row = yield Query(
+        "SELECT id, tenant_id, is_default FROM keyturn_organizations WHERE id = %s",
+        (organization_id,),
+        ONE,
+    )
+    return None if row is None else _organization(row)
 
 
 def get_default_organization(tenant_id: str) -> Op[Organization | None]:
-    return _organization((yield Query(_SELECT_DEFAULT_ORGANIZATION, (tenant_id,), ONE)))
+    row = yield Query(
+        "SELECT id, tenant_id, is_default FROM keyturn_organizations "
+        "WHERE tenant_id = %s AND is_default",
+        (tenant_id,),
+        ONE,
+    )
+    return None if row is None else _organization(row)
 
 
 def get_role(account_id: str, organization_id: str) -> Op[str | None]:
-    row = yield Query(_SELECT_ROLE, (account_id, organization_id), ONE)
+    row = yield Query(
+        "SELECT role FROM keyturn_memberships WHERE account_id = %s AND organization_id = %s",
+        (account_id, organization_id),
+        ONE,
+    )
     return None if row is None else str(row[0])
 
 
 def reaches_tenant(account_id: str, tenant_id: str) -> Op[bool]:
-    return (yield Query(_REACHES_TENANT, (account_id, tenant_id), ONE)) is not None
+    row = yield Query(
+        "SELECT 1 FROM keyturn_memberships m "
+        "JOIN keyturn_organizations o ON o.id = m.organization_id "
+        "WHERE m.account_id = %s AND o.tenant_id = %s LIMIT 1",
+        (account_id, tenant_id),
+        ONE,
+    )
+    return row is not None
 
 
-def add_organization(organization: Organization) -> Op[Organization]:
+def add_organization(
+    organization_id: str, *, tenant_id: str, default: bool = False
+) -> Op[Organization]:
+    """Add an organization; ``default=True`` makes it the tenant's ``default`` one.
+
+    :raises OrganizationConflict: it exists differently, or the tenant has a default.
+    """
+    # Built before the operation runs: invalid ids are refused without touching the database.
+    return _add_organization(
+        Organization(id=organization_id, tenant_id=tenant_id, is_default=default)
+    )
+
+
+def _add_organization(organization: Organization) -> Op[Organization]:
+    # Without a conflict target, this also does nothing when the tenant already has a default.
     inserted = yield Query(
-        _INSERT_ORGANIZATION,
+        "INSERT INTO keyturn_organizations (id, tenant_id, is_default) VALUES (%s, %s, %s) "
+        "ON CONFLICT DO NOTHING",
         (organization.id, organization.tenant_id, organization.is_default),
         COUNT,
     )
     if not inserted:
-        known = _organization((yield Query(_SELECT_ORGANIZATION, (organization.id,), ONE)))
+        known = yield from get_organization(organization.id)
         if known is None:
             raise OrganizationConflict(
                 f"tenant {organization.tenant_id!r} already has a default organization"
@@ -385,75 +409,72 @@ def add_organization(organization: Organization) -> Op[Organization]:
     return organization
 
 
-def add_member(account_id: str, organization_id: str, role: str) -> Op[None]:
+def add_member(account_id: str, organization_id: str, *, role: str) -> Op[None]:
+    """Give *account_id* a *role* in the organization (replacing any previous role).
+
+    :raises UnknownOrganization: there is no such organization.
+    """
     if not isinstance(role, str) or not role:
         raise ValueError("role must be a non-empty string")
-    added = yield Query(_UPSERT_MEMBERSHIP, (account_id, role, organization_id), COUNT)
+    # Inserts nothing when the organization does not exist: rowcount 0 says so.
+    added = yield Query(
+        "INSERT INTO keyturn_memberships (account_id, organization_id, role) "
+        "SELECT %s, id, %s FROM keyturn_organizations WHERE id = %s "
+        "ON CONFLICT (account_id, organization_id) DO UPDATE SET role = excluded.role",
+        (account_id, role, organization_id),
+        COUNT,
+    )
     if not added:
         raise UnknownOrganization(f"no organization {organization_id!r}: add it first")
 
 
 def remove_member(account_id: str, organization_id: str) -> Op[None]:
-    yield Query(_DELETE_MEMBERSHIP, (account_id, organization_id), COUNT)
-
-
-_SELECT_ORGANIZATIONS: Final = (
-    "SELECT id, tenant_id, is_default FROM keyturn_organizations ORDER BY tenant_id, id"
-)
-# Memberships go with the organization: ON DELETE CASCADE.
-_DELETE_ORGANIZATION: Final = "DELETE FROM keyturn_organizations WHERE id = %s"
-_SELECT_MEMBERS: Final = (
-    "SELECT account_id, role FROM keyturn_memberships WHERE organization_id = %s "
-    "ORDER BY account_id"
-)
+    """Take the account's role in the organization away (nothing if it had none)."""
+    yield Query(
+        "DELETE FROM keyturn_memberships WHERE account_id = %s AND organization_id = %s",
+        (account_id, organization_id),
+        COUNT,
+    )
 
 
 def organizations() -> Op[list[Organization]]:
-    rows = yield Query(_SELECT_ORGANIZATIONS, (), ALL)
-    return [Organization(id=row[0], tenant_id=row[1], is_default=bool(row[2])) for row in rows]
+    """Every organization, by tenant and id."""
+    rows = yield Query(
+        "SELECT id, tenant_id, is_default FROM keyturn_organizations ORDER BY tenant_id, id",
+        (),
+        ALL,
+    )
+    return [_organization(row) for row in rows]
 
 
 def remove_organization(organization_id: str) -> Op[bool]:
-    return bool((yield Query(_DELETE_ORGANIZATION, (organization_id,), COUNT)))
+    """Remove the organization and its memberships; ``False`` if there was none."""
+    # Memberships go with the organization: ON DELETE CASCADE.
+    query = Query("DELETE FROM keyturn_organizations WHERE id = %s", (organization_id,), COUNT)
+    return bool((yield query))
 
 
 def members_of(organization_id: str) -> Op[list[tuple[str, str]]]:
-    rows = yield Query(_SELECT_MEMBERS, (organization_id,), ALL)
+    """The ``(account_id, role)`` pairs of the organization, by account."""
+    rows = yield Query(
+        "SELECT account_id, role FROM keyturn_memberships WHERE organization_id = %s "
+        "ORDER BY account_id",
+        (organization_id,),
+        ALL,
+    )
     return [(str(account), str(role)) for account, role in rows]
 
 
-_ORGANIZATIONS_OF: Final = (
-    "SELECT o.id, o.tenant_id, o.is_default FROM keyturn_memberships m "
-    "JOIN keyturn_organizations o ON o.id = m.organization_id "
-    "WHERE m.account_id = %s ORDER BY o.tenant_id, o.is_default DESC, o.id"
-)
-
-
-def organizations_of(account_id: str) -> Op[list[Organization]]:
-    rows = yield Query(_ORGANIZATIONS_OF, (account_id,), ALL)
-    return [Organization(id=row[0], tenant_id=row[1], is_default=bool(row[2])) for row in rows]
-
-
-# --- leaks (see keyturn.leaks) ---------------------------------------------------------------
-
-# The first report stands: it says when the key became public; later ones change nothing.
-_REPORT_LEAK: Final = (
-    "UPDATE keyturn_keys SET leaked_at = %s, leaked_url = %s "
-    "WHERE key_id = %s AND leaked_at IS NULL"
-)
-_SELECT_LEAKED: Final = (
-    f"SELECT {_KEY_COLUMNS} FROM keyturn_keys "  # noqa: S608
-    "WHERE leaked_at IS NOT NULL ORDER BY leaked_at DESC, key_id DESC"
-)
-
-
-def report_leak(key_id: str, url: str, at: datetime) -> Op[bool]:
-    return bool((yield Query(_REPORT_LEAK, (_utc(at), url, key_id), COUNT)) == 1)
-
-
-def leaked_keys() -> Op[list[ApiKey]]:
-    rows = yield Query(_SELECT_LEAKED, (), ALL)
-    return [_key(row) for row in rows]
+def organizations_of(account_id: str) -> Op[Sequence[Organization]]:
+    """Every organization in which the account holds a role, by tenant, default first."""
+    rows = yield Query(
+        "SELECT o.id, o.tenant_id, o.is_default FROM keyturn_memberships m "
+        "JOIN keyturn_organizations o ON o.id = m.organization_id "
+        "WHERE m.account_id = %s ORDER BY o.tenant_id, o.is_default DESC, o.id",
+        (account_id,),
+        ALL,
+    )
+    return [_organization(row) for row in rows]
 
 
 # --- the stores, over a driver --------------------------------------------------------------
@@ -472,16 +493,6 @@ class ClosedOnExit:
         self.close()
 
 
-class Runner(Protocol):
-    """Runs one operation on a connection (a database's ``run`` method)."""
-
-    def __call__(self, op: Op[T]) -> T: ...
-
-
-class AsyncRunner(Protocol):
-    def __call__(self, op: Op[T]) -> Awaitable[T]: ...
-
-
 class _OnDatabase:
     """A view of a database whose ``run`` drives the operations above."""
 
@@ -495,33 +506,38 @@ class _OnDatabase:
         return f"{type(self).__name__}({self.database!r})"
 
 
+def _sync(op: Callable[P, Op[T]]) -> Callable[Concatenate[_OnDatabase, P], T]:
+    """The store method that runs *op* on the database."""
+
+    def method(self: _OnDatabase, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._run(op(*args, **kwargs))  # type: ignore[no-any-return]
+
+    method.__name__ = method.__qualname__ = op.__name__
+    method.__doc__ = op.__doc__
+    return method
+
+
+def _async(op: Callable[P, Op[T]]) -> Callable[Concatenate[_OnDatabase, P], Coroutine[Any, Any, T]]:
+    """The async store method that runs *op* on the database."""
+
+    async def method(self: _OnDatabase, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self._run(op(*args, **kwargs))  # type: ignore[no-any-return]
+
+    method.__name__ = method.__qualname__ = op.__name__
+    method.__doc__ = op.__doc__
+    return method
+
+
 class SQLKeyStore(_OnDatabase):
     """A :class:`~keyturn.protocols.KeyStore` in a SQL database: ``db.keys``."""
 
-    _run: Runner
-
-    def get_key(self, key_id: str) -> ApiKey | None:
-        return self._run(get_key(key_id))
-
-    def add_key(self, key: ApiKey) -> None:
-        self._run(add_key(key))
-
-    def keys_of(self, account_id: str) -> Sequence[ApiKey]:
-        return self._run(keys_of(account_id))
-
-    def revoke_key(self, key_id: str, at: datetime) -> bool:
-        return self._run(revoke_key(key_id, at))
-
-    def mark_used(self, key_id: str, at: datetime) -> None:
-        self._run(mark_used(key_id, at))
-
-    def report_leak(self, key_id: str, url: str, at: datetime) -> bool:
-        """Record that the key was found in public at *url*; ``False`` if already recorded."""
-        return self._run(report_leak(key_id, url, at))
-
-    def leaked_keys(self) -> list[ApiKey]:
-        """Every key reported leaked, most recently reported first."""
-        return self._run(leaked_keys())
+    get_key = _sync(get_key)
+    add_key = _sync(add_key)
+    keys_of = _sync(keys_of)
+    revoke_key = _sync(revoke_key)
+    mark_used = _sync(mark_used)
+    report_leak = _sync(report_leak)
+    leaked_keys = _sync(leaked_keys)
 
 
 class SQLMembership(_OnDatabase):
@@ -533,122 +549,42 @@ class SQLMembership(_OnDatabase):
     whenever your application already knows who belongs where.
     """
 
-    _run: Runner
-
-    def add_organization(
-        self, organization_id: str, *, tenant_id: str, default: bool = False
-    ) -> Organization:
-        """Add an organization; ``default=True`` makes it the tenant's ``default`` one.
-
-        :raises OrganizationConflict: it exists differently, or the tenant has a default.
-        """
-        organization = Organization(id=organization_id, tenant_id=tenant_id, is_default=default)
-        return self._run(add_organization(organization))
-
-    def add_member(self, account_id: str, organization_id: str, *, role: str) -> None:
-        """Give *account_id* a *role* in the organization (replacing any previous role).
-
-        :raises UnknownOrganization: there is no such organization.
-        """
-        self._run(add_member(account_id, organization_id, role))
-
-    def remove_member(self, account_id: str, organization_id: str) -> None:
-        """Take the account's role in the organization away (nothing if it had none)."""
-        self._run(remove_member(account_id, organization_id))
-
-    def get_organization(self, organization_id: str) -> Organization | None:
-        return self._run(get_organization(organization_id))
-
-    def get_default_organization(self, tenant_id: str) -> Organization | None:
-        return self._run(get_default_organization(tenant_id))
-
-    def get_role(self, account_id: str, organization_id: str) -> str | None:
-        return self._run(get_role(account_id, organization_id))
-
-    def reaches_tenant(self, account_id: str, tenant_id: str) -> bool:
-        return self._run(reaches_tenant(account_id, tenant_id))
-
-    def organizations(self) -> list[Organization]:
-        """Every organization, by tenant and id."""
-        return self._run(organizations())
-
-    def remove_organization(self, organization_id: str) -> bool:
-        """Remove the organization and its memberships; ``False`` if there was none."""
-        return self._run(remove_organization(organization_id))
-
-    def members_of(self, organization_id: str) -> list[tuple[str, str]]:
-        """The ``(account_id, role)`` pairs of the organization, by account."""
-        return self._run(members_of(organization_id))
-
-    def organizations_of(self, account_id: str) -> Sequence[Organization]:
-        """Every organization in which the account holds a role, by tenant, default first."""
-        return self._run(organizations_of(account_id))
+    add_organization = _sync(add_organization)
+    add_member = _sync(add_member)
+    remove_member = _sync(remove_member)
+    get_organization = _sync(get_organization)
+    get_default_organization = _sync(get_default_organization)
+    get_role = _sync(get_role)
+    reaches_tenant = _sync(reaches_tenant)
+    organizations = _sync(organizations)
+    remove_organization = _sync(remove_organization)
+    members_of = _sync(members_of)
+    organizations_of = _sync(organizations_of)
 
 
 class AsyncSQLKeyStore(_OnDatabase):
     """The async twin of :class:`SQLKeyStore`."""
 
-    _run: AsyncRunner
-
-    async def get_key(self, key_id: str) -> ApiKey | None:
-        return await self._run(get_key(key_id))
-
-    async def add_key(self, key: ApiKey) -> None:
-        await self._run(add_key(key))
-
-    async def keys_of(self, account_id: str) -> Sequence[ApiKey]:
-        return await self._run(keys_of(account_id))
-
-    async def revoke_key(self, key_id: str, at: datetime) -> bool:
-        return await self._run(revoke_key(key_id, at))
-
-    async def mark_used(self, key_id: str, at: datetime) -> None:
-        await self._run(mark_used(key_id, at))
-
-    async def report_leak(self, key_id: str, url: str, at: datetime) -> bool:
-        return await self._run(report_leak(key_id, url, at))
-
-    async def leaked_keys(self) -> list[ApiKey]:
-        return await self._run(leaked_keys())
+    get_key = _async(get_key)
+    add_key = _async(add_key)
+    keys_of = _async(keys_of)
+    revoke_key = _async(revoke_key)
+    mark_used = _async(mark_used)
+    report_leak = _async(report_leak)
+    leaked_keys = _async(leaked_keys)
 
 
 class AsyncSQLMembership(_OnDatabase):
     """The async twin of :class:`SQLMembership`."""
 
-    _run: AsyncRunner
-
-    async def add_organization(
-        self, organization_id: str, *, tenant_id: str, default: bool = False
-    ) -> Organization:
-        organization = Organization(id=organization_id, tenant_id=tenant_id, is_default=default)
-        return await self._run(add_organization(organization))
-
-    async def add_member(self, account_id: str, organization_id: str, *, role: str) -> None:
-        await self._run(add_member(account_id, organization_id, role))
-
-    async def remove_member(self, account_id: str, organization_id: str) -> None:
-        await self._run(remove_member(account_id, organization_id))
-
-    async def get_organization(self, organization_id: str) -> Organization | None:
-        return await self._run(get_organization(organization_id))
-
-    async def get_default_organization(self, tenant_id: str) -> Organization | None:
-        return await self._run(get_default_organization(tenant_id))
-
-    async def get_role(self, account_id: str, organization_id: str) -> str | None:
-        return await self._run(get_role(account_id, organization_id))
-
-    async def reaches_tenant(self, account_id: str, tenant_id: str) -> bool:
-        return await self._run(reaches_tenant(account_id, tenant_id))
-
-    async def organizations(self) -> list[Organization]:
-        return await self._run(organizations())
-
-    async def remove_organization(self, organization_id: str) -> bool:
-        return await self._run(remove_organization(organization_id))
-
-    async def members_of(self, organization_id: str) -> list[tuple[str, str]]:
-        return await self._run(members_of(organization_id))
-
-    async def organizations_of(self, account_id: str) -> Sequence[Organization]:
-        return await self._run(organizations_of(account_id))
+    add_organization = _async(add_organization)
+    add_member = _async(add_member)
+    remove_member = _async(remove_member)
+    get_organization = _async(get_organization)
+    get_default_organization = _async(get_default_organization)
+    get_role = _async(get_role)
+    reaches_tenant = _async(reaches_tenant)
+    organizations = _async(organizations)
+    remove_organization = _async(remove_organization)
+    members_of = _async(members_of)
+    organizations_of = _async(organizations_of)

@@ -2,13 +2,7 @@
 
 Install the extra (``pip install 'keyturn[postgres]'``). A :class:`PostgresDatabase` owns a
 connection pool and gives the key store (``.keys``) and the membership provider
-(``.membership``); :class:`AsyncPostgresDatabase` is its twin for the ASGI middleware::
-
-    db = PostgresDatabase("postgresql://app@127.0.0.1:5432/app", max_size=10)
-    db.create_schema()  # explicit and idempotent: run it at deploy time, or `keyturn db init`
-
-    async with AsyncPostgresDatabase("postgresql://app@127.0.0.1:5432/app") as adb:
-        auth = Authenticator(adb.keys, adb.membership)  # awaited on the event loop
+(``.membership``); :class:`AsyncPostgresDatabase` is its twin for the ASGI middleware.
 
 Importing this module touches no database; a :class:`PostgresDatabase` connects when
 constructed, an :class:`AsyncPostgresDatabase` on ``open()``. Only ``create_schema()``

@@ -1,24 +1,17 @@
 """The SQLite key store and membership: one file, nothing to start, the embedded default.
 
 One :class:`SQLiteDatabase` is one file holding the key store (``.keys``) and the
-membership provider (``.membership``)::
-
-    db = SQLiteDatabase("keyturn.sqlite3")  # the file and its tables appear on first use
-    db.membership.add_organization("org_acme", tenant_id="acme", default=True)
-    db.membership.add_member("alice", "org_acme", role="admin")
-    auth = Authenticator(db.keys, db.membership)
-
-The schema is versioned (table ``keyturn_schema_version``) and created or upgraded on
-first use; :meth:`SQLiteDatabase.create_schema` does it up front. Several processes may
-share the file: SQLite's write-ahead log lets readers run while one process writes, and a
-revoke committed by any of them is seen by the next request of every other.
+membership provider (``.membership``). The schema is versioned (``keyturn_schema_version``)
+and created or upgraded on first use. Several processes may share the file: SQLite's
+write-ahead log lets readers run while one process writes, and a revoke committed by any of
+them is seen by the next request of every other.
 
 Thread safety: the database keeps a small stack of connections and lends one to each call,
 so threads read in parallel (SQLite runs without the GIL). The stores are synchronous; the
 async middleware calls them in a worker thread, off the event loop.
 
-Instants are stored as ISO 8601 text in UTC with microseconds (``2026-01-31T09:30:00.
-000001+00:00``): exact, readable in the ``sqlite3`` shell, and ordered like the instants.
+Instants are stored as ISO 8601 text in UTC with microseconds: exact, readable in the
+``sqlite3`` shell, and ordered like the instants.
 """
 
 from __future__ import annotations
