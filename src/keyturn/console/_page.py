@@ -39,6 +39,7 @@ from zoneinfo import ZoneInfo, available_timezones
 
 import attrs
 import jinja2
+import markupsafe
 
 from keyturn._lifecycle import MAX_NAME_LENGTH, custom_date_bounds, expiry_for, validate_name
 from keyturn._model import CustomDate, KeyInfo, Lifetime, Organization, Scope, Status
@@ -56,6 +57,7 @@ from keyturn.protocols import ConsoleMembership
 
 _log = logging.getLogger("keyturn.console")
 StartOn = Literal["tenant", "organization"]
+Header = tuple[str, str]
 
 MAX_FORM_BYTES: Final = 16 * 1024
 FORM_TOKEN_TTL: Final = 12 * 3600  # seconds a form stays usable
@@ -90,6 +92,26 @@ HEADERS: Final = (
 _STATIC: Final = {
     "/static/console.js": "text/javascript; charset=utf-8",
     "/static/console.css": "text/css; charset=utf-8",
+}
+
+_TEXTS: Final = {  # the message pages' texts, by title
+    "API keys cannot manage keys": (
+        "An API key can only call the agents API. Sign in to this console to create, list or "
+        "revoke keys."
+    ),
+    "Not found": "There is no such console page.",
+    "Method not allowed": "Use the console's forms.",
+    "Refused: another site sent this form": (
+        "The console only accepts forms sent from its own pages."
+    ),
+    "Form too large": "That form is too large.",
+    "Unsupported form": "Send the console's form.",
+    "This form has expired": "Nothing was changed. Go back to your keys and send the form again.",
+    "No such key": "You have no key with that id.",
+    "Try again in a moment": (
+        "Your keys cannot be reached right now. If you were creating a key, look for it in "
+        "your list before creating it again."
+    ),
 }
 
 
@@ -244,6 +266,13 @@ class _FormTokens:
             self._used.pop(nonce, None)
 
 
+@jinja2.pass_context
+def _time(context: jinja2.runtime.Context, at: datetime) -> markupsafe.Markup:
+    """*at* as a ``<time>`` element: the exact instant, shown in the page's ``zone``."""
+    element = markupsafe.Markup('<time datetime="{}">{}</time>')
+    return element.format(at.isoformat(), local_time(at, context["zone"]))
+
+
 _TEMPLATES: Final = jinja2.Environment(
     loader=jinja2.PackageLoader("keyturn.console", "templates"),
     autoescape=True,
@@ -256,7 +285,10 @@ _TEMPLATES.globals.update(
     zones=ZONES,
     max_name=MAX_NAME_LENGTH,
     statuses=[status.value for status in Status],
+    marks=_STATUS_MARKS,
+    time=_time,
 )
+_TEMPLATES.filters["scope_label"] = _scope_label
 
 
 class Console:
@@ -338,24 +370,15 @@ class Console:
         """Answer one visit. Never raises for bad input: it answers with a page."""
         scheme, _, credentials = visit.headers.get("authorization", "").strip().partition(" ")
         if scheme.lower() == "bearer" and credentials.strip().lower().startswith("rma_"):
-            return self._message(
-                visit,
-                403,
-                "API keys cannot manage keys",
-                "An API key can only call the agents API. Sign in to this console to "
-                "create, list or revoke keys.",
-                account=None,
-            )
+            return self._message(visit, 403, "API keys cannot manage keys", account=None)
         method = "GET" if visit.method == "HEAD" else visit.method
         if visit.path in _STATIC and method == "GET":
             body = resources.files("keyturn.console").joinpath(visit.path[1:]).read_bytes()
-            cached = [header for header in HEADERS if header[0] != "Cache-Control"]
-            headers = (
-                *cached,
+            cached = [
+                *(h for h in HEADERS if h[0] != "Cache-Control"),
                 ("Cache-Control", "no-cache"),
-                ("Content-Type", _STATIC[visit.path]),
-            )
-            return Page(200, headers, body)
+            ]
+            return Page(200, (*cached, ("Content-Type", _STATIC[visit.path])), body)
         routes: dict[str, dict[str, Callable[[Visit, str], Page]]] = {
             "/": {"GET": self._keys_page, "POST": self._create},
             "/preview": {"GET": self._preview},
@@ -363,19 +386,13 @@ class Console:
             "/rotate": {"GET": partial(self._found, form="rotate"), "POST": self._rotate},
         }
         if visit.path not in routes:
-            return self._message(
-                visit, 404, "Not found", "There is no such console page.", account=None
-            )
+            return self._message(visit, 404, "Not found", account=None)
         if visit.account_id is None:
             return Page(303, (*HEADERS, ("Location", self.sign_in_url)), b"")
         handlers = routes[visit.path]
         if method not in handlers:
-            page = self._message(
-                visit, 405, "Method not allowed", "Use the console's forms.", account=None
-            )
-            return attrs.evolve(
-                page, headers=(*page.headers, ("Allow", ", ".join(sorted({*handlers, "HEAD"}))))
-            )
+            allow = ("Allow", ", ".join(sorted({*handlers, "HEAD"})))
+            return self._message(visit, 405, "Method not allowed", allow, account=None)
         if method == "POST":
             # Under Referrer-Policy: no-referrer a browser sends "Origin: null" with its own
             # forms, so "null" is accepted only where Sec-Fetch-Site vouches for the origin.
@@ -386,31 +403,18 @@ class Console:
                 or (origin == "null" and site is None)
                 or (site is not None and site not in ("same-origin", "none"))
             ):
-                return self._message(
-                    visit,
-                    403,
-                    "Refused: another site sent this form",
-                    "The console only accepts forms sent from its own pages.",
-                )
+                return self._message(visit, 403, "Refused: another site sent this form")
             if len(visit.body) > MAX_FORM_BYTES:
-                text = "That form is too large."
-                return self._message(visit, 413, "Form too large", text, account=None)
+                return self._message(visit, 413, "Form too large", account=None)
             content_type = visit.content_type.split(";")[0].strip().lower()
             if content_type != "application/x-www-form-urlencoded":
-                return self._unsupported_form(visit, 415)
+                return self._message(visit, 415, "Unsupported form", account=None)
         try:
             return handlers[method](visit, visit.account_id)
         except Exception:
             # The store or the membership provider failed: say so, log it, never a bare 500.
             _log.exception("the key console could not answer %s %s", method, visit.path)
-            page = self._message(
-                visit,
-                503,
-                "Try again in a moment",
-                "Your keys cannot be reached right now. If you were creating a key, look for "
-                "it in your list before creating it again.",
-            )
-            return attrs.evolve(page, headers=(*page.headers, ("Retry-After", "5")))
+            return self._message(visit, 503, "Try again in a moment", ("Retry-After", "5"))
 
     def _now(self) -> datetime:
         return self.manager._now()
@@ -439,22 +443,17 @@ class Console:
             (s for s in scopes if _scope_value(s) == visit.query.get("scope")), None
         )
         wanted_status = next((s for s in Status if s.value == visit.query.get("status")), None)
-        revoked = visit.query.get("revoked") if form is None else None
-        notice = next(
-            (
-                f"Key “{info.name}” ({info.hint}) is revoked: it no longer works."
-                for info in every_key
-                if info.key_id == revoked and info.status is Status.REVOKED
-            ),
-            None,
-        )
+        by_id = {info.key_id: info for info in every_key}
+        revoked = by_id.get(visit.query.get("revoked", "")) if form is None else None
+        notice = None
+        if revoked is not None and revoked.status is Status.REVOKED:
+            notice = f"Key “{revoked.name}” ({revoked.hint}) is revoked: it no longer works."
         shown = [
             info
             for info in every_key
             if (wanted_status is None or info.status is wanted_status)
             and (wanted_scope is None or info.scope == wanted_scope)
         ]
-        by_id = {info.key_id: info for info in every_key}
         context = {
             "values": values,
             "errors": defaultdict(str, errors or {}),
@@ -463,14 +462,14 @@ class Console:
             "preview": preview(values["lifetime"], values["date"], zone_name, now),
             "token": self._tokens.issue(account_id, "create"),
             "revoke_token": self._tokens.issue(account_id, "revoke"),
-            "rows": [self._row(info, zone, now, by_id) for info in _paired(shown)],
+            "rows": [self._row(info, now, by_id) for info in _paired(shown)],
+            "zone": zone,
             "total": len(every_key),
             "filters": {
                 "status": wanted_status.value if wanted_status else "",
                 "scope": _scope_value(wanted_scope) if wanted_scope else "",
             },
             "filter_scopes": [(_scope_value(s), _scope_label(s)) for s in scopes],
-            "time_zone": zone.key if zone else "UTC",
             "tz_param": zone.key if zone and visit.query.get("tz") else "",
         }
         return self._render(visit, "keys.html", 200 if form is None else 400, context)
@@ -487,7 +486,7 @@ class Console:
         form = fields(visit.body)
         nonce = self._tokens.check(form.get("token", ""), account_id, "create")
         if nonce is None:
-            return self._expired_form(visit)
+            return self._message(visit, 403, "This form has expired")
         values = {
             field: form.get(field, "") for field in ("name", "lifetime", "date", "tz", "scope")
         }
@@ -502,10 +501,8 @@ class Console:
         if problem is not None:
             custom_field = "date" if zone else "tz"
             errors[custom_field if values["lifetime"] == "custom" else "lifetime"] = problem
-        organizations = self.membership.organizations_of(account_id)
-        scope = {value: scope for value, _, scope in _scope_choices(organizations)}.get(
-            values["scope"]
-        )
+        choices = _scope_choices(self.membership.organizations_of(account_id))
+        scope = {value: scope for value, _, scope in choices}.get(values["scope"])
         if scope is None:
             errors["scope"] = "Choose a scope: your tenant or one of your organizations."
         if errors:
@@ -518,7 +515,7 @@ class Console:
                 visit,
                 409,
                 "This form was already sent",
-                "The key it created is in your list; its secret is shown only once. "
+                text="The key it created is in your list; its secret is shown only once. "
                 "If you lost it, revoke that key and create a new one.",
             )
         try:
@@ -529,7 +526,8 @@ class Console:
                 raise
             errors["scope" if isinstance(exc, ScopeNotReachable) else "date"] = _sentence(str(exc))
             return self._keys_page(visit, account_id, values, errors)
-        context = {"secret": created.secret, "row": self._row(created.info, zone, now, {})}
+        row = self._row(created.info, now, {})
+        context = {"secret": created.secret, "row": row, "zone": zone}
         return self._render(visit, "created.html", 201, context)
 
     def _found(self, visit: Visit, account_id: str, *, form: str) -> Page:
@@ -537,22 +535,26 @@ class Console:
         keys = {info.key_id: info for info in self.manager.list(account_id)}
         info = keys.get(visit.query.get("key", ""))
         if info is None:
-            return self._not_found(visit)
-        row = self._row(info, _zone(visit.query.get("tz", "")), self._now(), keys)
-        context = {"row": row, "token": self._tokens.issue(account_id, form)}
+            return self._message(visit, 404, "No such key")
+        context = {
+            "row": self._row(info, self._now(), keys),
+            "zone": _zone(visit.query.get("tz", "")),
+            "token": self._tokens.issue(account_id, form),
+        }
         return self._render(visit, f"{form}.html", 200, context)
 
     def _revoke(self, visit: Visit, account_id: str) -> Page:
         form = fields(visit.body)
-        if self._tokens.check(form.get("token", ""), account_id, "revoke") is None:
-            return self._expired_form(visit)
+        nonce = self._tokens.check(form.get("token", ""), account_id, "revoke")
+        if nonce is None:
+            return self._message(visit, 403, "This form has expired")
         key_id = form.get("key", "")
         try:
             self.manager.revoke(account_id, key_id)
         except KeyNotFound:
-            return self._not_found(visit)
+            return self._message(visit, 404, "No such key")
         except KeyNotRevocable as exc:
-            return self._message(visit, 409, "Already final", _sentence(str(exc)))
+            return self._message(visit, 409, "Already final", text=_sentence(str(exc)))
         location = visit.base + "?" + urlencode({"revoked": key_id})
         return Page(303, (*HEADERS, ("Location", location)), b"")
 
@@ -560,16 +562,16 @@ class Console:
         form = fields(visit.body)
         nonce = self._tokens.check(form.get("token", ""), account_id, "rotate")
         if nonce is None:
-            return self._expired_form(visit)
+            return self._message(visit, 403, "This form has expired")
         revoke_old = form.get("revoke_old", "")
         if revoke_old not in ("", "1"):
-            return self._unsupported_form(visit, 400)
+            return self._message(visit, 400, "Unsupported form", account=None)
         if not self._tokens.consume(nonce):
             return self._message(
                 visit,
                 409,
                 "This form was already sent",
-                "The new key it created is in your list; its secret is shown only once. "
+                text="The new key it created is in your list; its secret is shown only once. "
                 "If you lost it, revoke that key and rotate again.",
             )
         try:
@@ -579,73 +581,48 @@ class Console:
         except BaseException as exc:
             self._tokens.release(nonce)  # nothing was created: the same form may be sent again
             if isinstance(exc, KeyNotFound):
-                return self._not_found(visit)
+                return self._message(visit, 404, "No such key")
             if not isinstance(exc, KeyNotRotatable | ScopeNotReachable):
                 raise
-            return self._message(visit, 409, "This key cannot be rotated", _sentence(str(exc)))
+            text = _sentence(str(exc))
+            return self._message(visit, 409, "This key cannot be rotated", text=text)
         keys = {info.key_id: info for info in self.manager.list(account_id)}
-        row = self._row(created.info, None, self._now(), keys)
-        return self._render(visit, "created.html", 201, {"secret": created.secret, "row": row})
+        context = {"secret": created.secret, "row": self._row(created.info, self._now(), keys)}
+        return self._render(visit, "created.html", 201, {**context, "zone": None})
 
-    def _row(
-        self, info: KeyInfo, zone: ZoneInfo | None, now: datetime, keys: Mapping[str, KeyInfo]
-    ) -> dict[str, Any]:
-        """The view data of one key, with its expiry warning, leak report and rotation if it
-        has them; *keys* are the account's keys by id, where the other key of a rotation is."""
-        old = keys.get(info.replaces or "")
+    def _row(self, info: KeyInfo, now: datetime, keys: Mapping[str, KeyInfo]) -> dict[str, Any]:
+        """One key as the templates show it: with its expiry warning and, from *keys* (the
+        account's keys by id), the other key of its rotation."""
         new = keys.get(info.replaced_by or "")
         left = info.expires_at - now
         expiring = info.status in (Status.ACTIVE, Status.INACTIVE) and left <= self.expiring_within
         return {
-            "key_id": info.key_id,
-            "name": info.name,
-            "hint": info.hint,
-            "scope": _scope_label(info.scope),
-            "status": info.status.value,
-            "mark": _STATUS_MARKS[info.status],
-            "revocable": info.status.revocable,
-            "expires": _shown(info.expires_at, zone),
-            "created": _shown(info.created_at, zone),
-            "last_used": _shown(info.last_used_at, zone),
+            "info": info,
+            "old": keys.get(info.replaces or ""),
+            "new": new,
             "expiring": f"expires in {_time_left(left)}" if expiring else None,
-            "leaked": info.leaked and {"url": info.leaked.url, "at": _shown(info.leaked.at, zone)},
-            "replaces": old and {"hint": old.hint, "automatic": info.revoke_old_on_first_use},
-            "rotation": new
-            and {
-                "hint": new.hint,
-                "first_used": _shown(info.replacement_first_used_at, zone),
-                "automatic": new.revoke_old_on_first_use,
-                "pending": info.status.revocable,  # the old key still works
-            },
             # Only hides the Rotate button the library would refuse: an Active key whose
             # replacement, if any, no longer works.
             "rotatable": info.status is Status.ACTIVE and (new is None or not new.status.revocable),
         }
 
-    def _render(self, visit: Visit, template: str, status: int, context: dict[str, Any]) -> Page:
-        """*template* with *context*; the header bar names the signed-in account unless
-        *context* sets ``account`` to ``None``."""
+    def _render(
+        self, visit: Visit, template: str, status: int, context: dict[str, Any], *extra: Header
+    ) -> Page:
+        """*template* with *context*, and *extra* headers; the header bar names the signed-in
+        account unless *context* sets ``account`` to ``None``."""
         html = _TEMPLATES.get_template(template).render(
             {"base": visit.base, "account": visit.account_id, **context}
         )
-        return Page(status, (*HEADERS, ("Content-Type", "text/html; charset=utf-8")), html.encode())
+        headers = (*HEADERS, ("Content-Type", "text/html; charset=utf-8"), *extra)
+        return Page(status, headers, html.encode())
 
-    def _message(self, visit: Visit, status: int, title: str, text: str, **context: Any) -> Page:
-        return self._render(
-            visit, "message.html", status, {"title": title, "text": text, **context}
-        )
-
-    def _expired_form(self, visit: Visit) -> Page:
-        text = "Nothing was changed. Go back to your keys and send the form again."
-        return self._message(visit, 403, "This form has expired", text)
-
-    def _unsupported_form(self, visit: Visit, status: int) -> Page:
-        return self._message(
-            visit, status, "Unsupported form", "Send the console's form.", account=None
-        )
-
-    def _not_found(self, visit: Visit) -> Page:
-        return self._message(visit, 404, "No such key", "You have no key with that id.")
+    def _message(
+        self, visit: Visit, status: int, title: str, *extra: Header, **context: Any
+    ) -> Page:
+        """A message page: *title*, and its text from :data:`_TEXTS` unless *context* has one."""
+        context = {"title": title, "text": _TEXTS.get(title), **context}
+        return self._render(visit, "message.html", status, context, *extra)
 
 
 def fields(body: bytes) -> dict[str, str]:
@@ -659,11 +636,6 @@ def fields(body: bytes) -> dict[str, str]:
 
 def _sentence(message: str) -> str:
     return message[:1].upper() + message[1:] + ("" if message.endswith(".") else ".")
-
-
-def _shown(at: datetime | None, zone: ZoneInfo | None) -> tuple[str, str] | None:
-    """An instant as a ``<time>`` element shows it: local text, and the exact instant."""
-    return None if at is None else (local_time(at, zone), at.isoformat())
 
 
 def _paired(infos: Sequence[KeyInfo]) -> list[KeyInfo]:
