@@ -254,8 +254,7 @@ class _FormTokens:
         """Mark *nonce* used; ``False`` if it already was."""
         now = time.time()
         with self._lock:
-            for old in [n for n, until in self._used.items() if until < now]:
-                del self._used[old]
+            self._used = {n: until for n, until in self._used.items() if until >= now}
             if nonce in self._used:
                 return False
             self._used[nonce] = now + FORM_TOKEN_TTL + 60
@@ -374,10 +373,10 @@ class Console:
         method = "GET" if visit.method == "HEAD" else visit.method
         if visit.path in _STATIC and method == "GET":
             body = resources.files("keyturn.console").joinpath(visit.path[1:]).read_bytes()
-            cached = [
+            cached = (
                 *(h for h in HEADERS if h[0] != "Cache-Control"),
                 ("Cache-Control", "no-cache"),
-            ]
+            )
             return Page(200, (*cached, ("Content-Type", _STATIC[visit.path])), body)
         routes: dict[str, dict[str, Callable[[Visit, str], Page]]] = {
             "/": {"GET": self._keys_page, "POST": self._create},
@@ -475,10 +474,8 @@ class Console:
         return self._render(visit, "keys.html", 200 if form is None else 400, context)
 
     def _preview(self, visit: Visit, account_id: str) -> Page:
-        query = visit.query
-        shown = preview(
-            query.get("lifetime", ""), query.get("date", ""), query.get("tz", ""), self._now()
-        )
+        lifetime, day, zone = (visit.query.get(f, "") for f in ("lifetime", "date", "tz"))
+        shown = preview(lifetime, day, zone, self._now())
         body = json.dumps(shown.as_json()).encode()
         return Page(200, (*HEADERS, ("Content-Type", "application/json")), body)
 
@@ -487,9 +484,7 @@ class Console:
         nonce = self._tokens.check(form.get("token", ""), account_id, "create")
         if nonce is None:
             return self._message(visit, 403, "This form has expired")
-        values = {
-            field: form.get(field, "") for field in ("name", "lifetime", "date", "tz", "scope")
-        }
+        values = {f: form.get(f, "") for f in ("name", "lifetime", "date", "tz", "scope")}
         errors: dict[str, str] = {}
         try:
             name = validate_name(values["name"])
