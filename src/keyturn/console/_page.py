@@ -5,8 +5,8 @@ Rules of this file:
 1. The edges (:mod:`keyturn.console.asgi`, :mod:`keyturn.console.wsgi`) turn their server's
    request into a :class:`Visit` and write the :class:`Page` back. They decide nothing, so
    both serve the same pages byte for byte.
-2. Every page carries the same headers: ``Cache-Control: no-store``, a Content-Security-Policy
-   that allows no inline script and no framing, ``Referrer-Policy: no-referrer``.
+2. Every page carries the same :data:`HEADERS`: no caching, no inline script, no framing,
+   no referrer.
 3. A request carrying an API key (``Authorization: Bearer rma_...``) is refused before
    anything else: a key can never create, list or revoke keys (spec section 1).
 4. Every POST passes two checks before it acts: it comes from this origin (``Origin``,
@@ -39,6 +39,7 @@ from zoneinfo import ZoneInfo, available_timezones
 
 import attrs
 import jinja2
+import markupsafe
 
 from keyturn._lifecycle import MAX_NAME_LENGTH, custom_date_bounds, expiry_for, validate_name
 from keyturn._model import CustomDate, KeyInfo, Lifetime, Organization, Scope, Status
@@ -54,33 +55,20 @@ from keyturn.errors import (
 from keyturn.manager import KeyManager
 from keyturn.protocols import ConsoleMembership
 
-__all__ = [
-    "LIFETIME_CHOICES",
-    "Console",
-    "ConsoleSetupError",
-    "Page",
-    "Preview",
-    "Visit",
-    "preview",
-]
-
 _log = logging.getLogger("keyturn.console")
 StartOn = Literal["tenant", "organization"]
-SignedIn = Callable[[Any], Any]
+Header = tuple[str, str]
 
 MAX_FORM_BYTES: Final = 16 * 1024
 FORM_TOKEN_TTL: Final = 12 * 3600  # seconds a form stays usable
-CUSTOM: Final = "custom"
 LIFETIME_CHOICES: Final[Sequence[tuple[str, str, Lifetime | None]]] = (
     ("3h", "3 hours", Lifetime.HOURS_3),
     ("1d", "1 day", Lifetime.DAYS_1),
     ("7d", "7 days", Lifetime.DAYS_7),
     ("30d", "30 days", Lifetime.DAYS_30),
     ("90d", "90 days", Lifetime.DAYS_90),
-    (CUSTOM, "Custom date", None),
+    ("custom", "Custom date", None),
 )
-DEFAULT_LIFETIME: Final = "30d"
-EXPIRING_WITHIN: Final = timedelta(days=7)  # the list marks keys that expire this soon
 _LIFETIMES: Final = {code: lifetime for code, _, lifetime in LIFETIME_CHOICES}
 ZONES: Final = tuple(sorted(z for z in available_timezones() if "/" in z or z == "UTC"))
 _STATUS_MARKS: Final = {
@@ -104,6 +92,26 @@ HEADERS: Final = (
 _STATIC: Final = {
     "/static/console.js": "text/javascript; charset=utf-8",
     "/static/console.css": "text/css; charset=utf-8",
+}
+
+_TEXTS: Final = {  # the message pages' texts, by title
+    "API keys cannot manage keys": (
+        "An API key can only call the agents API. Sign in to this console to create, list or "
+        "revoke keys."
+    ),
+    "Not found": "There is no such console page.",
+    "Method not allowed": "Use the console's forms.",
+    "Refused: another site sent this form": (
+        "The console only accepts forms sent from its own pages."
+    ),
+    "Form too large": "That form is too large.",
+    "Unsupported form": "Send the console's form.",
+    "This form has expired": "Nothing was changed. Go back to your keys and send the form again.",
+    "No such key": "You have no key with that id.",
+    "Try again in a moment": (
+        "Your keys cannot be reached right now. If you were creating a key, look for it in "
+        "your list before creating it again."
+    ),
 }
 
 
@@ -162,50 +170,44 @@ def local_time(at: datetime, zone: ZoneInfo | None) -> str:
     return at.astimezone(zone or UTC).strftime("%Y-%m-%d %H:%M %Z")
 
 
+def _expiry_choice(lifetime: str, day: str, zone: ZoneInfo | None) -> Lifetime | CustomDate | str:
+    """The expiry the create form's raw values choose, or what is missing from them."""
+    if lifetime not in _LIFETIMES:
+        return "Choose a lifetime."
+    fixed = _LIFETIMES[lifetime]
+    if fixed is not None:
+        return fixed
+    if zone is None:
+        return "Choose your time zone: a custom date ends at midnight there."
+    if not day:
+        return "Choose the custom expiry date."
+    try:
+        return CustomDate(date.fromisoformat(day), zone)
+    except ValueError:
+        return "Enter the custom date as YYYY-MM-DD."
+
+
 def preview(lifetime: str, day: str, time_zone: str, now: datetime) -> Preview:
     """The view data of the create form's lifetime part, from the form's raw values."""
     zone = _zone(time_zone)
-    first = last = None
-    if zone is not None:
-        first, last = custom_date_bounds(now, zone)
-    choice: Lifetime | CustomDate
-    if lifetime not in _LIFETIMES:
-        return Preview(first_day=first, last_day=last, expires=None, problem="Choose a lifetime.")
-    fixed = _LIFETIMES[lifetime]
-    if fixed is not None:
-        choice = fixed
-    elif zone is None:
-        problem = "Choose your time zone: a custom date ends at midnight there."
-        return Preview(first_day=first, last_day=last, expires=None, problem=problem)
-    elif not day:
-        problem = "Choose the custom expiry date."
-        return Preview(first_day=first, last_day=last, expires=None, problem=problem)
-    else:
-        try:
-            choice = CustomDate(date.fromisoformat(day), zone)
-        except ValueError:
-            problem = "Enter the custom date as YYYY-MM-DD."
-            return Preview(first_day=first, last_day=last, expires=None, problem=problem)
+    first, last = custom_date_bounds(now, zone) if zone else (None, None)
+    choice = _expiry_choice(lifetime, day, zone)
+    if isinstance(choice, str):
+        return Preview(first_day=first, last_day=last, expires=None, problem=choice)
     try:
-        expires = expiry_for(choice, now)
+        expires = local_time(expiry_for(choice, now), zone)
     except InvalidExpiry:
-        assert first is not None
-        assert last is not None
-        problem = f"Choose a date from {first.isoformat()} to {last.isoformat()}."
+        problem = f"Choose a date from {first} to {last}."
         return Preview(first_day=first, last_day=last, expires=None, problem=problem)
-    return Preview(first_day=first, last_day=last, expires=local_time(expires, zone), problem=None)
+    return Preview(first_day=first, last_day=last, expires=expires, problem=None)
 
 
 def _scope_value(scope: Scope) -> str:
-    if scope.organization_id is None:
-        return f"tenant:{scope.tenant_id}"
-    return f"organization:{scope.organization_id}"
+    return f"{scope.kind.value}:{scope.organization_id or scope.tenant_id}"
 
 
 def _scope_label(scope: Scope) -> str:
-    if scope.organization_id is None:
-        return f"Tenant {scope.tenant_id}"
-    return f"Organization {scope.organization_id}"
+    return f"{scope.kind.value.title()} {scope.organization_id or scope.tenant_id}"
 
 
 def _scope_choices(organizations: Sequence[Organization]) -> list[tuple[str, str, Scope]]:
@@ -252,8 +254,7 @@ class _FormTokens:
         """Mark *nonce* used; ``False`` if it already was."""
         now = time.time()
         with self._lock:
-            for old in [n for n, until in self._used.items() if until < now]:
-                del self._used[old]
+            self._used = {n: until for n, until in self._used.items() if until >= now}
             if nonce in self._used:
                 return False
             self._used[nonce] = now + FORM_TOKEN_TTL + 60
@@ -264,6 +265,13 @@ class _FormTokens:
             self._used.pop(nonce, None)
 
 
+@jinja2.pass_context
+def _time(context: jinja2.runtime.Context, at: datetime) -> markupsafe.Markup:
+    """*at* as a ``<time>`` element: the exact instant, shown in the page's ``zone``."""
+    element = markupsafe.Markup('<time datetime="{}">{}</time>')
+    return element.format(at.isoformat(), local_time(at, context["zone"]))
+
+
 _TEMPLATES: Final = jinja2.Environment(
     loader=jinja2.PackageLoader("keyturn.console", "templates"),
     autoescape=True,
@@ -271,6 +279,15 @@ _TEMPLATES: Final = jinja2.Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
+_TEMPLATES.globals.update(
+    lifetimes=[(code, label) for code, label, _ in LIFETIME_CHOICES],
+    zones=ZONES,
+    max_name=MAX_NAME_LENGTH,
+    statuses=[status.value for status in Status],
+    marks=_STATUS_MARKS,
+    time=_time,
+)
+_TEMPLATES.filters["scope_label"] = _scope_label
 
 
 class Console:
@@ -295,11 +312,11 @@ class Console:
         self,
         manager: KeyManager,
         *,
-        signed_in: SignedIn,
+        signed_in: Callable[[Any], Any],
         sign_in_url: str,
         start_on: StartOn = "tenant",
         secret: bytes | None = None,
-        expiring_within: timedelta = EXPIRING_WITHIN,
+        expiring_within: timedelta = timedelta(days=7),
     ) -> None:
         if not isinstance(manager, KeyManager):
             raise ConsoleSetupError(
@@ -348,81 +365,55 @@ class Console:
 
         return ConsoleWSGI(self)
 
-    # --- dispatch ---------------------------------------------------------------------------
-
     def handle(self, visit: Visit) -> Page:
         """Answer one visit. Never raises for bad input: it answers with a page."""
-        if _carries_api_key(visit.headers.get("authorization", "")):
-            return self._message(
-                visit,
-                403,
-                "API keys cannot manage keys",
-                "An API key can only call the agents API. Sign in to this console to "
-                "create, list or revoke keys.",
-            )
+        scheme, _, credentials = visit.headers.get("authorization", "").strip().partition(" ")
+        if scheme.lower() == "bearer" and credentials.strip().lower().startswith("rma_"):
+            return self._message(visit, 403, "API keys cannot manage keys", account=None)
         method = "GET" if visit.method == "HEAD" else visit.method
         if visit.path in _STATIC and method == "GET":
-            return _static(visit.path)
+            body = resources.files("keyturn.console").joinpath(visit.path[1:]).read_bytes()
+            cached = (
+                *(h for h in HEADERS if h[0] != "Cache-Control"),
+                ("Cache-Control", "no-cache"),
+            )
+            return Page(200, (*cached, ("Content-Type", _STATIC[visit.path])), body)
         routes: dict[str, dict[str, Callable[[Visit, str], Page]]] = {
-            "/": {"GET": partial(self._keys_page, form=None, errors={}), "POST": self._create},
+            "/": {"GET": self._keys_page, "POST": self._create},
             "/preview": {"GET": self._preview},
             "/revoke": {"GET": partial(self._found, form="revoke"), "POST": self._revoke},
             "/rotate": {"GET": partial(self._found, form="rotate"), "POST": self._rotate},
         }
         if visit.path not in routes:
-            return self._message(visit, 404, "Not found", "There is no such console page.")
+            return self._message(visit, 404, "Not found", account=None)
         if visit.account_id is None:
-            return _redirect(self.sign_in_url)
+            return Page(303, (*HEADERS, ("Location", self.sign_in_url)), b"")
         handlers = routes[visit.path]
         if method not in handlers:
-            page = self._message(visit, 405, "Method not allowed", "Use the console's forms.")
-            allow = ", ".join(sorted({*handlers, "HEAD"} if "GET" in handlers else handlers))
-            return attrs.evolve(page, headers=(*page.headers, ("Allow", allow)))
+            allow = ("Allow", ", ".join(sorted({*handlers, "HEAD"})))
+            return self._message(visit, 405, "Method not allowed", allow, account=None)
         if method == "POST":
-            refusal = self._refuse_post(visit)
-            if refusal is not None:
-                return refusal
+            # Under Referrer-Policy: no-referrer a browser sends "Origin: null" with its own
+            # forms, so "null" is accepted only where Sec-Fetch-Site vouches for the origin.
+            origin = visit.headers.get("origin")
+            site = visit.headers.get("sec-fetch-site")
+            if (
+                (origin is not None and origin not in (visit.origin, "null"))
+                or (origin == "null" and site is None)
+                or (site is not None and site not in ("same-origin", "none"))
+            ):
+                return self._message(visit, 403, "Refused: another site sent this form")
+            if len(visit.body) > MAX_FORM_BYTES:
+                return self._message(visit, 413, "Form too large", account=None)
+            content_type = visit.content_type.split(";")[0].strip().lower()
+            if content_type != "application/x-www-form-urlencoded":
+                return self._message(visit, 415, "Unsupported form", account=None)
         try:
             return handlers[method](visit, visit.account_id)
         except Exception:
             # The store or the membership provider failed: say so, log it, never a bare 500.
             _log.exception("the key console could not answer %s %s", method, visit.path)
-            page = self._message(
-                visit,
-                503,
-                "Try again in a moment",
-                "Your keys cannot be reached right now. If you were creating a key, look for "
-                "it in your list before creating it again.",
-                account_id=visit.account_id,
-            )
-            return attrs.evolve(page, headers=(*page.headers, ("Retry-After", "5")))
-
-    def _refuse_post(self, visit: Visit) -> Page | None:
-        # Under Referrer-Policy: no-referrer a browser sends "Origin: null" with its own
-        # forms, so "null" is accepted only where Sec-Fetch-Site vouches for the origin.
-        origin = visit.headers.get("origin")
-        site = visit.headers.get("sec-fetch-site")
-        if (
-            (origin is not None and origin not in (visit.origin, "null"))
-            or (origin == "null" and site is None)
-            or (site is not None and site not in ("same-origin", "none"))
-        ):
-            return self._message(
-                visit,
-                403,
-                "Refused: another site sent this form",
-                "The console only accepts forms sent from its own pages.",
-                account_id=visit.account_id,
-            )
-        if len(visit.body) > MAX_FORM_BYTES:
-            return self._message(visit, 413, "Form too large", "That form is too large.")
-        if visit.content_type.split(";")[0].strip().lower() != (
-            "application/x-www-form-urlencoded"
-        ):
-            return self._message(visit, 415, "Unsupported form", "Send the console's form.")
-        return None
-
-    # --- the key list and the create form ----------------------------------------------------
+            return self._message(visit, 503, "Try again in a moment", ("Retry-After", "5"))
 
     def _now(self) -> datetime:
         return self.manager._now()
@@ -431,88 +422,60 @@ class Console:
         self,
         visit: Visit,
         account_id: str,
-        *,
-        form: Mapping[str, str] | None,
-        errors: Mapping[str, str],
-        status: int = 200,
+        form: Mapping[str, str] | None = None,
+        errors: Mapping[str, str] | None = None,
     ) -> Page:
-        """The list and the create form: fresh (*form* ``None``) or as sent, with *errors*."""
-        organizations = self.membership.organizations_of(account_id)
-        choices = _scope_choices(organizations)
-        values = dict(form or {})
-        zone_name = values.get("tz") or visit.query.get("tz", "")
-        zone = _zone(zone_name)
+        """The list and the create form: fresh (*form* ``None``), or as sent with *errors*."""
+        choices = _scope_choices(self.membership.organizations_of(account_id))
         if form is None:
-            values = {"name": "", "lifetime": DEFAULT_LIFETIME, "date": "", "tz": zone_name}
-            values["scope"] = self._start_scope(choices)
+            starts = [v for v, _, s in choices if self.start_on == "tenant" or s.organization_id]
+            values = {"name": "", "lifetime": "30d", "date": "", "tz": visit.query.get("tz", "")}
+            values["scope"] = starts[0] if starts else ""
+        else:
+            values = dict(form)
+        zone_name = values["tz"] or visit.query.get("tz", "")
+        zone = _zone(zone_name)
         now = self._now()
-        shown = preview(values["lifetime"], values["date"], zone_name, now)
-
-        status_filter = visit.query.get("status", "")
-        scope_filter = visit.query.get("scope", "")
-        wanted_status = next((s for s in Status if s.value == status_filter), None)
         every_key = self.manager.list(account_id)
-        filter_scopes = dict.fromkeys(
-            [(value, scope) for value, _, scope in choices]
-            + [(_scope_value(info.scope), info.scope) for info in every_key]
+        scopes = dict.fromkeys([*(s for _, _, s in choices), *(i.scope for i in every_key)])
+        wanted_scope = next(
+            (s for s in scopes if _scope_value(s) == visit.query.get("scope")), None
         )
-        filter_choices = [(value, _scope_label(scope)) for value, scope in filter_scopes]
-        wanted_scope = next((s for v, s in filter_scopes if v == scope_filter), None)
-        revoked = visit.query.get("revoked", "") if form is None else ""
-        notice = next(
-            (
-                f"Key “{info.name}” ({info.hint}) is revoked: it no longer works."
-                for info in every_key
-                if info.key_id == revoked and info.status is Status.REVOKED
-            ),
-            None,
-        )
-        keys = _paired(
-            [
-                info
-                for info in every_key
-                if (wanted_status is None or info.status is wanted_status)
-                and (wanted_scope is None or info.scope == wanted_scope)
-            ]
-        )
+        wanted_status = next((s for s in Status if s.value == visit.query.get("status")), None)
         by_id = {info.key_id: info for info in every_key}
+        revoked = by_id.get(visit.query.get("revoked", "")) if form is None else None
+        notice = None
+        if revoked is not None and revoked.status is Status.REVOKED:
+            notice = f"Key “{revoked.name}” ({revoked.hint}) is revoked: it no longer works."
+        shown = [
+            info
+            for info in every_key
+            if (wanted_status is None or info.status is wanted_status)
+            and (wanted_scope is None or info.scope == wanted_scope)
+        ]
         context = {
             "values": values,
-            "errors": defaultdict(str, errors),
+            "errors": defaultdict(str, errors or {}),
             "notice": notice,
-            "lifetimes": [(code, label) for code, label, _ in LIFETIME_CHOICES],
             "scopes": [(value, label) for value, label, _ in choices],
-            "zones": ZONES,
-            "preview": shown,
-            "max_name": MAX_NAME_LENGTH,
+            "preview": preview(values["lifetime"], values["date"], zone_name, now),
             "token": self._tokens.issue(account_id, "create"),
             "revoke_token": self._tokens.issue(account_id, "revoke"),
-            "rows": [self._row(info, zone, now, by_id) for info in keys],
+            "rows": [self._row(info, now, by_id) for info in _paired(shown)],
+            "zone": zone,
             "total": len(every_key),
             "filters": {
                 "status": wanted_status.value if wanted_status else "",
-                "scope": scope_filter if wanted_scope else "",
+                "scope": _scope_value(wanted_scope) if wanted_scope else "",
             },
-            "statuses": [s.value for s in Status],
-            "filter_scopes": filter_choices,
-            "time_zone": zone.key if zone else "UTC",
+            "filter_scopes": [(_scope_value(s), _scope_label(s)) for s in scopes],
             "tz_param": zone.key if zone and visit.query.get("tz") else "",
         }
-        return self._render(visit, "keys.html", context, status=status, account_id=account_id)
-
-    def _start_scope(self, choices: Sequence[tuple[str, str, Scope]]) -> str:
-        for value, _, scope in choices:
-            if self.start_on == "tenant" or scope.organization_id is not None:
-                return value
-        return ""
+        return self._render(visit, "keys.html", 200 if form is None else 400, context)
 
     def _preview(self, visit: Visit, account_id: str) -> Page:
-        shown = preview(
-            visit.query.get("lifetime", ""),
-            visit.query.get("date", ""),
-            visit.query.get("tz", ""),
-            self._now(),
-        )
+        lifetime, day, zone = (visit.query.get(f, "") for f in ("lifetime", "date", "tz"))
+        shown = preview(lifetime, day, zone, self._now())
         body = json.dumps(shown.as_json()).encode()
         return Page(200, (*HEADERS, ("Content-Type", "application/json")), body)
 
@@ -520,206 +483,141 @@ class Console:
         form = fields(visit.body)
         nonce = self._tokens.check(form.get("token", ""), account_id, "create")
         if nonce is None:
-            return self._expired_form(visit)
-        values = {
-            field: form.get(field, "") for field in ("name", "lifetime", "date", "tz", "scope")
-        }
+            return self._message(visit, 403, "This form has expired")
+        values = {f: form.get(f, "") for f in ("name", "lifetime", "date", "tz", "scope")}
         errors: dict[str, str] = {}
         try:
             name = validate_name(values["name"])
         except InvalidKeyName as exc:
             errors["name"] = _sentence(str(exc))
         now = self._now()
-        choice: Lifetime | CustomDate | None = _LIFETIMES.get(values["lifetime"])
-        shown = preview(values["lifetime"], values["date"], values["tz"], now)
-        if shown.problem is not None:
-            field = "lifetime"
-            if values["lifetime"] == CUSTOM:
-                field = "date" if _zone(values["tz"]) else "tz"
-            errors[field] = shown.problem
-        elif choice is None:
-            choice = CustomDate(date.fromisoformat(values["date"]), values["tz"])
-        scopes = {
-            value: scope
-            for value, _, scope in _scope_choices(self.membership.organizations_of(account_id))
-        }
-        scope = scopes.get(values["scope"])
+        zone = _zone(values["tz"])
+        problem = preview(values["lifetime"], values["date"], values["tz"], now).problem
+        if problem is not None:
+            custom_field = "date" if zone else "tz"
+            errors[custom_field if values["lifetime"] == "custom" else "lifetime"] = problem
+        choices = _scope_choices(self.membership.organizations_of(account_id))
+        scope = {value: scope for value, _, scope in choices}.get(values["scope"])
         if scope is None:
             errors["scope"] = "Choose a scope: your tenant or one of your organizations."
         if errors:
-            return self._keys_page(visit, account_id, form=values, errors=errors, status=400)
-        assert choice is not None
+            return self._keys_page(visit, account_id, values, errors)
+        choice = _expiry_choice(values["lifetime"], values["date"], zone)
+        assert not isinstance(choice, str)
         assert scope is not None
         if not self._tokens.consume(nonce):
             return self._message(
                 visit,
                 409,
                 "This form was already sent",
-                "The key it created is in your list; its secret is shown only once. "
+                text="The key it created is in your list; its secret is shown only once. "
                 "If you lost it, revoke that key and create a new one.",
-                account_id=account_id,
             )
         try:
             created = self.manager.create(account_id, name=name, scope=scope, expiry=choice)
-        except (InvalidExpiry, ScopeNotReachable) as exc:
-            self._tokens.release(nonce)
-            field = "scope" if isinstance(exc, ScopeNotReachable) else "date"
-            errors[field] = _sentence(str(exc))
-            return self._keys_page(visit, account_id, form=values, errors=errors, status=400)
-        except BaseException:
+        except BaseException as exc:
             self._tokens.release(nonce)  # nothing was created: the same form may be sent again
-            raise
-        context = {
-            "secret": created.secret,
-            "row": self._row(created.info, _zone(values["tz"]), now, {}),
-        }
-        return self._render(visit, "created.html", context, status=201, account_id=account_id)
-
-    def _expired_form(self, visit: Visit) -> Page:
-        return self._message(
-            visit,
-            403,
-            "This form has expired",
-            "Nothing was changed. Go back to your keys and send the form again.",
-            account_id=visit.account_id,
-        )
-
-    # --- revoke and rotate -------------------------------------------------------------------
+            if not isinstance(exc, InvalidExpiry | ScopeNotReachable):
+                raise
+            errors["scope" if isinstance(exc, ScopeNotReachable) else "date"] = _sentence(str(exc))
+            return self._keys_page(visit, account_id, values, errors)
+        row = self._row(created.info, now, {})
+        context = {"secret": created.secret, "row": row, "zone": zone}
+        return self._render(visit, "created.html", 201, context)
 
     def _found(self, visit: Visit, account_id: str, *, form: str) -> Page:
         """The page of one of the account's keys (``?key=``) with a *form* token, or a 404."""
         keys = {info.key_id: info for info in self.manager.list(account_id)}
         info = keys.get(visit.query.get("key", ""))
         if info is None:
-            return self._not_found(visit, account_id)
-        zone = _zone(visit.query.get("tz", ""))
+            return self._message(visit, 404, "No such key")
         context = {
-            "row": self._row(info, zone, self._now(), keys),
+            "row": self._row(info, self._now(), keys),
+            "zone": _zone(visit.query.get("tz", "")),
             "token": self._tokens.issue(account_id, form),
         }
-        return self._render(visit, f"{form}.html", context, status=200, account_id=account_id)
-
-    def _not_found(self, visit: Visit, account_id: str) -> Page:
-        return self._message(
-            visit, 404, "No such key", "You have no key with that id.", account_id=account_id
-        )
+        return self._render(visit, f"{form}.html", 200, context)
 
     def _revoke(self, visit: Visit, account_id: str) -> Page:
         form = fields(visit.body)
-        if self._tokens.check(form.get("token", ""), account_id, "revoke") is None:
-            return self._expired_form(visit)
+        nonce = self._tokens.check(form.get("token", ""), account_id, "revoke")
+        if nonce is None:
+            return self._message(visit, 403, "This form has expired")
         key_id = form.get("key", "")
         try:
             self.manager.revoke(account_id, key_id)
         except KeyNotFound:
-            return self._not_found(visit, account_id)
+            return self._message(visit, 404, "No such key")
         except KeyNotRevocable as exc:
-            return self._message(
-                visit, 409, "Already final", _sentence(str(exc)), account_id=account_id
-            )
-        return _redirect(visit.base + "?" + urlencode({"revoked": key_id}))
+            return self._message(visit, 409, "Already final", text=_sentence(str(exc)))
+        location = visit.base + "?" + urlencode({"revoked": key_id})
+        return Page(303, (*HEADERS, ("Location", location)), b"")
 
     def _rotate(self, visit: Visit, account_id: str) -> Page:
         form = fields(visit.body)
         nonce = self._tokens.check(form.get("token", ""), account_id, "rotate")
         if nonce is None:
-            return self._expired_form(visit)
+            return self._message(visit, 403, "This form has expired")
         revoke_old = form.get("revoke_old", "")
         if revoke_old not in ("", "1"):
-            return self._message(visit, 400, "Unsupported form", "Send the console's form.")
+            return self._message(visit, 400, "Unsupported form", account=None)
         if not self._tokens.consume(nonce):
             return self._message(
                 visit,
                 409,
                 "This form was already sent",
-                "The new key it created is in your list; its secret is shown only once. "
+                text="The new key it created is in your list; its secret is shown only once. "
                 "If you lost it, revoke that key and rotate again.",
-                account_id=account_id,
             )
         try:
             created = self.manager.rotate(
                 account_id, form.get("key", ""), revoke_old_on_first_use=revoke_old == "1"
             )
-        except KeyNotFound:
-            self._tokens.release(nonce)
-            return self._not_found(visit, account_id)
-        except (KeyNotRotatable, ScopeNotReachable) as exc:
-            self._tokens.release(nonce)
-            return self._message(
-                visit, 409, "This key cannot be rotated", _sentence(str(exc)), account_id=account_id
-            )
-        except BaseException:
+        except BaseException as exc:
             self._tokens.release(nonce)  # nothing was created: the same form may be sent again
-            raise
+            if isinstance(exc, KeyNotFound):
+                return self._message(visit, 404, "No such key")
+            if not isinstance(exc, KeyNotRotatable | ScopeNotReachable):
+                raise
+            text = _sentence(str(exc))
+            return self._message(visit, 409, "This key cannot be rotated", text=text)
         keys = {info.key_id: info for info in self.manager.list(account_id)}
-        context = {
-            "secret": created.secret,
-            "row": self._row(created.info, None, self._now(), keys),
-        }
-        return self._render(visit, "created.html", context, status=201, account_id=account_id)
+        context = {"secret": created.secret, "row": self._row(created.info, self._now(), keys)}
+        return self._render(visit, "created.html", 201, {**context, "zone": None})
 
-    # --- rendering ------------------------------------------------------------------------
-
-    def _row(
-        self, info: KeyInfo, zone: ZoneInfo | None, now: datetime, keys: Mapping[str, KeyInfo]
-    ) -> dict[str, Any]:
-        """The view data of one key, with its expiry warning, leak report and rotation if it
-        has them; *keys* are the account's keys by id, where the other key of a rotation is."""
-        row = _row(info, zone)
-        old = keys.get(info.replaces or "")
+    def _row(self, info: KeyInfo, now: datetime, keys: Mapping[str, KeyInfo]) -> dict[str, Any]:
+        """One key as the templates show it: with its expiry warning and, from *keys* (the
+        account's keys by id), the other key of its rotation."""
         new = keys.get(info.replaced_by or "")
-        if old is not None:
-            row["replaces"] = {"hint": old.hint, "automatic": info.revoke_old_on_first_use}
-        if new is not None:
-            row["rotation"] = {
-                "hint": new.hint,
-                "first_used": _shown(info.replacement_first_used_at, zone),
-                "automatic": new.revoke_old_on_first_use,
-                "pending": info.status.revocable,  # the old key still works
-            }
-        # The Rotate action: an Active key without a replacement that still works (the
-        # library decides; this only hides a button it would refuse).
-        row["rotatable"] = info.status is Status.ACTIVE and (
-            new is None or not new.status.revocable
-        )
         left = info.expires_at - now
-        if info.status in (Status.ACTIVE, Status.INACTIVE) and left <= self.expiring_within:
-            row["expiring"] = f"expires in {_time_left(left)}"
-        if info.leaked is not None:
-            row["leaked"] = {"url": info.leaked.url, "at": _shown(info.leaked.at, zone)}
-        return row
+        expiring = info.status in (Status.ACTIVE, Status.INACTIVE) and left <= self.expiring_within
+        return {
+            "info": info,
+            "old": keys.get(info.replaces or ""),
+            "new": new,
+            "expiring": f"expires in {_time_left(left)}" if expiring else None,
+            # Only hides the Rotate button the library would refuse: an Active key whose
+            # replacement, if any, no longer works.
+            "rotatable": info.status is Status.ACTIVE and (new is None or not new.status.revocable),
+        }
 
     def _render(
-        self,
-        visit: Visit,
-        template: str,
-        context: Mapping[str, Any],
-        *,
-        status: int,
-        account_id: str | None,
+        self, visit: Visit, template: str, status: int, context: dict[str, Any], *extra: Header
     ) -> Page:
-        body = _TEMPLATES.get_template(template).render(
-            base=visit.base, account=account_id, **context
+        """*template* with *context*, and *extra* headers; the header bar names the signed-in
+        account unless *context* sets ``account`` to ``None``."""
+        html = _TEMPLATES.get_template(template).render(
+            {"base": visit.base, "account": visit.account_id, **context}
         )
-        headers = (*HEADERS, ("Content-Type", "text/html; charset=utf-8"))
-        return Page(status, headers, body.encode())
+        headers = (*HEADERS, ("Content-Type", "text/html; charset=utf-8"), *extra)
+        return Page(status, headers, html.encode())
 
     def _message(
-        self,
-        visit: Visit,
-        status: int,
-        title: str,
-        text: str,
-        *,
-        account_id: str | None = None,
+        self, visit: Visit, status: int, title: str, *extra: Header, **context: Any
     ) -> Page:
-        context = {"title": title, "text": text}
-        return self._render(visit, "message.html", context, status=status, account_id=account_id)
-
-
-def _carries_api_key(authorization: str) -> bool:
-    scheme, _, credentials = authorization.strip().partition(" ")
-    return scheme.lower() == "bearer" and credentials.strip().lower().startswith("rma_")
+        """A message page: *title*, and its text from :data:`_TEXTS` unless *context* has one."""
+        context = {"title": title, "text": _TEXTS.get(title), **context}
+        return self._render(visit, "message.html", status, context, *extra)
 
 
 def fields(body: bytes) -> dict[str, str]:
@@ -728,36 +626,11 @@ def fields(body: bytes) -> dict[str, str]:
         pairs = parse_qsl(body.decode(), keep_blank_values=True, max_num_fields=20)
     except ValueError:  # not UTF-8, or too many fields: no token either, so it is refused
         return {}
-    return dict(reversed(pairs))  # the first of a repeat wins
+    return dict(reversed(pairs))
 
 
 def _sentence(message: str) -> str:
     return message[:1].upper() + message[1:] + ("" if message.endswith(".") else ".")
-
-
-def _row(info: KeyInfo, zone: ZoneInfo | None) -> dict[str, Any]:
-    return {
-        "key_id": info.key_id,
-        "name": info.name,
-        "hint": info.hint,
-        "scope": _scope_label(info.scope),
-        "status": info.status.value,
-        "mark": _STATUS_MARKS[info.status],
-        "revocable": info.status.revocable,
-        "expires": _shown(info.expires_at, zone),
-        "created": _shown(info.created_at, zone),
-        "last_used": _shown(info.last_used_at, zone),
-        "expiring": None,
-        "leaked": None,
-        "replaces": None,
-        "rotation": None,
-        "rotatable": False,
-    }
-
-
-def _shown(at: datetime | None, zone: ZoneInfo | None) -> tuple[str, str] | None:
-    """An instant as a ``<time>`` element shows it: local text, and the exact instant."""
-    return None if at is None else (local_time(at, zone), at.isoformat())
 
 
 def _paired(infos: Sequence[KeyInfo]) -> list[KeyInfo]:
@@ -765,18 +638,13 @@ def _paired(infos: Sequence[KeyInfo]) -> list[KeyInfo]:
     reads as one pair of rows."""
     shown = {info.key_id for info in infos}
     old_of = {info.replaced_by: info for info in infos if info.replaced_by in shown}
-    placed: list[KeyInfo] = []
-
-    def place(info: KeyInfo) -> None:
-        placed.append(info)
-        old = old_of.get(info.key_id)
-        if old is not None:
-            place(old)
-
     moved = {old.key_id for old in old_of.values()}
+    placed: list[KeyInfo] = []
     for info in infos:
-        if info.key_id not in moved:
-            place(info)
+        next_row: KeyInfo | None = None if info.key_id in moved else info
+        while next_row is not None:
+            placed.append(next_row)
+            next_row = old_of.get(next_row.key_id)
     return placed
 
 
@@ -788,17 +656,3 @@ def _time_left(left: timedelta) -> str:
             count = seconds // size
             return f"{count} {unit}{'' if count == 1 else 's'}"
     return "less than a minute"
-
-
-def _redirect(location: str) -> Page:
-    return Page(303, (*HEADERS, ("Location", location)), b"")
-
-
-def _static(path: str) -> Page:
-    body = resources.files("keyturn.console").joinpath("static", path.rsplit("/", 1)[1])
-    headers = tuple(h for h in HEADERS if h[0] != "Cache-Control")
-    return Page(
-        200,
-        (*headers, ("Cache-Control", "no-cache"), ("Content-Type", _STATIC[path])),
-        body.read_bytes(),
-    )
