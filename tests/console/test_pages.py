@@ -117,11 +117,13 @@ def test_cross_origin_post_is_refused(
 
 
 def test_post_without_a_valid_token_is_refused(client: Client, world: World) -> None:
-    """No token, a forged one, or one issued to another account: 403 and nothing created."""
+    """No token, a forged one (non-ASCII too), or one issued to another account: 403 and
+    nothing created.
+    """
     form = create_form(client)
     bob = Client(client.edge, world.console)
     bob.account = "bob"
-    for token in ("", "x.1.y", form_token(bob.get("/console/").text)):
+    for token in ("", "x.1.y", "x.1.\u00e9", "x.\u00b2.y", form_token(bob.get("/console/").text)):
         assert client.post("/console/", {**form, "token": token}).status == 403
     assert world.store.keys_of("alice") == []
 

@@ -244,7 +244,8 @@ class _FormTokens:
         """The token's nonce if it is genuine and fresh, else ``None``."""
         nonce, _, rest = token.partition(".")
         issued, _, mac = rest.partition(".")
-        if not (nonce and issued.isdigit() and mac):
+        # compare_digest refuses non-ASCII text: such a token is forged, not a fault.
+        if not (nonce and issued.isdigit() and mac and rest.isascii()):
             return None
         if not hmac.compare_digest(mac, self._mac(account_id, form, f"{nonce}.{issued}")):
             return None
