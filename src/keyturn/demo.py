@@ -122,9 +122,8 @@ def console_routes(store: KeyStore, membership: Any) -> list[Any]:
                 return response
         return HTMLResponse(_SIGN_IN_PAGE)
 
-    console = Console(
-        KeyManager(store, membership), signed_in=signed_in, sign_in_url="/demo/sign-in"
-    )
+    manager = KeyManager(store, membership)
+    console = Console(manager, signed_in=signed_in, sign_in_url="/demo/sign-in")
     return [
         Mount("/console", app=console.asgi()),
         Route("/demo/sign-in", sign_in, methods=["GET", "POST"]),
@@ -221,10 +220,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             raise SystemExit(
                 f"port {args.port} on 127.0.0.1 is in use: pass --port N or set KEYTURN_DEMO_PORT"
             ) from None
-    handler = logging.StreamHandler()  # the `keyturn` logger's INFO lines: one per refusal
+    handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(levelname)s:     %(name)s: %(message)s"))
-    logging.getLogger("keyturn").addHandler(handler)
-    logging.getLogger("keyturn").setLevel(logging.INFO)
+    log = logging.getLogger("keyturn")  # on the console: its INFO line on each refusal
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
     with open_database(args.store) as db, Authenticator(db.keys, db.membership) as authenticator:
         db.create_schema()
         keys = seed(db.keys, db.membership)
