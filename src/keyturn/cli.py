@@ -9,8 +9,7 @@ would act for, with the console's rules (a user lists and revokes only their own
 
 Rules of this file:
 
-1. A command is a function ``(db, args)`` that prints to standard output; the parser is the
-   table of contents.
+1. A command is a function ``(db, args)``; the parser is the table of contents.
 2. The library's own errors (:class:`~keyturn.errors.KeyturnError`) and the database
    drivers' are the operator's to fix: one line on stderr and an exit status (2 for an
    invalid value, else 1). Anything else is a bug, and its traceback shows.
