@@ -9,7 +9,7 @@ would act for, with the console's rules (a user lists and revokes only their own
 
 Rules of this file:
 
-1. A command is a function ``(db, args, out)``; the parser is the table of contents.
+1. A command is a function ``(db, args)``; the parser is the table of contents.
 2. The library's own errors (:class:`~keyturn.errors.KeyturnError`) and the database
    drivers' are the operator's to fix: one line on stderr and an exit status (2 for an
    invalid value, else 1). Anything else is a bug, and its traceback shows.
@@ -29,8 +29,9 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
+from functools import partial
 from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING, Any, Final, TextIO
+from typing import TYPE_CHECKING, Any, Final
 from zoneinfo import ZoneInfo
 
 from keyturn import _token
@@ -45,13 +46,7 @@ from keyturn._model import (
     ScopeKind,
     Status,
 )
-from keyturn.errors import (
-    InvalidExpiry,
-    InvalidKeyName,
-    InvalidStoreURL,
-    KeyNotFound,
-    KeyturnError,
-)
+from keyturn.errors import InvalidExpiry, InvalidKeyName, InvalidStoreURL, KeyNotFound, KeyturnError
 from keyturn.manager import KeyManager
 from keyturn.stores import open_database, redact_url
 
@@ -62,15 +57,8 @@ __all__ = ["main"]
 
 ENVIRONMENT_VARIABLE: Final = "KEYTURN_STORE_URL"
 DEFAULT_STORE_URL: Final = "sqlite:///keyturn.sqlite3"
-LIFETIMES: Final = {
-    "3h": Lifetime.HOURS_3,
-    "1d": Lifetime.DAYS_1,
-    "7d": Lifetime.DAYS_7,
-    "30d": Lifetime.DAYS_30,
-    "90d": Lifetime.DAYS_90,
-}
+LIFETIMES: Final = {lifetime.label: lifetime for lifetime in Lifetime}
 STATUSES: Final = {status.value.lower(): status for status in Status}
-_INVALID_VALUES: Final = (InvalidKeyName, InvalidExpiry)  # exit 2; other KeyturnErrors exit 1
 
 
 class CommandError(Exception):
@@ -81,15 +69,15 @@ class CommandError(Exception):
         self.status = status
 
 
-# --- store commands: (db, args, out) ---------------------------------------------------------
+# --- store commands: (db, args), printing to standard output --------------------------------
 
 
-def db_init(db: Database, args: argparse.Namespace, out: TextIO) -> None:
+def db_init(db: Database, args: argparse.Namespace) -> None:
     version = db.create_schema()
-    print(f"The store {redact_url(args.url)} is ready (schema version {version}).", file=out)
+    print(f"The store {redact_url(args.url)} is ready (schema version {version}).")
 
 
-def org_add(db: Database, args: argparse.Namespace, out: TextIO) -> None:
+def org_add(db: Database, args: argparse.Namespace) -> None:
     org, tenant = args.organization, args.tenant
     existing = db.membership.get_organization(org)
     if existing is not None and (existing.tenant_id, existing.is_default) != (tenant, args.default):
@@ -107,61 +95,53 @@ def org_add(db: Database, args: argparse.Namespace, out: TextIO) -> None:
         )
     db.membership.add_organization(org, tenant_id=tenant, default=args.default)
     default = ", its default organization" if args.default else ""
-    print(f"Organization {org} is in tenant {tenant}{default}.", file=out)
+    print(f"Organization {org} is in tenant {tenant}{default}.")
 
 
-def org_list(db: Database, args: argparse.Namespace, out: TextIO) -> None:
+def org_list(db: Database, args: argparse.Namespace) -> None:
     found = [o for o in db.membership.organizations() if args.tenant in (None, o.tenant_id)]
-    rows = [{"id": o.id, "tenant_id": o.tenant_id, "default": o.is_default} for o in found]
     if args.json:
-        _json(rows, out)
-    elif not rows:
-        none = "No organizations." if args.tenant is None else f"Tenant {args.tenant} has none."
-        print(none, file=out)
+        _json([{"id": o.id, "tenant_id": o.tenant_id, "default": o.is_default} for o in found])
+    elif not found:
+        print("No organizations." if args.tenant is None else f"Tenant {args.tenant} has none.")
     else:
-        _table(
-            ("ORG", "TENANT", "DEFAULT"),
-            [(o.id, o.tenant_id, _yes(o.is_default)) for o in found],
-            out,
-        )
+        rows = [(o.id, o.tenant_id, "yes" if o.is_default else "-") for o in found]
+        _table(("ORG", "TENANT", "DEFAULT"), rows)
 
 
-def org_remove(db: Database, args: argparse.Namespace, out: TextIO) -> None:
+def org_remove(db: Database, args: argparse.Namespace) -> None:
     members = [account for account, _ in _members(db, args.organization)]
-    with _inactivated(db, members, out):
+    with _inactivated(db, members):
         db.membership.remove_organization(args.organization)
-        print(
-            f"Organization {args.organization} is removed, with {len(members)} member(s).",
-            file=out,
-        )
+        print(f"Organization {args.organization} is removed, with {len(members)} member(s).")
 
 
-def member_add(db: Database, args: argparse.Namespace, out: TextIO) -> None:
+def member_add(db: Database, args: argparse.Namespace) -> None:
     _organization(db, args.organization)
     db.membership.add_member(args.account, args.organization, role=args.role)
-    print(f"{args.account} has the role {args.role} in {args.organization}.", file=out)
+    print(f"{args.account} has the role {args.role} in {args.organization}.")
 
 
-def member_list(db: Database, args: argparse.Namespace, out: TextIO) -> None:
+def member_list(db: Database, args: argparse.Namespace) -> None:
     members = _members(db, args.organization)
     if args.json:
-        _json([{"account_id": account, "role": role} for account, role in members], out)
+        _json([{"account_id": account, "role": role} for account, role in members])
     elif not members:
-        print(f"{args.organization} has no members.", file=out)
+        print(f"{args.organization} has no members.")
     else:
-        _table(("ACCOUNT", "ROLE"), members, out)
+        _table(("ACCOUNT", "ROLE"), members)
 
 
-def member_remove(db: Database, args: argparse.Namespace, out: TextIO) -> None:
+def member_remove(db: Database, args: argparse.Namespace) -> None:
     account, org = args.account, args.organization
     if db.membership.get_role(account, org) is None:
         raise CommandError(f"{account} has no role in {org}")
-    with _inactivated(db, [account], out):
+    with _inactivated(db, [account]):
         db.membership.remove_member(account, org)
-        print(f"{account} no longer has a role in {org}.", file=out)
+        print(f"{account} no longer has a role in {org}.")
 
 
-def keys_create(db: Database, args: argparse.Namespace, out: TextIO) -> None:
+def keys_create(db: Database, args: argparse.Namespace) -> None:
     if args.organization is None:
         scope = Scope.tenant(args.tenant)
     else:
@@ -178,10 +158,10 @@ def keys_create(db: Database, args: argparse.Namespace, out: TextIO) -> None:
         zone = str(expiry.time_zone)
         at = created.info.expires_at.astimezone(ZoneInfo(zone))
         local = f" ({at:%Y-%m-%d %H:%M} in {zone})"
-    _print_created(created, args, out, local=local)
+    _print_created(created, args, local=local)
 
 
-def keys_rotate(db: Database, args: argparse.Namespace, out: TextIO) -> None:
+def keys_rotate(db: Database, args: argparse.Namespace) -> None:
     old_id = _key_id_argument(args.key_id)
     try:
         created = _manager(db).rotate(
@@ -197,20 +177,15 @@ def keys_rotate(db: Database, args: argparse.Namespace, out: TextIO) -> None:
             "once 'keyturn keys list' says the new key\nwas first used, revoke the old one: "
             f"keyturn keys revoke --as {args.account} {old_id}"
         )
-    _print_created(created, args, out, advice=advice)
+    _print_created(created, args, advice=advice)
 
 
 def _print_created(
-    created: CreatedKey,
-    args: argparse.Namespace,
-    out: TextIO,
-    *,
-    local: str = "",
-    advice: str = "",
+    created: CreatedKey, args: argparse.Namespace, *, local: str = "", advice: str = ""
 ) -> None:
     info = created.info
     if args.json:
-        _json({**_as_json(info), "secret": created.secret}, out)
+        _json({**_as_json(info), "secret": created.secret})
         return
     print(
         f"Created key {info.key_id} for {args.account}.\n"
@@ -220,30 +195,24 @@ def _print_created(
         f"  expires  {_when(info.expires_at)}{local}\n"
         + (f"  replaces {info.replaces}\n\n{advice}\n" if info.replaces else "")
         + "\nSecret -- shown once, it cannot be retrieved later; keep it in a secret store:\n"
-        f"{created.secret}",
-        file=out,
+        f"{created.secret}"
     )
 
 
-def keys_list(db: Database, args: argparse.Namespace, out: TextIO) -> None:
-    scope: ScopeKind | None = None
-    if args.scope in ("tenant", "organization"):
-        scope = ScopeKind(args.scope)
-    elif args.scope is not None:
-        scope = ScopeKind.ORGANIZATION
-    status = None if args.status is None else STATUSES[args.status]
-    infos = _manager(db).list(args.account, status=status, scope=scope)
-    if scope is ScopeKind.ORGANIZATION and args.scope != "organization":
+def keys_list(db: Database, args: argparse.Namespace) -> None:
+    kind = ScopeKind(args.scope) if args.scope in ("tenant", "organization") else None
+    infos = _manager(db).list(args.account, status=STATUSES.get(args.status), scope=kind)
+    if args.scope is not None and kind is None:  # one organization's id
         infos = [info for info in infos if info.scope.organization_id == args.scope]
     if args.json:
-        _json([_as_json(info) for info in infos], out)
+        _json([_as_json(info) for info in infos])
     elif not infos:
-        print(f"{args.account} has no key that matches.", file=out)
+        print(f"{args.account} has no key that matches.")
     else:
-        _key_table(infos, out)
+        _key_table(infos)
 
 
-def keys_revoke(db: Database, args: argparse.Namespace, out: TextIO) -> None:
+def keys_revoke(db: Database, args: argparse.Namespace) -> None:
     _key_id_argument(args.key_id)
     try:
         info = _manager(db).revoke(args.account, args.key_id)
@@ -252,23 +221,22 @@ def keys_revoke(db: Database, args: argparse.Namespace, out: TextIO) -> None:
         raise CommandError(f"{args.account} has no key with {named}") from None
     print(
         f"Revoked key {info.key_id} ({info.hint}, {info.name!r}) of {args.account}: "
-        "refused from its next request on.",
-        file=out,
+        "refused from its next request on."
     )
 
 
-def keys_expiring(db: Database, args: argparse.Namespace, out: TextIO) -> None:
+def keys_expiring(db: Database, args: argparse.Namespace) -> None:
     infos = _manager(db).expiring(args.account, within=args.within)
     if args.json:
-        _json([_as_json(info) for info in infos], out)
+        _json([_as_json(info) for info in infos])
     elif not infos:
-        print(f"{args.account} has no key expiring within {_span(args.within)}.", file=out)
+        print(f"{args.account} has no key expiring within {_span(args.within)}.")
     else:
-        print(f"Expiring within {_span(args.within)}, soonest first:", file=out)
-        _key_table(infos, out)
+        print(f"Expiring within {_span(args.within)}, soonest first:")
+        _key_table(infos)
 
 
-def keys_leaked(db: Database, args: argparse.Namespace, out: TextIO) -> None:
+def keys_leaked(db: Database, args: argparse.Namespace) -> None:
     # Every account's keys: reported by a code host's secret scanning (keyturn.leaks).
     leaks = [(key, key.leaked) for key in db.keys.leaked_keys() if key.leaked is not None]
     if args.json:
@@ -282,27 +250,16 @@ def keys_leaked(db: Database, args: argparse.Namespace, out: TextIO) -> None:
                     "revoked_at": _instant(key.revoked_at),
                 }
                 for key, leak in leaks
-            ],
-            out,
+            ]
         )
     elif not leaks:
-        print("No key has been reported leaked.", file=out)
+        print("No key has been reported leaked.")
     else:
-        _table(
-            ("KEY ID", "HINT", "ACCOUNT", "REPORTED", "REVOKED", "URL"),
-            [
-                (
-                    key.key_id,
-                    key.hint,
-                    key.account_id,
-                    _when(leak.at),
-                    _when(key.revoked_at),
-                    leak.url,
-                )
-                for key, leak in leaks
-            ],
-            out,
-        )
+        rows = [
+            (key.key_id, key.hint, key.account_id, _when(leak.at), _when(key.revoked_at), leak.url)
+            for key, leak in leaks
+        ]
+        _table(("KEY ID", "HINT", "ACCOUNT", "REPORTED", "REVOKED", "URL"), rows)
 
 
 def _key_id_argument(key_id: str) -> str:
@@ -331,20 +288,20 @@ def _members(db: Database, organization_id: str) -> Sequence[tuple[str, str]]:
 
 
 @contextmanager
-def _inactivated(db: Database, accounts: Sequence[str], out: TextIO) -> Iterator[None]:
+def _inactivated(db: Database, accounts: Sequence[str]) -> Iterator[None]:
     """Around a change of roles: print the keys of *accounts* it made Inactive."""
-
-    def keys() -> dict[str, KeyInfo]:
-        manager = _manager(db)
-        return {info.key_id: info for account in accounts for info in manager.list(account)}
-
-    active = [key_id for key_id, info in keys().items() if info.status is Status.ACTIVE]
+    manager = _manager(db)
+    active = {info.key_id for a in accounts for info in manager.list(a, status=Status.ACTIVE)}
     yield
-    now = keys()
-    lost = [now[key_id] for key_id in active if now[key_id].status is Status.INACTIVE]
+    lost = [
+        info
+        for account in accounts
+        for info in manager.list(account, status=Status.INACTIVE)
+        if info.key_id in active
+    ]
     if lost:
-        print("These keys are now Inactive (they work again if the role comes back):", file=out)
-        _key_table(lost, out)
+        print("These keys are now Inactive (they work again if the role comes back):")
+        _key_table(lost)
 
 
 def _warn(message: str) -> None:
@@ -354,18 +311,14 @@ def _warn(message: str) -> None:
 # --- output --------------------------------------------------------------------------------
 
 
-def _json(value: object, out: TextIO) -> None:
-    if hasattr(out, "reconfigure"):  # UTF-8 whatever the locale: names and hints stay as is
-        out.reconfigure(encoding="utf-8")
-    print(json.dumps(value, indent=2, ensure_ascii=False), file=out)
+def _json(value: object) -> None:
+    if hasattr(sys.stdout, "reconfigure"):  # UTF-8 whatever the locale: names and hints as is
+        sys.stdout.reconfigure(encoding="utf-8")
+    print(json.dumps(value, indent=2, ensure_ascii=False))
 
 
 def _when(at: datetime | None) -> str:
     return "-" if at is None else at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _yes(flag: bool) -> str:
-    return "yes" if flag else "-"
 
 
 def _instant(at: datetime | None) -> str | None:
@@ -395,7 +348,7 @@ def _as_json(info: KeyInfo) -> dict[str, Any]:
     }
 
 
-def _key_table(infos: Sequence[KeyInfo], out: TextIO) -> None:
+def _key_table(infos: Sequence[KeyInfo]) -> None:
     header = ("KEY ID", "HINT", "STATUS", "SCOPE", "EXPIRES", "LAST USED", "NAME")
     rows = [
         (
@@ -409,12 +362,12 @@ def _key_table(infos: Sequence[KeyInfo], out: TextIO) -> None:
         )
         for info in infos
     ]
-    _table(header, rows, out)
+    _table(header, rows)
     rotations = [_rotation(info, infos) for info in infos if info.replaced_by is not None]
     if any(rotations):
-        print("\nRotations (old key -> its replacement):", file=out)
+        print("\nRotations (old key -> its replacement):")
         for line in filter(None, rotations):
-            print(f"  {line}", file=out)
+            print(f"  {line}")
 
 
 def _rotation(old: KeyInfo, infos: Sequence[KeyInfo]) -> str:
@@ -431,12 +384,12 @@ def _rotation(old: KeyInfo, infos: Sequence[KeyInfo]) -> str:
     return f"{pair}  new key not used yet: keep {old.key_id} until it is"
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO) -> None:
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     """Aligned columns; the last one, free text, is not padded."""
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
     for row in [header, *rows]:
         cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
-        print("  ".join([*cells, row[-1]]), file=out)
+        print("  ".join([*cells, row[-1]]))
 
 
 def _local_time_zone() -> str:
@@ -462,10 +415,9 @@ def _open(url: str, *, init: bool) -> Database:
         )
     if url.startswith(_SQLITE):  # SQLite creates a missing file: a typo must not
         path = os.path.abspath(url.removeprefix(_SQLITE))
-        if init and not os.path.isdir(os.path.dirname(path)):
-            raise CommandError(
-                f"cannot create {path}: there is no directory {os.path.dirname(path)}", 2
-            )
+        folder = os.path.dirname(path)
+        if init and not os.path.isdir(folder):
+            raise CommandError(f"cannot create {path}: there is no directory {folder}", 2)
         if not init and not os.path.exists(path):
             raise CommandError(
                 f"there is no store at {path} (from {url}): check --store or "
@@ -477,18 +429,15 @@ def _open(url: str, *, init: bool) -> Database:
         db = open_database(url)
     except (InvalidStoreURL, ImportError) as exc:  # no such store, or its extra is missing
         raise CommandError(str(exc), 2) from None
-    if not init:
-        try:
-            ready = db.schema_version() > 0  # SchemaTooNew goes to main() like any KeyturnError
-        except BaseException:
-            db.close()
-            raise
-        if not ready:
-            db.close()
+    try:  # SchemaTooNew goes to main() like any KeyturnError
+        if not init and db.schema_version() <= 0:
             raise CommandError(
                 f"the store {redact_url(url)} has no keyturn tables in the first schema of "
                 "its search_path: run 'keyturn db init'"
             )
+    except BaseException:
+        db.close()
+        raise
     return db
 
 
@@ -513,23 +462,21 @@ def _driver_errors() -> tuple[type[Exception], ...]:
     return (sqlite3.Error,) if psycopg is None else (sqlite3.Error, psycopg.Error)
 
 
-def _run_in_store(
-    command: Callable[[Database, argparse.Namespace, TextIO], None],
-) -> Callable[[argparse.Namespace], int]:
-    def run(args: argparse.Namespace) -> int:
-        args.url = getattr(args, "store", None) or os.environ.get(ENVIRONMENT_VARIABLE)
-        args.url = args.url or DEFAULT_STORE_URL
-        db = _open(args.url, init=command is db_init)
-        try:
-            command(db, args, sys.stdout)
-        except _driver_errors() as exc:
-            first_line = (str(exc).splitlines() or [""])[0]  # not the SQL excerpt that follows
-            raise CommandError(f"the store failed: {type(exc).__name__}: {first_line}") from None
-        finally:
-            db.close()
-        return 0
-
-    return run
+def _in_store(
+    command: Callable[[Database, argparse.Namespace], None], args: argparse.Namespace
+) -> int:
+    """Run a store command on the store the options and environment name."""
+    args.url = getattr(args, "store", None) or os.environ.get(ENVIRONMENT_VARIABLE)
+    args.url = args.url or DEFAULT_STORE_URL
+    db = _open(args.url, init=command is db_init)
+    try:
+        command(db, args)
+    except _driver_errors() as exc:
+        first_line = (str(exc).splitlines() or [""])[0]  # not the SQL excerpt that follows
+        raise CommandError(f"the store failed: {type(exc).__name__}: {first_line}") from None
+    finally:
+        db.close()
+    return 0
 
 
 # --- commands without a store ------------------------------------------------------------------
@@ -546,10 +493,16 @@ def demo(args: argparse.Namespace) -> int:
 def scan(args: argparse.Namespace) -> int:
     from keyturn import scan
 
-    if args.staged or args.diff:
-        if args.paths:
-            raise CommandError("--staged and --diff take no PATH", 2)
-        findings = list(scan.find_added_keys(_staged_diff() if args.staged else _read(args.diff)))
+    if args.paths and (args.staged or args.diff):
+        raise CommandError("--staged and --diff take no PATH", 2)
+    if args.staged:
+        try:
+            findings = list(scan.find_added_keys(scan.staged_diff()))
+        except (OSError, subprocess.CalledProcessError) as exc:
+            reason = getattr(exc, "stderr", b"").decode(errors="replace").strip() or str(exc)
+            raise CommandError(f"git diff --cached failed: {reason}", 2) from None
+    elif args.diff:
+        findings = list(scan.find_added_keys(_read(args.diff)))
     else:
         paths = args.paths or ["."]
         for path in paths:
@@ -567,16 +520,6 @@ def scan(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 1 if findings else 0
-
-
-def _staged_diff() -> str:
-    from keyturn.scan import staged_diff
-
-    try:
-        return staged_diff()
-    except (OSError, subprocess.CalledProcessError) as exc:
-        reason = getattr(exc, "stderr", b"").decode(errors="replace").strip() or str(exc)
-        raise CommandError(f"git diff --cached failed: {reason}", 2) from None
 
 
 def _read(name: str) -> str:
@@ -685,7 +628,7 @@ def build_parser() -> argparse.ArgumentParser:
 
         def leaf(name: str, run: Callable[..., None], text: str, **extra: Any) -> Any:
             command = leaves.add_parser(name, help=text, description=text, parents=[store], **extra)
-            command.set_defaults(run=_run_in_store(run))
+            command.set_defaults(run=partial(_in_store, run))
             return command
 
         return leaf
@@ -848,7 +791,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"keyturn: error: {error}", file=sys.stderr)
         if isinstance(error, CommandError):
             return error.status
-        return 2 if isinstance(error, _INVALID_VALUES) else 1
+        return 2 if isinstance(error, InvalidKeyName | InvalidExpiry) else 1
     except BrokenPipeError:  # `keyturn keys list | head`: the reader left, nothing to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1

@@ -50,7 +50,6 @@ DEFAULT_ORGANIZATION = "acme-main"
 OTHER_ORGANIZATION = "acme-research"
 USER = "demo-user"
 DEMO_STORE = "sqlite:///keyturn-demo.sqlite3"
-DEMO_USERS = (USER,)
 DEMO_COOKIE = "keyturn_demo_account"
 KEY_NAMES = ("demo: tenant", "demo: research")
 MODELS = ("agent-small", "agent-large")
@@ -86,7 +85,7 @@ def seed(store: KeyStore, membership: WritableMembership) -> DemoKeys:
     )
 
 
-_SIGN_IN_PAGE = """<!doctype html>
+_SIGN_IN_PAGE = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>Demo sign-in (demo only)</title>
@@ -95,7 +94,8 @@ _SIGN_IN_PAGE = """<!doctype html>
 <main><section class="panel"><h1>Demo sign-in</h1>
 <p class="warning"><strong>For this demo only.</strong> This page signs anyone in as a demo
 user, with no password. A real service mounts the key console behind its own sign-in.</p>
-<form method="post" class="actions">{buttons}</form>
+<form method="post" class="actions">\
+<button name="account" value="{USER}">Sign in as {USER}</button></form>
 </section></main></body></html>
 """
 
@@ -110,25 +110,20 @@ def console_routes(store: KeyStore, membership: Any) -> list[Any]:
 
     def signed_in(request: Request) -> str | None:
         account = request.cookies.get(DEMO_COOKIE)
-        return account if account in DEMO_USERS else None
+        return account if account == USER else None
 
     async def sign_in(request: Request) -> Response:
         if request.method == "POST":
             form = (await request.body()).decode(errors="replace")
             account = form.partition("account=")[2].partition("&")[0]
-            if account in DEMO_USERS:
+            if account == USER:
                 response = RedirectResponse("/console/", status_code=303)
                 response.set_cookie(DEMO_COOKIE, account, httponly=True, samesite="strict")
                 return response
-        buttons = "".join(
-            f'<button name="account" value="{user}">Sign in as {user}</button>'
-            for user in DEMO_USERS
-        )
-        return HTMLResponse(_SIGN_IN_PAGE.format(buttons=buttons))
+        return HTMLResponse(_SIGN_IN_PAGE)
 
-    console = Console(
-        KeyManager(store, membership), signed_in=signed_in, sign_in_url="/demo/sign-in"
-    )
+    manager = KeyManager(store, membership)
+    console = Console(manager, signed_in=signed_in, sign_in_url="/demo/sign-in")
     return [
         Mount("/console", app=console.asgi()),
         Route("/demo/sign-in", sign_in, methods=["GET", "POST"]),
@@ -225,7 +220,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             raise SystemExit(
                 f"port {args.port} on 127.0.0.1 is in use: pass --port N or set KEYTURN_DEMO_PORT"
             ) from None
-    _log_refusals()
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s:     %(name)s: %(message)s"))
+    log = logging.getLogger("keyturn")  # on the console: its INFO line on each refusal
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
     with open_database(args.store) as db, Authenticator(db.keys, db.membership) as authenticator:
         db.create_schema()
         keys = seed(db.keys, db.membership)
@@ -240,15 +239,6 @@ def main(argv: Sequence[str] | None = None) -> None:
             flush=True,
         )
         uvicorn.run(app, host="127.0.0.1", port=args.port)
-
-
-def _log_refusals() -> None:
-    """Show the ``keyturn`` logger's INFO lines (one per refusal) on the console."""
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(levelname)s:     %(name)s: %(message)s"))
-    log = logging.getLogger("keyturn")
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
 
 
 def _command() -> str:

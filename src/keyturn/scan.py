@@ -65,16 +65,11 @@ class Finding:
     hint: str
 
     def __str__(self) -> str:
-        place = f"{_escape(self.source)}:{self.line}:{self.column}"
-        return f"{place}: {self.hint} (key id {self.key_id})"
-
-
-def _escape(name: str) -> str:
-    """*name* with every unprintable character (escapes, newlines, bad bytes) as ``\\x..``."""
-    return "".join(
-        c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode("ascii")
-        for c in name
-    )
+        source = "".join(  # every unprintable character (escapes, newlines, bad bytes) as \x..
+            c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode("ascii")
+            for c in self.source
+        )
+        return f"{source}:{self.line}:{self.column}: {self.hint} (key id {self.key_id})"
 
 
 def find_keys(text: str, source: str = "<text>") -> Iterator[Finding]:
