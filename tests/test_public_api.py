@@ -94,3 +94,28 @@ def test_create_refuses_scope_and_organization(manager: KeyManager) -> None:
     """Both a scope and an organization is ambiguous: a TypeError says to pick one."""
     with pytest.raises(TypeError, match="not both"):
         manager.create("alice", name="x", scope=Scope.tenant("acme"), organization="org_main")
+
+
+def test_generated_methods_read_as_written() -> None:
+    """The managers' and SQL stores' methods, made from one operation each, show their own
+    name and parameters to help() and inspect (never ``*args, **kwargs``)."""
+    import inspect
+
+    from keyturn import AsyncKeyManager
+    from keyturn.stores._sql import AsyncSQLMembership, SQLKeyStore
+
+    expected = {
+        KeyManager.create: ["self", "account_id", "name", "scope", "organization", "expiry"],
+        AsyncKeyManager.revoke: ["self", "account_id", "key_id"],
+        SQLKeyStore.get_key: ["self", "key_id"],
+        AsyncSQLMembership.add_organization: ["self", "organization_id", "tenant_id", "default"],
+    }
+    for method, parameters in expected.items():
+        signature = inspect.signature(method)
+        assert list(signature.parameters) == parameters, method
+        assert signature.return_annotation is inspect.Signature.empty
+        assert not method.__name__.startswith("_")
+    assert KeyManager.create.__doc__ == AsyncKeyManager.create.__doc__
+    assert "shown once" in (KeyManager.create.__doc__ or "")
+    assert inspect.iscoroutinefunction(AsyncKeyManager.revoke)
+    assert inspect.iscoroutinefunction(AsyncSQLMembership.add_organization)

@@ -73,6 +73,7 @@ __all__ = ["AsyncKeyManager", "KeyManager"]
 
 T = TypeVar("T")
 P = ParamSpec("P")
+M = TypeVar("M", bound=Callable[..., Any])
 
 
 @attrs.frozen
@@ -302,12 +303,29 @@ class _Operations:
         )
 
 
+def _public(op: Callable[..., Any]) -> Callable[[M], M]:
+    """Give a manager method operation *op*'s docstring and parameters, under its public
+    name (``_create`` runs as ``create``), without the generator's return annotation.
+    """
+
+    def name(method: M) -> M:
+        functools.update_wrapper(method, op)
+        method.__name__ = op.__name__.removeprefix("_")
+        method.__qualname__ = method.__qualname__.replace(op.__name__, method.__name__)
+        method.__signature__ = inspect.signature(op).replace(  # type: ignore[attr-defined]
+            return_annotation=inspect.Signature.empty
+        )
+        return method
+
+    return name
+
+
 def _sync(
     op: Callable[Concatenate[_Operations, P], _Op[T]],
 ) -> Callable[Concatenate[_Operations, P], T]:
     """The method that runs operation *op*, asking each of its calls in place."""
 
-    @functools.wraps(op)
+    @_public(op)
     def method(self: _Operations, /, *args: P.args, **kwargs: P.kwargs) -> T:
         flow = op(self, *args, **kwargs)
         answer: Any = None
@@ -330,7 +348,7 @@ def _async(
 ) -> Callable[Concatenate[_Operations, P], Coroutine[Any, Any, T]]:
     """:func:`_sync` with each call awaited."""
 
-    @functools.wraps(op)
+    @_public(op)
     async def method(self: _Operations, /, *args: P.args, **kwargs: P.kwargs) -> T:
         flow = op(self, *args, **kwargs)
         answer: Any = None

@@ -18,6 +18,7 @@ Rules of this file:
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Coroutine, Generator, Sequence
 from datetime import UTC, datetime
 from typing import Any, Concatenate, Final, NamedTuple, ParamSpec, Self, TypeVar
@@ -44,6 +45,7 @@ __all__ = [
 
 T = TypeVar("T")
 P = ParamSpec("P")
+M = TypeVar("M", bound=Callable[..., Any])
 
 # What a driver hands back for a query: the first row, every row, or the rowcount.
 ONE: Final = "one"
@@ -512,9 +514,7 @@ def _sync(op: Callable[P, Op[T]]) -> Callable[Concatenate[_OnDatabase, P], T]:
     def method(self: _OnDatabase, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return self._run(op(*args, **kwargs))  # type: ignore[no-any-return]
 
-    method.__name__ = method.__qualname__ = op.__name__
-    method.__doc__ = op.__doc__
-    return method
+    return _named(method, op)
 
 
 def _async(op: Callable[P, Op[T]]) -> Callable[Concatenate[_OnDatabase, P], Coroutine[Any, Any, T]]:
@@ -523,8 +523,21 @@ def _async(op: Callable[P, Op[T]]) -> Callable[Concatenate[_OnDatabase, P], Coro
     async def method(self: _OnDatabase, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return await self._run(op(*args, **kwargs))  # type: ignore[no-any-return]
 
+    return _named(method, op)
+
+
+def _named(method: M, op: Callable[..., Any]) -> M:
+    """*method* as ``help()`` and ``inspect`` should show it: *op*'s name, docstring and
+    parameters, after ``self``.
+    """
+    signature = inspect.signature(op)
+    self = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
     method.__name__ = method.__qualname__ = op.__name__
     method.__doc__ = op.__doc__
+    method.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[self, *signature.parameters.values()],
+        return_annotation=inspect.Signature.empty,  # the operation's is a generator's
+    )
     return method
 
 
