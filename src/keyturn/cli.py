@@ -168,7 +168,7 @@ def keys_rotate(db: Database, args: argparse.Namespace) -> None:
             args.account, old_id, revoke_old_on_first_use=args.revoke_old_on_first_use
         )
     except KeyNotFound:
-        raise CommandError(f"{args.account} has no key with id {old_id!r}") from None
+        raise _no_such_key(args.account, old_id) from None
     advice = "Both keys work now. Deploy the new one; "
     if args.revoke_old_on_first_use:
         advice += "the old one is revoked\nwhen the new key's first use is recorded."
@@ -217,8 +217,7 @@ def keys_revoke(db: Database, args: argparse.Namespace) -> None:
     try:
         info = _manager(db).revoke(args.account, args.key_id)
     except KeyNotFound:
-        named = f"id {args.key_id!r}" if _token.is_key_id(args.key_id) else "that id"
-        raise CommandError(f"{args.account} has no key with {named}") from None
+        raise _no_such_key(args.account, args.key_id) from None
     print(
         f"Revoked key {info.key_id} ({info.hint}, {info.name!r}) of {args.account}: "
         "refused from its next request on."
@@ -270,6 +269,12 @@ def _key_id_argument(key_id: str) -> str:
             status=2,
         )
     return key_id
+
+
+def _no_such_key(account: str, key_id: str) -> CommandError:
+    # Only a well-formed id is echoed: other text may be part of a secret.
+    named = f"id {key_id!r}" if _token.is_key_id(key_id) else "that id"
+    return CommandError(f"{account} has no key with {named}")
 
 
 def _manager(db: Database) -> KeyManager:

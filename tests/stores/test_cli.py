@@ -661,6 +661,9 @@ def test_rotate_failures_say_what_to_do(ready: Run) -> None:
     assert ready("member", "add", "bob", "org_default", "--role", "admin")[0] == 0
     status, _, err = ready("keys", "rotate", "--as", "bob", key_id)
     assert status == 1 and f"bob has no key with id {key_id!r}" in err
+    body = secret.removeprefix("rma_")  # not an id, and perhaps part of a secret: not echoed
+    status, _, err = ready("keys", "rotate", "--as", "alice", body)
+    assert status == 1 and "alice has no key with that id" in err and body not in err
     assert ready("keys", "revoke", "--as", "alice", key_id)[0] == 0
     status, out, err = ready("keys", "rotate", "--as", "alice", key_id)
     assert (status, out) == (1, "") and "create a new key instead" in err
