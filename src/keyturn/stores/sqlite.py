@@ -121,15 +121,20 @@ class SQLiteDatabase(_sql.ClosedOnExit):
         with self._lock:
             if self._closed:
                 raise sqlite3.ProgrammingError(f"{self!r} is closed")
-            # The file holds key hashes and who may do what: readable by its owner only
-            # (SQLite gives its -wal and -shm files the same mode). isolation_level=None:
-            # each statement commits on its own; migrations BEGIN explicitly. A connection
-            # moves between threads, but only one uses it at a time.
-            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
+            # isolation_level=None: each statement commits on its own; migrations BEGIN
+            # explicitly. A connection moves between threads, but only one uses it at a time.
+            new_file = not os.path.exists(self.path)
             connection = sqlite3.connect(
                 self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
             )
             try:
+                if new_file:
+                    # The file holds key hashes and who may do what: readable by its owner
+                    # only (SQLite gives its -wal and -shm files the same mode). chmod, never
+                    # an open() and close() of our own: closing any descriptor of the file
+                    # drops every POSIX lock this process holds on it, and another process
+                    # would then delete the -wal and -shm files under our connections.
+                    os.chmod(self.path, 0o600)
                 _use_wal(connection, self.timeout)
                 connection.execute("PRAGMA foreign_keys = ON")
                 if not self._schema_ready:
