@@ -125,7 +125,7 @@ def make_world(*, keys: bool = False, policy: Policy | None = None) -> World:
         world.keys["tenant_typo"] = mistype(world.keys["tenant"])
         # Well formed, checksum right, but from another store: unknown here.
         elsewhere = MemoryMembership()
-        elsewhere.add_organization("org_x", tenant_id="x")
+        elsewhere.add_organization("org_x", tenant_id="x", default=True)
         elsewhere.add_member("eve", "org_x", role="admin")
         stranger = KeyManager(MemoryKeyStore(), elsewhere)
         world.keys["unknown"] = stranger.create("eve", name="x", scope=Scope.tenant("x")).secret

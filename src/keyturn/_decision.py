@@ -40,7 +40,7 @@ import attrs
 from keyturn import _token
 from keyturn._hashing import Overloaded, VerifiedTokenCache, fingerprint
 from keyturn._lifecycle import derive_status
-from keyturn._model import ApiKey, Organization, Principal, Scope, Status
+from keyturn._model import ApiKey, Found, Organization, Principal, Scope, Status
 from keyturn.errors import (
     InvalidRequest,
     NotFound,
@@ -55,6 +55,7 @@ __all__ = [
     "DEFAULT_ORGANIZATION",
     "DEFAULT_ORGANIZATION_PATTERN",
     "AuthRequest",
+    "Lookup",
     "Policy",
     "Rules",
     "Step",
@@ -109,6 +110,9 @@ class Rules:
         default=DEFAULT_ORGANIZATION_PATTERN, converter=_compile
     )
     policy: Policy | None = None
+    # The store reads what a request needs at once (``KeyStore.lookup``, optional): the
+    # decision asks it one question, and answers the rest from what it found.
+    lookup: bool = False
 
 
 # --- the steps the decision yields ------------------------------------------------------
@@ -137,6 +141,11 @@ class Step:
         """Put the question to *target*, the store or the provider (sync or async alike)."""
         raise NotImplementedError
 
+    def recall(self, target: Any) -> Any:
+        """The answer *target* already holds, without blocking, or ``None``: a driver that
+        would wait for a thread to ask a blocking target tries this first."""
+        return None
+
 
 class GetKey(Step):
     __slots__ = ("key_id",)
@@ -149,6 +158,25 @@ class GetKey(Step):
 
     def ask(self, target: Any) -> Any:
         return target.get_key(self.key_id)
+
+
+class Lookup(Step):
+    """Everything the decision reads for one request, from a store that offers it."""
+
+    __slots__ = ("key_id", "organization")
+    via = STORE
+    method = "lookup"
+    answers = (Found,)
+
+    def __init__(self, key_id: str, organization: str | None) -> None:
+        self.key_id = key_id
+        self.organization = organization
+
+    def ask(self, target: Any) -> Any:
+        return target.lookup(self.key_id, self.organization)
+
+    def recall(self, target: Any) -> Any:
+        return target.lookup_cached(self.key_id, self.organization)
 
 
 class VerifySecret(Step):
@@ -355,8 +383,20 @@ def decide(
         if isinstance(parsed, Reason):
             return Unauthorized(parsed)
     key_id, secret = _token.split(token)
+    target = (
+        organization_header(request.organization, rules.organization_pattern)
+        if request.organization
+        else None  # the usual request of an organization key: nothing to read
+    )
+    # A store that reads what a request needs at once is asked once; every question below
+    # is then answered from what it found (``view``), else yielded to its store or provider.
+    view: Found | None = None
+    if rules.lookup:
+        named = target if isinstance(target, str) and target != DEFAULT_ORGANIZATION else None
+        view = yield Lookup(key_id, named)
 
-    key = yield GetKey(key_id)
+    step: Step = GetKey(key_id)
+    key = step.ask(view) if view is not None else (yield step)
     if key is None:
         return Unauthorized(Reason.UNKNOWN_KEY, key_id=key_id)
     if verified != fingerprint(key.secret_hash):
@@ -372,22 +412,19 @@ def decide(
 
     scope = key.scope
     account_id = key.account_id
-    target = (
-        organization_header(request.organization, rules.organization_pattern)
-        if request.organization
-        else None  # the usual request of an organization key: nothing to read
-    )
 
     if scope.organization_id is not None:
         # 2-3. An organization-scoped key works in its own organization only (D9, D10).
         organization_id = scope.organization_id
-        role = yield reach_question(account_id, scope)  # its role there, or Inactive
+        step = reach_question(account_id, scope)
+        role = step.ask(view) if view is not None else (yield step)  # its role, or Inactive
         if role is None:
             return Unauthorized(Reason.INACTIVE, key_id=key_id)
         if isinstance(target, Reason):
             return _bad_header(target, key_id)
         if target == DEFAULT_ORGANIZATION:
-            default = yield GetDefaultOrganization(scope.tenant_id)
+            step = GetDefaultOrganization(scope.tenant_id)
+            default = step.ask(view) if view is not None else (yield step)
             if default is None or default.id != organization_id:
                 return NotFound(Reason.ORG_NOT_KEYS_OWN, key_id=key_id)
         elif target is not None and target != organization_id:
@@ -396,16 +433,19 @@ def decide(
         # 2-3. A tenant-scoped key names its organization on every request.
         organization = role = None
         if isinstance(target, str):
-            organization = yield (
+            step = (
                 GetDefaultOrganization(scope.tenant_id)
                 if target == DEFAULT_ORGANIZATION
                 else GetOrganization(target)
             )
+            organization = step.ask(view) if view is not None else (yield step)
             if organization is not None and organization.tenant_id == scope.tenant_id:
-                role = yield GetRole(account_id, organization.id)
+                step = GetRole(account_id, organization.id)
+                role = step.ask(view) if view is not None else (yield step)
         if role is None:
             # Inactive (401) outranks a bad header (400) and an unreachable organization (404).
-            if not (yield reach_question(account_id, scope)):
+            step = reach_question(account_id, scope)
+            if not (step.ask(view) if view is not None else (yield step)):
                 return Unauthorized(Reason.INACTIVE, key_id=key_id)
             if target is None:
                 return _bad_header(Reason.ORG_HEADER_MISSING, key_id)

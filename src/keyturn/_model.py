@@ -10,7 +10,7 @@ import enum
 import functools
 from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 from zoneinfo import ZoneInfo
 
 import attrs
@@ -20,6 +20,7 @@ __all__ = [
     "Clock",
     "CreatedKey",
     "CustomDate",
+    "Found",
     "KeyInfo",
     "Leaked",
     "Lifetime",
@@ -32,6 +33,7 @@ __all__ = [
 ]
 
 Clock = Callable[[], datetime]
+_T = TypeVar("_T")
 
 
 #: The default :data:`Clock`: the current time in UTC. A partial, not a function: it is
@@ -132,6 +134,56 @@ class ApiKey:
     # creator's choice to revoke that key once this one's first use is recorded.
     replaces: str | None = None
     revoke_old_on_first_use: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class Found:
+    """What a store's combined read found for one request (``KeyStore.lookup``, optional):
+    the key, and enough around it to answer every question the decision asks of a request
+    that names *asked* (an organization id; ``None`` when it names none or ``default``).
+
+    ``named`` is the organization *asked* names (``None``: there is none); ``default`` the
+    key's tenant's default organization; ``roles`` the creator's role (``None``: no role)
+    in the key's own organization, in *named* and in *default*; ``reaches`` whether the
+    creator holds a role anywhere in the key's tenant. It answers the decision's questions
+    with the methods of a key store and a membership provider, and refuses any other
+    question: a store's read and the decision cannot drift apart unseen.
+    """
+
+    key: ApiKey | None
+    asked: str | None = None
+    named: Organization | None = None
+    default: Organization | None = None
+    roles: dict[str, str | None] = attrs.field(factory=dict)
+    reaches: bool = False
+
+    def get_key(self, key_id: str) -> ApiKey | None:
+        return self._known(self.key, self.key is None or key_id == self.key.key_id)
+
+    def get_organization(self, organization_id: str) -> Organization | None:
+        return self._known(self.named, organization_id == self.asked)
+
+    def get_default_organization(self, tenant_id: str) -> Organization | None:
+        return self._known(self.default, self._tenant(tenant_id))
+
+    def get_role(self, account_id: str, organization_id: str) -> str | None:
+        known = self._account(account_id) and organization_id in self.roles
+        return self._known(self.roles.get(organization_id), known)
+
+    def reaches_tenant(self, account_id: str, tenant_id: str) -> bool:
+        return self._known(self.reaches, self._account(account_id) and self._tenant(tenant_id))
+
+    def _account(self, account_id: str) -> bool:
+        return self.key is not None and account_id == self.key.account_id
+
+    def _tenant(self, tenant_id: str) -> bool:
+        return self.key is not None and tenant_id == self.key.scope.tenant_id
+
+    @staticmethod
+    def _known(answer: _T, known: bool) -> _T:
+        if not known:
+            raise LookupError("the question lies outside what the lookup read")
+        return answer
 
 
 @attrs.frozen(kw_only=True)

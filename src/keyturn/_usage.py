@@ -5,7 +5,8 @@ that passed. While the key's last write is recent -- nearly always -- that costs
 lookup and one float comparison. When a write is due, it goes:
 
 - to one background thread, for a store that may block (SQLite, sync PostgreSQL);
-- to a fire-and-forget task on the running loop, for an async store;
+- to a fire-and-forget task on the running loop, for an async store: one in flight per key
+  and ``max_in_flight`` in all, so writes never take every pooled connection from requests;
 - straight to the store, for one that says it never blocks (``nonblocking = True``).
 
 The write is best effort: a failure is logged and forgotten, never raised into a request,
@@ -59,6 +60,7 @@ class UsageRecorder:
     :param timer: a monotonic clock for the throttle.
     :param max_keys: keys remembered at most; forgetting one costs one early write at most.
     :param max_pending: writes queued for the background thread at most; more are dropped.
+    :param max_in_flight: an async store's writes running at once at most; more are dropped.
     """
 
     def __init__(
@@ -70,6 +72,7 @@ class UsageRecorder:
         timer: Callable[[], float] = time.monotonic,
         max_keys: int = 100_000,
         max_pending: int = 10_000,
+        max_in_flight: int = 4,
     ) -> None:
         if interval < 0:
             raise ValueError(f"interval must be zero or positive seconds, got {interval!r}")
@@ -84,7 +87,8 @@ class UsageRecorder:
         self._inline = not self._async and bool(getattr(store, "nonblocking", False))
         self._queue: queue.Queue[tuple[str, datetime] | None] = queue.Queue(max_pending)
         self._thread: threading.Thread | None = None
-        self._tasks: set[asyncio.Task[None]] = set()  # strong references until they finish
+        self.max_in_flight = max_in_flight
+        self._tasks: dict[str, asyncio.Task[None]] = {}  # key id -> its write, until done
         self._closed = False
 
     def __repr__(self) -> str:
@@ -121,19 +125,21 @@ class UsageRecorder:
     async def flush(self, timeout: float = 5.0) -> None:
         """Wait, at most *timeout* seconds, for the writes an async store is still running."""
         if self._tasks:
-            await asyncio.wait(set(self._tasks), timeout=timeout)
+            await asyncio.wait(set(self._tasks.values()), timeout=timeout)
 
     # --- the three ways to write -----------------------------------------------------------
 
     def _write(self, key_id: str, at: datetime) -> None:
         if self._async:
+            if key_id in self._tasks or len(self._tasks) >= self.max_in_flight:
+                return  # a write of this key is running, or enough are: best effort
             try:
                 loop = asyncio.get_running_loop()
             except RuntimeError:  # no loop to run it on: nothing sensible to do
                 return
             task = loop.create_task(self._mark_async(key_id, at))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._tasks[key_id] = task
+            task.add_done_callback(lambda _: self._tasks.pop(key_id, None))
         elif self._inline:
             self._mark(key_id, at)
         else:

@@ -112,6 +112,16 @@ def _require(obj: object, name: str, kind: str, methods: tuple[str, ...]) -> Non
         )
 
 
+def _looks_up(store: object, membership: object) -> bool:
+    # A store's combined read answers for its own database's membership tables only.
+    database = getattr(store, "database", None)
+    return (
+        callable(getattr(store, "lookup", None))
+        and database is not None
+        and getattr(membership, "database", None) is database
+    )
+
+
 def _require_sync(hook: object, name: str) -> None:
     # An async hook returns a coroutine: truthy for a policy (every request allowed), and
     # never run for an audit hook. Said now, at startup.
@@ -219,6 +229,9 @@ def _on_thread(target: object, calls: ThreadPoolExecutor) -> Answer:
     def answer(step: Step, deadline: float | None) -> Any:
         if deadline is None:
             return _checked(step, step.ask(target))
+        recalled = step.recall(target)  # held already: no thread to watch
+        if recalled is not None:
+            return recalled
         call = calls.submit(step.ask, target)
         try:
             return _checked(step, call.result(max(0.0, deadline - time.monotonic())))
@@ -239,6 +252,9 @@ def _awaited(target: object) -> AsyncAnswer:
 
 def _in_executor(target: object, calls: ThreadPoolExecutor) -> AsyncAnswer:
     async def answer(step: Step, deadline: float | None) -> Any:
+        recalled = step.recall(target)  # held already: no thread hop
+        if recalled is not None:
+            return recalled
         # A wait cut by the timeout cancels the call too, if it is still queued.
         call = functools.partial(contextvars.copy_context().run, step.ask, target)
         async with asyncio.timeout(_remaining(deadline)):
@@ -303,7 +319,11 @@ class Authenticator:
         _require_sync(audit, "audit")
         self.store = store
         self.membership = membership
-        self.rules = Rules(organization_pattern=organization_pattern, policy=policy)
+        self.rules = Rules(
+            organization_pattern=organization_pattern,
+            policy=policy,
+            lookup=_looks_up(store, membership),
+        )
         self.audit = audit
         self.timeout = timeout
         self.retry_after = retry_after

@@ -46,10 +46,10 @@ EXPECTED = [
 
 def seed(membership: Any) -> None:
     """Organizations in two tenants; alice in three of them, bob in one."""
-    membership.add_organization("acme-research", tenant_id="acme")
     membership.add_organization("acme-main", tenant_id="acme", default=True)
-    membership.add_organization("globex-hq", tenant_id="globex")
+    membership.add_organization("acme-research", tenant_id="acme")
     membership.add_organization("globex-other", tenant_id="globex", default=True)
+    membership.add_organization("globex-hq", tenant_id="globex")
     for organization in ("globex-hq", "acme-research", "acme-main"):
         membership.add_member("alice", organization, role="member")
     membership.add_member("bob", "globex-other", role="member")

@@ -20,6 +20,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from keyturn import OrganizationConflict
 from keyturn.cli import main
 from keyturn.stores import redact_url
 from keyturn.stores._sql import SCHEMA_VERSION
@@ -192,6 +193,7 @@ FAILURES = [
     (("keys", "list", "--as", "alice", "--status", "lost"), 2, "invalid choice"),
     (("keys", "revoke", "--as", "alice", "NoSuchKey123"), 1, "no key with id"),
     (("org", "add", "org_second", "--tenant", "acme", "--default"), 1, "already has a default"),
+    (("org", "add", "org_x", "--tenant", "initech"), 1, "has no default organization yet"),
     (("org", "add", "org_research", "--tenant", "globex"), 1, "already exists in tenant 'acme'"),
     (("org", "add", "org_x", "--tenant", " "), 2, "must not be empty"),
     (("keys", "create", "--as", "", "--name", "x", "--tenant", "acme"), 2, "must not be empty"),
@@ -440,17 +442,17 @@ def test_an_impossible_date_says_it_does_not_exist(ready: Run, day: str, message
 
 def test_org_list_and_member_list(ready: Run) -> None:
     """org list shows organizations by tenant; member list shows an organization's roles."""
-    assert ready("org", "add", "org_globex", "--tenant", "globex")[0] == 0
+    assert ready("org", "add", "org_globex", "--tenant", "globex", "--default")[0] == 0
     status, out, _ = ready("org", "list")
     assert status == 0
     assert [line.split() for line in out.splitlines()] == [
         ["ORG", "TENANT", "DEFAULT"],
         ["org_default", "acme", "yes"],
         ["org_research", "acme", "-"],
-        ["org_globex", "globex", "-"],
+        ["org_globex", "globex", "yes"],
     ]
     assert json.loads(ready("org", "list", "--tenant", "globex", "--json")[1]) == [
-        {"id": "org_globex", "tenant_id": "globex", "default": False}
+        {"id": "org_globex", "tenant_id": "globex", "default": True}
     ]
     assert ready("member", "add", "bob", "org_research", "--role", "viewer")[0] == 0
     status, out, _ = ready("member", "list", "org_research")
@@ -477,12 +479,13 @@ def test_removing_a_role_or_an_organization_names_the_keys_made_inactive(ready: 
         "rma_\u2026" + research_secret[-4:],
         "Inactive",
     ]
+    status, _, err = ready("org", "remove", "org_default")  # the default goes last
+    assert status == 1 and "remove those first" in err
+    assert ready("org", "remove", "org_research")[0] == 0
     status, out, _ = ready("org", "remove", "org_default")
     assert status == 0 and "with 1 member(s)" in out
     assert tenant in out  # alice reaches no organization of acme any more
-    assert json.loads(ready("org", "list", "--json")[1]) == [
-        {"id": "org_research", "tenant_id": "acme", "default": False}
-    ]
+    assert json.loads(ready("org", "list", "--json")[1]) == []
     status, _, err = ready("org", "remove", "org_default")
     assert status == 1 and "there is no organization 'org_default'" in err
 
@@ -542,19 +545,24 @@ def test_membership_lists_and_removes_organizations(kind: str, tmp_path: Path) -
     membership = db.membership if db is not None else MemoryMembership()
     membership.add_organization("org_b", tenant_id="acme", default=True)
     membership.add_organization("org_a", tenant_id="acme")
-    membership.add_organization("org_c", tenant_id="globex")
+    membership.add_organization("org_c", tenant_id="globex", default=True)
     membership.add_member("bob", "org_b", role="viewer")
     membership.add_member("alice", "org_b", role="admin")
     membership.add_member("alice", "org_a", role="admin")
     assert [o.id for o in membership.organizations()] == ["org_a", "org_b", "org_c"]
     assert membership.members_of("org_b") == [("alice", "admin"), ("bob", "viewer")]
+    with pytest.raises(OrganizationConflict, match="remove those first"):
+        membership.remove_organization("org_b")  # acme's default goes last
+    assert membership.get_default_organization("acme").id == "org_b"
+    membership.remove_organization("org_a")
+    membership.add_member("alice", "org_c", role="admin")
     assert membership.remove_organization("org_b") is True
     assert membership.remove_organization("org_b") is False
     assert membership.get_default_organization("acme") is None
     assert membership.members_of("org_b") == []
     assert membership.get_role("bob", "org_b") is None
     assert not membership.reaches_tenant("bob", "acme")
-    assert membership.reaches_tenant("alice", "acme")  # through org_a
+    assert membership.reaches_tenant("alice", "globex")  # through org_c
     membership.add_organization("org_b", tenant_id="globex")  # the id is free again
     assert membership.members_of("org_b") == []
     if db is not None:

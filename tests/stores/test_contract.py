@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -19,8 +21,11 @@ from hypothesis import strategies as st
 
 from keyturn import (
     ApiKey,
+    AsyncKeyManager,
     AuthRequest,
+    CreatedKey,
     DuplicateKey,
+    KeyAlreadyReplaced,
     KeyManager,
     Leaked,
     Organization,
@@ -271,8 +276,95 @@ def test_organizations_and_the_default_one(backend: Backend) -> None:
     assert membership.get_default_organization("globex").id == "org_globex"
     assert membership.get_organization("org_nope") is None
     assert membership.get_default_organization("initech") is None
+
+
+def test_a_tenant_s_first_organization_is_its_default_one(backend: Backend) -> None:
+    """A tenant comes into being with its default organization: a first one that is not the
+    default is refused and nothing is stored; after the default, others are welcome."""
+    membership = backend.membership
+    with pytest.raises(OrganizationConflict, match="no default organization yet"):
+        membership.add_organization("org_initech", tenant_id="initech")
+    assert membership.get_organization("org_initech") is None
+    assert membership.organizations() == []
+    membership.add_organization("org_hq", tenant_id="initech", default=True)
     membership.add_organization("org_initech", tenant_id="initech")
-    assert membership.get_default_organization("initech") is None
+    assert [o.id for o in membership.organizations()] == ["org_hq", "org_initech"]
+
+
+def test_the_default_organization_goes_last(backend: Backend) -> None:
+    """The default organization cannot be removed while its tenant has others; once it is
+    the last one, it can (and the tenant is gone with it)."""
+    world(backend)
+    membership = backend.membership
+    with pytest.raises(OrganizationConflict, match="remove those first"):
+        membership.remove_organization("org_default")
+    assert membership.get_default_organization("acme").id == "org_default"
+    assert membership.get_role("alice", "org_default") == "admin"
+    assert membership.remove_organization("org_research") is True
+    assert membership.remove_organization("org_default") is True
+    assert membership.get_default_organization("acme") is None
+    assert [o.id for o in membership.organizations()] == ["org_globex"]
+
+
+def test_a_key_has_at_most_one_live_replacement(backend: Backend) -> None:
+    """The store refuses a second replacement of a key while the first is not revoked, names
+    the first, and takes another once that one is revoked."""
+    old = make_key("old")
+    first = make_key("first", replaces="old")
+    backend.keys.add_key(old)
+    backend.keys.add_key(first)
+    with pytest.raises(KeyAlreadyReplaced) as refused:
+        backend.keys.add_key(make_key("second", replaces="old"))
+    assert refused.value.replacement_id == "first"
+    assert backend.keys.get_key("second") is None
+    with pytest.raises(DuplicateKey):  # the id is checked first, as before
+        backend.keys.add_key(make_key("first", replaces="old"))
+    assert backend.keys.revoke_key("first", NOW)
+    backend.keys.add_key(make_key("second", replaces="old"))
+    assert backend.keys.get_key("second").replaces == "old"
+
+
+def test_concurrent_rotations_make_one_replacement(backend: Backend) -> None:
+    """Eight rotations of one key at once: exactly one succeeds, the others are refused
+    with KeyAlreadyReplaced naming the winner, and the store holds one live replacement."""
+    world(backend)
+    manager = KeyManager(backend.keys, backend.membership)
+    old = manager.create("alice", name="CI", scope=TENANT)
+    start = threading.Barrier(8)
+
+    def rotate() -> object:
+        start.wait()
+        try:
+            return manager.rotate("alice", old.info.key_id)
+        except KeyAlreadyReplaced as refused:
+            return refused
+
+    if backend.runner is None:
+        with ThreadPoolExecutor(8) as pool:
+            outcomes = list(pool.map(lambda _: rotate(), range(8)))
+    else:  # an async store: eight rotations interleaved on its loop
+        amanager = AsyncKeyManager(backend.native_keys, backend.native_membership)
+
+        async def rotate_async() -> object:
+            try:
+                return await amanager.rotate("alice", old.info.key_id)
+            except KeyAlreadyReplaced as refused:
+                return refused
+
+        async def all_at_once() -> list[object]:
+            return list(await asyncio.gather(*(rotate_async() for _ in range(8))))
+
+        outcomes = backend.runner.run(all_at_once())
+    created = [o for o in outcomes if isinstance(o, CreatedKey)]
+    refused = [o for o in outcomes if isinstance(o, KeyAlreadyReplaced)]
+    assert (len(created), len(refused)) == (1, 7)
+    assert {r.replacement_id for r in refused} == {created[0].info.key_id}
+    live = [
+        key
+        for key in backend.keys.keys_of("alice")
+        if key.replaces == old.info.key_id and key.revoked_at is None
+    ]
+    assert [key.key_id for key in live] == [created[0].info.key_id]
 
 
 def test_a_tenant_has_at_most_one_default(backend: Backend) -> None:

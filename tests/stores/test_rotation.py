@@ -185,7 +185,7 @@ def test_the_usage_write_finds_both_rows_by_primary_key(sqlite_path: Path) -> No
         at = clock_now().now.isoformat()
         params = ("k", at, "k", at, "k", at, "k", at, at, "k")
         plan = connection.execute(
-            "EXPLAIN QUERY PLAN " + _sql._MARK_USED.replace("%s", "?"), params
+            "EXPLAIN QUERY PLAN " + _sql.Statements.with_placeholder("?").mark_used, params
         ).fetchall()
     finally:
         connection.close()

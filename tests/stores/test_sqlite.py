@@ -29,13 +29,12 @@ from tests.stores.test_contract import make_key
 
 
 def pragma(db: SQLiteDatabase, name: str) -> object:
-    (value,) = db.run(_one(f"PRAGMA {name}"))
+    with db.connection() as connection:
+        (value,) = connection.execute(f"PRAGMA {name}").fetchone()
     return value
 
 
-def _one(sql: str) -> _sql.Op[tuple[object, ...]]:
-    row = yield _sql.Query(sql, (), _sql.ONE)
-    return tuple(row)
+VERSIONS = [(version,) for version in range(1, _sql.SCHEMA_VERSION + 1)]
 
 
 def test_the_file_and_schema_appear_on_first_use(sqlite_path: Path) -> None:
@@ -44,15 +43,11 @@ def test_the_file_and_schema_appear_on_first_use(sqlite_path: Path) -> None:
         assert not sqlite_path.exists()
         assert db.keys.get_key("NoSuchKey123") is None
         assert sqlite_path.exists()
-        assert db.schema_version() == _sql.SCHEMA_VERSION == 3
-        assert db.create_schema() == 3  # idempotent
+        assert db.schema_version() == _sql.SCHEMA_VERSION == 4
+        assert db.create_schema() == 4  # idempotent
     raw = sqlite3.connect(sqlite_path)
     try:
-        assert raw.execute("SELECT version FROM keyturn_schema_version").fetchall() == [
-            (1,),
-            (2,),
-            (3,),
-        ]
+        assert raw.execute("SELECT version FROM keyturn_schema_version").fetchall() == VERSIONS
     finally:
         raw.close()
 
@@ -147,11 +142,7 @@ def test_two_processes_worth_of_first_use_migrate_once(sqlite_path: Path) -> Non
     assert versions == [_sql.SCHEMA_VERSION] * 4
     raw = sqlite3.connect(sqlite_path)
     try:
-        assert raw.execute("SELECT version FROM keyturn_schema_version").fetchall() == [
-            (1,),
-            (2,),
-            (3,),
-        ]
+        assert raw.execute("SELECT version FROM keyturn_schema_version").fetchall() == VERSIONS
     finally:
         raw.close()
 
@@ -182,7 +173,7 @@ def test_a_sqlite_url_with_too_few_slashes_says_how_many(url: str) -> None:
 def test_a_version_1_file_is_upgraded_with_its_keys(sqlite_path: Path) -> None:
     """A file made by the first schema gains the leak columns and keeps every key it held."""
     raw = sqlite3.connect(sqlite_path)
-    raw.execute(_sql._CREATE_VERSION_TABLE)
+    raw.execute(_sql.CREATE_VERSION_TABLE)
     for statement in _sql.MIGRATIONS[0]:
         raw.execute(statement.format(timestamp="TEXT"))
     raw.execute("INSERT INTO keyturn_schema_version (version) VALUES (1)")

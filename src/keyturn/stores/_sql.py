@@ -1,98 +1,71 @@
-"""The SQL behind the SQLite and PostgreSQL stores: one schema, one set of statements.
+"""The SQL behind the SQLite and PostgreSQL stores: one schema, one text per statement.
 
 Rules of this file:
 
-1. Every operation is a generator in the style of ``_decision.py``: it yields :class:`Query`
-   objects and receives their results. The SQLite driver, the psycopg driver and the async
-   psycopg driver each run these same operations in a dozen lines, and each store method,
-   sync or async, is made from its operation (:func:`_sync`, :func:`_async`), so the three
-   stores cannot drift apart, and sync and async never duplicate logic.
-2. Statements use ``%s`` placeholders (the SQLite driver rewrites them to ``?``) and only
-   SQL that both databases speak. The few differences (the timestamp column type, how to
-   ask whether a table exists) are a :class:`Dialect`.
-3. Instants go in as UTC datetimes and come out as UTC-aware datetimes, microseconds kept:
-   PostgreSQL stores ``timestamptz``; SQLite stores fixed-width ISO 8601 text in UTC, which
-   sorts and compares as the instants do.
-4. No secret ever reaches this file: a key row holds the argon2id hash and the hint.
+1. Every statement is written here once, with ``%s`` placeholders, in SQL both databases
+   speak; :class:`Statements` hands each database its own copy (SQLite's say ``?``). The
+   few differences (the type of an instant, catalog queries, the change feed's triggers)
+   are a :class:`Dialect`. The stores (``_sync.py``, ``_async.py``) only run these texts
+   and decode their rows with the functions below.
+2. The database keeps keyturn's invariants, whoever writes: at most one default
+   organization per tenant and one live replacement per key (unique indexes); a tenant's
+   first organization is its default, and the default goes last (conditional writes).
+3. Every write the decision could see (a key's credential, name, scope, expiry or
+   revocation; a membership; an organization) reaches the change feed in the writing
+   transaction, by triggers, so a change made with plain SQL is seen too: PostgreSQL sends
+   ``NOTIFY keyturn_changes``; SQLite appends to ``keyturn_changes``.
+4. Instants go in as UTC datetimes (SQLite: fixed-width ISO 8601 text, which sorts as the
+   instants do) and come out as UTC-aware datetimes, microseconds kept.
+5. No secret ever reaches this file: a key row holds the argon2id hash and the hint.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Coroutine, Generator, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any, Concatenate, Final, NamedTuple, ParamSpec, Self, TypeVar
+from typing import Any, Final, NamedTuple, Self
 
-from keyturn._model import ApiKey, Leaked, Organization, Scope
-from keyturn.errors import (
-    DuplicateKey,
-    NotAKeyDatabase,
-    OrganizationConflict,
-    SchemaTooNew,
-    UnknownOrganization,
-)
+import attrs
+
+from keyturn._model import ApiKey, Found, Leaked, Organization, Scope
+from keyturn.errors import KeyAlreadyReplaced, NotAKeyDatabase, OrganizationConflict, SchemaTooNew
 
 __all__ = [
     "SCHEMA_VERSION",
-    "AsyncSQLKeyStore",
-    "AsyncSQLMembership",
     "Dialect",
-    "Query",
-    "SQLKeyStore",
-    "SQLMembership",
-    "drive",
+    "Statements",
+    "found",
+    "key",
+    "key_params",
+    "migration",
+    "organization",
+    "utc",
 ]
 
-T = TypeVar("T")
-P = ParamSpec("P")
-M = TypeVar("M", bound=Callable[..., Any])
-
-# What a driver hands back for a query: the first row, every row, or the rowcount.
-ONE: Final = "one"
-ALL: Final = "all"
-COUNT: Final = "count"
-
-
-class Query(NamedTuple):
-    sql: str
-    params: tuple[Any, ...]
-    fetch: str  # ONE, ALL or COUNT
-
-
-Op = Generator[Query, Any, T]
+NOTIFY_CHANNEL: Final = "keyturn_changes"
+# What a change names (the feed's "kind"): a key by id, an account's memberships, an
+# organization (its memberships change with it).
+KEY: Final = "k"
+MEMBERSHIP: Final = "m"
+ORGANIZATION: Final = "o"
 
 
 class Dialect(NamedTuple):
-    """What differs between the databases: the type of an instant column, catalog queries."""
+    """What differs between the databases."""
 
     timestamp: str  # column type for instants
     has_version_table: str  # one row, one column: truthy when keyturn_schema_version exists
     # One row, one column: truthy when the database holds tables that are not keyturn's.
     # None where sharing a database with the application's tables is normal (PostgreSQL).
-    has_foreign_tables: str | None = None
-
-
-def drive(execute: Callable[[Query], Any], op: Op[T]) -> T:
-    """Run *op*, sending each query to *execute* (which returns a DB-API cursor).
-
-    The sync driver of every store; the async one is its twin in ``postgres.py``.
-    """
-    answer: Any = None
-    try:
-        while True:
-            query = op.send(answer)
-            cursor = execute(query)
-            if query.fetch == ONE:
-                answer = cursor.fetchone()
-            elif query.fetch == ALL:
-                answer = cursor.fetchall()
-            else:
-                answer = cursor.rowcount
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+    has_foreign_tables: str | None
+    change_feed: Sequence[str]  # version 4: the tables and triggers of the change feed
+    placeholder: str  # what stands for a parameter: "%s" or "?"
 
 
 # --- the schema ---------------------------------------------------------------------------
+
+# Stands in a migration for the dialect's change-feed statements.
+CHANGE_FEED: Final = "-- the dialect's change feed"
 
 # Each entry upgrades the schema by one version; never edit a released entry, append one.
 MIGRATIONS: Final[Sequence[Sequence[str]]] = (
@@ -145,44 +118,167 @@ MIGRATIONS: Final[Sequence[Sequence[str]]] = (
         """ALTER TABLE keyturn_keys
             ADD COLUMN revoke_old_on_first_use BOOLEAN NOT NULL DEFAULT FALSE""",
     ),
+    (
+        # Version 4: the invariants, kept by the database, and the change feed.
+        # Rotations raced before this version could leave several live replacements of one
+        # key: the newest stays the replacement; the others become keys of their own.
+        """UPDATE keyturn_keys SET replaces = NULL, revoke_old_on_first_use = FALSE
+            WHERE replaces IS NOT NULL AND revoked_at IS NULL AND EXISTS (
+                SELECT 1 FROM keyturn_keys newer
+                WHERE newer.replaces = keyturn_keys.replaces AND newer.revoked_at IS NULL
+                  AND (newer.created_at > keyturn_keys.created_at
+                       OR (newer.created_at = keyturn_keys.created_at
+                           AND newer.key_id > keyturn_keys.key_id)))""",
+        # A replacement expires after the key it replaces, so "not revoked" is "live" here.
+        """CREATE UNIQUE INDEX keyturn_keys_one_live_replacement
+            ON keyturn_keys (replaces) WHERE replaces IS NOT NULL AND revoked_at IS NULL""",
+        # A tenant without a default organization gets its first one, by id, as default.
+        """UPDATE keyturn_organizations SET is_default = TRUE
+            WHERE NOT EXISTS (
+                SELECT 1 FROM keyturn_organizations d
+                WHERE d.tenant_id = keyturn_organizations.tenant_id AND d.is_default)
+              AND id = (SELECT min(o.id) FROM keyturn_organizations o
+                        WHERE o.tenant_id = keyturn_organizations.tenant_id)""",
+        CHANGE_FEED,
+    ),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
-_CREATE_VERSION_TABLE: Final = (
+CREATE_VERSION_TABLE: Final = (
     "CREATE TABLE IF NOT EXISTS keyturn_schema_version (version INTEGER PRIMARY KEY)"
+)
+SELECT_VERSION: Final = "SELECT coalesce(max(version), 0) FROM keyturn_schema_version"
+INSERT_VERSION: Final = "INSERT INTO keyturn_schema_version (version) VALUES (%s)"
+
+# The key columns a change of which the decision could see: a usage write changes none.
+_DECIDING_COLUMNS: Final = (
+    "secret_hash",
+    "name",
+    "account_id",
+    "tenant_id",
+    "organization_id",
+    "expires_at",
+    "revoked_at",
+)
+
+_FED: Final = (  # table, what a change of a row names, the column naming it, deciding columns
+    ("keys", KEY, "key_id", _DECIDING_COLUMNS),
+    ("memberships", MEMBERSHIP, "account_id", ("account_id", "organization_id", "role")),
+    ("organizations", ORGANIZATION, "id", ("id", "tenant_id", "is_default")),
+)
+
+SQLITE_CHANGE_FEED: Final[Sequence[str]] = (
+    """CREATE TABLE keyturn_changes (
+        seq  INTEGER PRIMARY KEY AUTOINCREMENT,
+        kind TEXT NOT NULL,
+        id   TEXT NOT NULL
+    )""",
+    # The log keeps the last 10,000 changes; a reader further behind starts afresh.
+    """CREATE TRIGGER keyturn_changes_pruned AFTER INSERT ON keyturn_changes BEGIN
+        DELETE FROM keyturn_changes WHERE seq <= NEW.seq - 10000; END""",
+    *(
+        f"CREATE TRIGGER keyturn_{table}_inserted AFTER INSERT ON keyturn_{table} BEGIN "  # noqa: S608
+        f"INSERT INTO keyturn_changes (kind, id) VALUES ('{kind}', NEW.{column}); END"
+        for table, kind, column, _ in _FED
+    ),
+    *(
+        f"CREATE TRIGGER keyturn_{table}_deleted AFTER DELETE ON keyturn_{table} BEGIN "  # noqa: S608
+        f"INSERT INTO keyturn_changes (kind, id) VALUES ('{kind}', OLD.{column}); END"
+        for table, kind, column, _ in _FED
+    ),
+    # An update names the row's new id and, if it moved, its old one.
+    *(
+        f"CREATE TRIGGER keyturn_{table}_updated AFTER UPDATE ON keyturn_{table} "  # noqa: S608
+        f"WHEN NOT ({' AND '.join(f'OLD.{c} IS NEW.{c}' for c in deciding)}) BEGIN "
+        f"INSERT INTO keyturn_changes (kind, id) VALUES ('{kind}', NEW.{column}); "
+        f"INSERT INTO keyturn_changes (kind, id) SELECT '{kind}', OLD.{column} "
+        f"WHERE OLD.{column} IS NOT NEW.{column}; END"
+        for table, kind, column, deciding in _FED
+    ),
+)
+
+POSTGRES_CHANGE_FEED: Final[Sequence[str]] = (
+    # The payload names the schema, so that instances on other schemas of one database
+    # ignore it: "schema<TAB>kind<TAB>id". An update names the row's new id and, if it
+    # moved, its old one.
+    f"""CREATE OR REPLACE FUNCTION keyturn_notify_change() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        DECLARE
+            prefix text := TG_TABLE_SCHEMA || chr(9) || TG_ARGV[0] || chr(9);
+            new_id text;
+            old_id text;
+        BEGIN
+            IF TG_OP <> 'DELETE' THEN
+                new_id := to_jsonb(NEW) ->> TG_ARGV[1];
+                PERFORM pg_notify('{NOTIFY_CHANNEL}', prefix || new_id);
+            END IF;
+            IF TG_OP <> 'INSERT' THEN
+                old_id := to_jsonb(OLD) ->> TG_ARGV[1];
+                IF old_id IS DISTINCT FROM new_id THEN
+                    PERFORM pg_notify('{NOTIFY_CHANNEL}', prefix || old_id);
+                END IF;
+            END IF;
+            RETURN NULL;
+        END $$""",
+    *(
+        f"CREATE TRIGGER keyturn_{table}_added_or_removed AFTER INSERT OR DELETE "
+        f"ON keyturn_{table} FOR EACH ROW "
+        f"EXECUTE FUNCTION keyturn_notify_change('{kind}', '{column}')"
+        for table, kind, column, _ in _FED
+    ),
+    *(
+        f"CREATE TRIGGER keyturn_{table}_changed AFTER UPDATE ON keyturn_{table} FOR EACH ROW "
+        f"WHEN ({' OR '.join(f'OLD.{c} IS DISTINCT FROM NEW.{c}' for c in deciding)}) "
+        f"EXECUTE FUNCTION keyturn_notify_change('{kind}', '{column}')"
+        for table, kind, column, deciding in _FED
+    ),
 )
 
 
-def migrate(dialect: Dialect) -> Op[int]:
-    """Bring the schema up to :data:`SCHEMA_VERSION`; the driver runs it in one transaction.
+def migration(version: int, dialect: Dialect) -> list[str]:
+    """The statements that bring the schema from ``version - 1`` to *version*."""
+    statements: list[str] = []
+    for statement in MIGRATIONS[version - 1]:
+        if statement == CHANGE_FEED:
+            statements.extend(dialect.change_feed)
+        else:
+            statements.append(statement.format(timestamp=dialect.timestamp))
+    return statements
+
+
+def migrate(connection: Any, dialect: Dialect) -> int:
+    """Bring the schema up to :data:`SCHEMA_VERSION`, in the caller's transaction.
+
+    *connection* is a DB-API connection with ``execute`` (sqlite3's or psycopg's).
 
     :raises NotAKeyDatabase: the database has no keyturn schema but other tables (SQLite).
     :raises SchemaTooNew: the schema is newer than this version of keyturn knows.
     """
-    current = yield from schema_version(dialect)
-    if current == 0 and dialect.has_foreign_tables is not None:
-        (foreign,) = yield Query(dialect.has_foreign_tables, (), ONE)
-        if foreign:
-            raise NotAKeyDatabase(
-                "this database holds other tables and no keyturn schema: "
-                "point keyturn at a file of its own"
-            )
-    yield Query(_CREATE_VERSION_TABLE, (), COUNT)
+    current = schema_version(connection, dialect)
+    foreign = dialect.has_foreign_tables
+    if current == 0 and foreign is not None and connection.execute(foreign).fetchone()[0]:
+        raise NotAKeyDatabase(
+            "this database holds other tables and no keyturn schema: "
+            "point keyturn at a file of its own"
+        )
+    connection.execute(CREATE_VERSION_TABLE)
+    insert_version = INSERT_VERSION.replace("%s", dialect.placeholder)
     for version in range(current + 1, SCHEMA_VERSION + 1):
-        for statement in MIGRATIONS[version - 1]:
-            yield Query(statement.format(timestamp=dialect.timestamp), (), COUNT)
-        yield Query("INSERT INTO keyturn_schema_version (version) VALUES (%s)", (version,), COUNT)
+        for statement in migration(version, dialect):
+            connection.execute(statement)
+        connection.execute(insert_version, (version,))
     return SCHEMA_VERSION
 
 
-def schema_version(dialect: Dialect) -> Op[int]:
-    """The schema version in the database, 0 when it has no keyturn tables; creates nothing."""
-    (exists,) = yield Query(dialect.has_version_table, (), ONE)
+def schema_version(connection: Any, dialect: Dialect) -> int:
+    """The schema version in the database, 0 when it has no keyturn tables; creates nothing.
+
+    :raises SchemaTooNew: the schema is newer than this version of keyturn knows.
+    """
+    (exists,) = connection.execute(dialect.has_version_table).fetchone()
     if not exists:
         return 0
-    (version,) = yield Query(
-        "SELECT coalesce(max(version), 0) FROM keyturn_schema_version", (), ONE
-    )
+    (version,) = connection.execute(SELECT_VERSION).fetchone()
     if version > SCHEMA_VERSION:
         raise SchemaTooNew(
             f"the database holds keyturn schema version {version}, newer than the "
@@ -191,295 +287,160 @@ def schema_version(dialect: Dialect) -> Op[int]:
     return int(version)
 
 
-# --- keys ---------------------------------------------------------------------------------
+# --- the statements -------------------------------------------------------------------------
 
-# A key row's columns, in the order _key() reads them (the f-strings join constants only).
-_KEY_COLUMNS: Final = (
-    "key_id, secret_hash, hint, name, account_id, tenant_id, organization_id, created_at, "
-    "expires_at, revoked_at, last_used_at, leaked_at, leaked_url, replaces, "
-    "revoke_old_on_first_use, first_used_at"
+# A key row's columns, in the order key() reads them (the f-strings join constants only).
+_KEY_COLUMN_NAMES: Final = (
+    "key_id",
+    "secret_hash",
+    "hint",
+    "name",
+    "account_id",
+    "tenant_id",
+    "organization_id",
+    "created_at",
+    "expires_at",
+    "revoked_at",
+    "last_used_at",
+    "leaked_at",
+    "leaked_url",
+    "replaces",
+    "revoke_old_on_first_use",
+    "first_used_at",
 )
+_KEY_COLUMNS: Final = ", ".join(_KEY_COLUMN_NAMES)
 _SELECT_KEYS: Final = f"SELECT {_KEY_COLUMNS} FROM keyturn_keys"  # noqa: S608
-_SELECT_KEY: Final = f"{_SELECT_KEYS} WHERE key_id = %s"
-# One statement writes the use (first_used_at only the first time) and, when the creator
-# asked for it at rotation, revokes the key this one replaces: both rows change together or
-# not at all, in either database. The old key is revoked at the instant of the use, unless
-# it is already Revoked or Expired.
-# Each side of the OR is a primary-key lookup, in both databases: no scan.
-_MARK_USED: Final = """
-    UPDATE keyturn_keys SET
-        last_used_at = CASE WHEN key_id = %s THEN %s ELSE last_used_at END,
-        first_used_at = CASE WHEN key_id = %s THEN coalesce(first_used_at, %s)
-            ELSE first_used_at END,
-        revoked_at = CASE WHEN key_id = %s THEN revoked_at ELSE %s END
-    WHERE (key_id = %s AND (last_used_at IS NULL OR last_used_at < %s))
-       OR (revoked_at IS NULL AND expires_at > %s AND key_id = (
-            SELECT replaces FROM keyturn_keys WHERE key_id = %s AND revoke_old_on_first_use))
-"""
+_ORGANIZATION_COLUMNS: Final = "id, tenant_id, is_default"
 
 
-def _utc(at: datetime | None) -> datetime | None:
-    return None if at is None else at.astimezone(UTC)
+@attrs.frozen
+class Statements:
+    """Every statement the stores run, written for one database's placeholder."""
 
-
-def _instant(value: datetime | str) -> datetime:
-    if isinstance(value, str):  # SQLite: ISO 8601 text written by the driver, always UTC
-        return datetime.fromisoformat(value)
-    return value if value.tzinfo is UTC else value.astimezone(UTC)
-
-
-def _key(row: Sequence[Any]) -> ApiKey:
-    (key_id, secret_hash, hint, name, account_id, tenant_id, organization_id) = row[:7]
-    created_at, expires_at, revoked_at, last_used_at, leaked_at, leaked_url = row[7:13]
-    replaces, revoke_old_on_first_use, first_used_at = row[13:]
-    return ApiKey(
-        key_id=key_id,
-        secret_hash=secret_hash,
-        hint=hint,
-        name=name,
-        account_id=account_id,
-        scope=Scope(tenant_id=tenant_id, organization_id=organization_id),
-        created_at=_instant(created_at),
-        expires_at=_instant(expires_at),
-        revoked_at=None if revoked_at is None else _instant(revoked_at),
-        last_used_at=None if last_used_at is None else _instant(last_used_at),
-        first_used_at=None if first_used_at is None else _instant(first_used_at),
-        leaked=None if leaked_at is None else Leaked(url=leaked_url, at=_instant(leaked_at)),
-        replaces=replaces,
-        revoke_old_on_first_use=bool(revoke_old_on_first_use),
-    )
-
-
-def get_key(key_id: str) -> Op[ApiKey | None]:
-    row = yield Query(_SELECT_KEY, (key_id,), ONE)
-    return None if row is None else _key(row)
-
-
-def add_key(key: ApiKey) -> Op[None]:
-    # ON CONFLICT DO NOTHING + rowcount: a duplicate id is an answer, not a driver exception.
-    inserted = yield Query(
+    get_key: str = f"{_SELECT_KEYS} WHERE key_id = %s"
+    add_key: str = (
         f"INSERT INTO keyturn_keys ({_KEY_COLUMNS}) "  # noqa: S608
-        f"VALUES ({', '.join(['%s'] * 16)}) ON CONFLICT DO NOTHING",
-        (
-            key.key_id,
-            key.secret_hash,
-            key.hint,
-            key.name,
-            key.account_id,
-            key.scope.tenant_id,
-            key.scope.organization_id,
-            _utc(key.created_at),
-            _utc(key.expires_at),
-            _utc(key.revoked_at),
-            _utc(key.last_used_at),
-            None if key.leaked is None else _utc(key.leaked.at),
-            None if key.leaked is None else key.leaked.url,
-            key.replaces,
-            key.revoke_old_on_first_use,
-            _utc(key.first_used_at),
-        ),
-        COUNT,
+        f"VALUES ({', '.join(['%s'] * len(_KEY_COLUMN_NAMES))}) ON CONFLICT DO NOTHING"
     )
-    if not inserted:
-        raise DuplicateKey(f"a key with id {key.key_id!r} already exists")
-
-
-def keys_of(account_id: str) -> Op[Sequence[ApiKey]]:
+    live_replacement: str = (
+        "SELECT key_id FROM keyturn_keys WHERE replaces = %s AND revoked_at IS NULL"
+    )
     # key_id breaks ties so that keys created in the same microsecond list in a stable order.
-    rows = yield Query(
-        f"{_SELECT_KEYS} WHERE account_id = %s ORDER BY created_at DESC, key_id DESC",
-        (account_id,),
-        ALL,
+    keys_of: str = f"{_SELECT_KEYS} WHERE account_id = %s ORDER BY created_at DESC, key_id DESC"
+    # Conditional: only one concurrent revoke wins.
+    revoke_key: str = (
+        "UPDATE keyturn_keys SET revoked_at = %s WHERE key_id = %s AND revoked_at IS NULL"
     )
-    return [_key(row) for row in rows]
-
-
-def revoke_key(key_id: str, at: datetime) -> Op[bool]:
-    # Conditional updates: only one concurrent revoke wins, and last_used_at never moves back.
-    revoked = yield Query(
-        "UPDATE keyturn_keys SET revoked_at = %s WHERE key_id = %s AND revoked_at IS NULL",
-        (_utc(at), key_id),
-        COUNT,
-    )
-    return bool(revoked == 1)
-
-
-def mark_used(key_id: str, at: datetime) -> Op[None]:
-    utc = _utc(at)
-    yield Query(
-        _MARK_USED, (key_id, utc, key_id, utc, key_id, utc, key_id, utc, utc, key_id), COUNT
-    )
-
-
-def report_leak(key_id: str, url: str, at: datetime) -> Op[bool]:
-    """Record that the key was found in public at *url*; ``False`` if already recorded."""
-    # The first report stands: it says when the key became public; later ones change nothing.
-    reported = yield Query(
+    # One statement writes the use (first_used_at only the first time) and, when the creator
+    # asked for it at rotation, revokes the key this one replaces: both rows change together
+    # or not at all. The old key is revoked at the instant of the use, unless it is already
+    # Revoked or Expired. Each side of the OR is a primary-key lookup: no scan. It returns
+    # the ids of the rows it changed.
+    # Parameters: key_id, at, key_id, at, key_id, at, key_id, at, at, key_id.
+    mark_used: str = """
+        UPDATE keyturn_keys SET
+            last_used_at = CASE WHEN key_id = %s THEN %s ELSE last_used_at END,
+            first_used_at = CASE WHEN key_id = %s THEN coalesce(first_used_at, %s)
+                ELSE first_used_at END,
+            revoked_at = CASE WHEN key_id = %s THEN revoked_at ELSE %s END
+        WHERE (key_id = %s AND (last_used_at IS NULL OR last_used_at < %s))
+           OR (revoked_at IS NULL AND expires_at > %s AND key_id = (
+                SELECT replaces FROM keyturn_keys WHERE key_id = %s AND revoke_old_on_first_use))
+        RETURNING key_id
+    """
+    # The first report stands: it says when the key became public.
+    report_leak: str = (
         "UPDATE keyturn_keys SET leaked_at = %s, leaked_url = %s "
-        "WHERE key_id = %s AND leaked_at IS NULL",
-        (_utc(at), url, key_id),
-        COUNT,
+        "WHERE key_id = %s AND leaked_at IS NULL"
     )
-    return bool(reported == 1)
-
-
-def leaked_keys() -> Op[list[ApiKey]]:
-    """Every key reported leaked, most recently reported first."""
-    rows = yield Query(
-        f"{_SELECT_KEYS} WHERE leaked_at IS NOT NULL ORDER BY leaked_at DESC, key_id DESC", (), ALL
+    leaked_keys: str = (
+        f"{_SELECT_KEYS} WHERE leaked_at IS NOT NULL ORDER BY leaked_at DESC, key_id DESC"
     )
-    return [_key(row) for row in rows]
-
-
-# --- organizations and memberships --------------------------------------------------------
-
-
-def _organization(row: Sequence[Any]) -> Organization:
-    return Organization(id=row[0], tenant_id=row[1], is_default=bool(row[2]))
-
-
-def get_organization(organization_id: str) -> Op[Organization | None]:
-    row = yield Query(
-        "SELECT id, tenant_id, is_default FROM keyturn_organizations WHERE id = %s",
-        (organization_id,),
-        ONE,
+    # What the decision reads for one request, in one statement (see found()): the key; the
+    # organization the request names by id; the key's tenant's default organization; the
+    # creator's role in the key's organization, in the named one and in the default one;
+    # and whether the creator reaches the tenant at all. Parameters: organization, key_id.
+    lookup: str = f"""
+        SELECT {", ".join("k." + column for column in _KEY_COLUMN_NAMES)},
+            named.id, named.tenant_id, named.is_default, fallback.id,
+            (SELECT role FROM keyturn_memberships
+                WHERE account_id = k.account_id AND organization_id = k.organization_id),
+            (SELECT role FROM keyturn_memberships
+                WHERE account_id = k.account_id AND organization_id = named.id),
+            (SELECT role FROM keyturn_memberships
+                WHERE account_id = k.account_id AND organization_id = fallback.id),
+            EXISTS (SELECT 1 FROM keyturn_memberships m
+                JOIN keyturn_organizations o ON o.id = m.organization_id
+                WHERE m.account_id = k.account_id AND o.tenant_id = k.tenant_id)
+        FROM keyturn_keys k
+        LEFT JOIN keyturn_organizations named ON named.id = %s
+        LEFT JOIN keyturn_organizations fallback
+            ON fallback.tenant_id = k.tenant_id AND fallback.is_default
+        WHERE k.key_id = %s
+    """  # noqa: S608
+    get_organization: str = (
+        f"SELECT {_ORGANIZATION_COLUMNS} FROM keyturn_organizations WHERE id = %s"  # noqa: S608
     )
-    return None if row is None else _organization(row)
-
-
-def get_default_organization(tenant_id: str) -> Op[Organization | None]:
-    row = yield Query(
-        "SELECT id, tenant_id, is_default FROM keyturn_organizations "
-        "WHERE tenant_id = %s AND is_default",
-        (tenant_id,),
-        ONE,
+    get_default_organization: str = (
+        f"SELECT {_ORGANIZATION_COLUMNS} FROM keyturn_organizations "  # noqa: S608
+        "WHERE tenant_id = %s AND is_default"
     )
-    return None if row is None else _organization(row)
-
-
-def get_role(account_id: str, organization_id: str) -> Op[str | None]:
-    row = yield Query(
-        "SELECT role FROM keyturn_memberships WHERE account_id = %s AND organization_id = %s",
-        (account_id, organization_id),
-        ONE,
+    get_role: str = (
+        "SELECT role FROM keyturn_memberships WHERE account_id = %s AND organization_id = %s"
     )
-    return None if row is None else str(row[0])
-
-
-def reaches_tenant(account_id: str, tenant_id: str) -> Op[bool]:
-    row = yield Query(
+    reaches_tenant: str = (
         "SELECT 1 FROM keyturn_memberships m "
         "JOIN keyturn_organizations o ON o.id = m.organization_id "
-        "WHERE m.account_id = %s AND o.tenant_id = %s LIMIT 1",
-        (account_id, tenant_id),
-        ONE,
+        "WHERE m.account_id = %s AND o.tenant_id = %s LIMIT 1"
     )
-    return row is not None
-
-
-def add_organization(
-    organization_id: str, *, tenant_id: str, default: bool = False
-) -> Op[Organization]:
-    """Add an organization; ``default=True`` makes it the tenant's ``default`` one.
-
-    :raises OrganizationConflict: it exists differently, or the tenant has a default.
-    """
-    # Built before the operation runs: invalid ids are refused without touching the database.
-    return _add_organization(
-        Organization(id=organization_id, tenant_id=tenant_id, is_default=default)
+    # A tenant's first organization must be its default one; without a conflict target,
+    # the insert also does nothing when the tenant already has a default and this is one.
+    # Parameters: id, tenant_id, is_default, is_default, tenant_id.
+    add_organization: str = (
+        "INSERT INTO keyturn_organizations (id, tenant_id, is_default) SELECT %s, %s, %s "
+        "WHERE %s OR EXISTS (SELECT 1 FROM keyturn_organizations "
+        "WHERE tenant_id = %s AND is_default) ON CONFLICT DO NOTHING"
     )
-
-
-def _add_organization(organization: Organization) -> Op[Organization]:
-    # Without a conflict target, this also does nothing when the tenant already has a default.
-    inserted = yield Query(
-        "INSERT INTO keyturn_organizations (id, tenant_id, is_default) VALUES (%s, %s, %s) "
-        "ON CONFLICT DO NOTHING",
-        (organization.id, organization.tenant_id, organization.is_default),
-        COUNT,
+    # The default organization goes last: it cannot be removed while its tenant has others.
+    # Memberships go with the organization: ON DELETE CASCADE.
+    remove_organization: str = (
+        "DELETE FROM keyturn_organizations WHERE id = %s AND (NOT is_default OR NOT EXISTS ("
+        "SELECT 1 FROM keyturn_organizations other "
+        "WHERE other.tenant_id = keyturn_organizations.tenant_id "
+        "AND other.id <> keyturn_organizations.id))"
     )
-    if not inserted:
-        known = yield from get_organization(organization.id)
-        if known is None:
-            raise OrganizationConflict(
-                f"tenant {organization.tenant_id!r} already has a default organization"
-            )
-        if known != organization:
-            raise OrganizationConflict(
-                f"organization {organization.id!r} already exists differently"
-            )
-    return organization
-
-
-def add_member(account_id: str, organization_id: str, *, role: str) -> Op[None]:
-    """Give *account_id* a *role* in the organization (replacing any previous role).
-
-    :raises UnknownOrganization: there is no such organization.
-    """
-    if not isinstance(role, str) or not role:
-        raise ValueError("role must be a non-empty string")
     # Inserts nothing when the organization does not exist: rowcount 0 says so.
-    added = yield Query(
+    add_member: str = (
         "INSERT INTO keyturn_memberships (account_id, organization_id, role) "
         "SELECT %s, id, %s FROM keyturn_organizations WHERE id = %s "
-        "ON CONFLICT (account_id, organization_id) DO UPDATE SET role = excluded.role",
-        (account_id, role, organization_id),
-        COUNT,
+        "ON CONFLICT (account_id, organization_id) DO UPDATE SET role = excluded.role"
     )
-    if not added:
-        raise UnknownOrganization(f"no organization {organization_id!r}: add it first")
-
-
-def remove_member(account_id: str, organization_id: str) -> Op[None]:
-    """Take the account's role in the organization away (nothing if it had none)."""
-    yield Query(
-        "DELETE FROM keyturn_memberships WHERE account_id = %s AND organization_id = %s",
-        (account_id, organization_id),
-        COUNT,
+    remove_member: str = (
+        "DELETE FROM keyturn_memberships WHERE account_id = %s AND organization_id = %s"
     )
-
-
-def organizations() -> Op[list[Organization]]:
-    """Every organization, by tenant and id."""
-    rows = yield Query(
-        "SELECT id, tenant_id, is_default FROM keyturn_organizations ORDER BY tenant_id, id",
-        (),
-        ALL,
+    organizations: str = (
+        f"SELECT {_ORGANIZATION_COLUMNS} FROM keyturn_organizations "  # noqa: S608
+        "ORDER BY tenant_id, id"
     )
-    return [_organization(row) for row in rows]
-
-
-def remove_organization(organization_id: str) -> Op[bool]:
-    """Remove the organization and its memberships; ``False`` if there was none."""
-    # Memberships go with the organization: ON DELETE CASCADE.
-    query = Query("DELETE FROM keyturn_organizations WHERE id = %s", (organization_id,), COUNT)
-    return bool((yield query))
-
-
-def members_of(organization_id: str) -> Op[list[tuple[str, str]]]:
-    """The ``(account_id, role)`` pairs of the organization, by account."""
-    rows = yield Query(
+    members_of: str = (
         "SELECT account_id, role FROM keyturn_memberships WHERE organization_id = %s "
-        "ORDER BY account_id",
-        (organization_id,),
-        ALL,
+        "ORDER BY account_id"
     )
-    return [(str(account), str(role)) for account, role in rows]
-
-
-def organizations_of(account_id: str) -> Op[Sequence[Organization]]:
-    """Every organization in which the account holds a role, by tenant, default first."""
-    rows = yield Query(
+    organizations_of: str = (
         "SELECT o.id, o.tenant_id, o.is_default FROM keyturn_memberships m "
         "JOIN keyturn_organizations o ON o.id = m.organization_id "
-        "WHERE m.account_id = %s ORDER BY o.tenant_id, o.is_default DESC, o.id",
-        (account_id,),
-        ALL,
+        "WHERE m.account_id = %s ORDER BY o.tenant_id, o.is_default DESC, o.id"
     )
-    return [_organization(row) for row in rows]
 
-
-# --- the stores, over a driver --------------------------------------------------------------
+    @classmethod
+    def with_placeholder(cls, placeholder: str) -> Statements:
+        """Every statement, with *placeholder* in place of ``%s``."""
+        return cls(
+            **{
+                field.name: getattr(cls(), field.name).replace("%s", placeholder)
+                for field in attrs.fields(cls)
+            }
+        )
 
 
 class ClosedOnExit:
@@ -495,109 +456,130 @@ class ClosedOnExit:
         self.close()
 
 
-class _OnDatabase:
-    """A view of a database whose ``run`` drives the operations above."""
-
-    def __init__(self, database: Any) -> None:
-        self.database = database
-        self._run: Any = database.run
-        # SQLite bounds its own calls (busy timeout): no watchdog thread around them.
-        self.enforces_timeout: bool = getattr(database, "enforces_timeout", False)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.database!r})"
+# --- rows in, rows out ------------------------------------------------------------------------
 
 
-def _sync(op: Callable[P, Op[T]]) -> Callable[Concatenate[_OnDatabase, P], T]:
-    """The store method that runs *op* on the database."""
-
-    def method(self: _OnDatabase, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return self._run(op(*args, **kwargs))  # type: ignore[no-any-return]
-
-    return _named(method, op)
+def utc(at: datetime | None) -> datetime | None:
+    """An instant as stored: in UTC."""
+    return None if at is None else at.astimezone(UTC)
 
 
-def _async(op: Callable[P, Op[T]]) -> Callable[Concatenate[_OnDatabase, P], Coroutine[Any, Any, T]]:
-    """The async store method that runs *op* on the database."""
-
-    async def method(self: _OnDatabase, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return await self._run(op(*args, **kwargs))  # type: ignore[no-any-return]
-
-    return _named(method, op)
+def _instant(value: datetime | str) -> datetime:
+    if isinstance(value, str):  # SQLite: ISO 8601 text written by the store, always UTC
+        return datetime.fromisoformat(value)
+    return value if value.tzinfo is UTC else value.astimezone(UTC)
 
 
-def _named(method: M, op: Callable[..., Any]) -> M:
-    """*method* as ``help()`` and ``inspect`` should show it: *op*'s name, docstring and
-    parameters, after ``self``.
-    """
-    signature = inspect.signature(op)
-    self = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
-    method.__name__ = method.__qualname__ = op.__name__
-    method.__doc__ = op.__doc__
-    method.__signature__ = signature.replace(  # type: ignore[attr-defined]
-        parameters=[self, *signature.parameters.values()],
-        return_annotation=inspect.Signature.empty,  # the operation's is a generator's
+def _maybe_instant(value: datetime | str | None) -> datetime | None:
+    return None if value is None else _instant(value)
+
+
+def key(row: Sequence[Any]) -> ApiKey:
+    """The :class:`ApiKey` of a row of the key columns."""
+    (key_id, secret_hash, hint, name, account_id, tenant_id, organization_id) = row[:7]
+    created_at, expires_at, revoked_at, last_used_at, leaked_at, leaked_url = row[7:13]
+    replaces, revoke_old_on_first_use, first_used_at = row[13:16]
+    return ApiKey(
+        key_id=key_id,
+        secret_hash=secret_hash,
+        hint=hint,
+        name=name,
+        account_id=account_id,
+        scope=Scope(tenant_id=tenant_id, organization_id=organization_id),
+        created_at=_instant(created_at),
+        expires_at=_instant(expires_at),
+        revoked_at=_maybe_instant(revoked_at),
+        last_used_at=_maybe_instant(last_used_at),
+        first_used_at=_maybe_instant(first_used_at),
+        leaked=None if leaked_at is None else Leaked(url=leaked_url, at=_instant(leaked_at)),
+        replaces=replaces,
+        revoke_old_on_first_use=bool(revoke_old_on_first_use),
     )
-    return method
 
 
-class SQLKeyStore(_OnDatabase):
-    """A :class:`~keyturn.protocols.KeyStore` in a SQL database: ``db.keys``."""
-
-    get_key = _sync(get_key)
-    add_key = _sync(add_key)
-    keys_of = _sync(keys_of)
-    revoke_key = _sync(revoke_key)
-    mark_used = _sync(mark_used)
-    report_leak = _sync(report_leak)
-    leaked_keys = _sync(leaked_keys)
-
-
-class SQLMembership(_OnDatabase):
-    """A :class:`~keyturn.protocols.WritableMembership` in a SQL database: ``db.membership``.
-
-    Tables ``keyturn_organizations`` (``id``, ``tenant_id``, ``is_default``; at most one
-    default per tenant) and ``keyturn_memberships`` (``account_id``, ``organization_id``,
-    ``role``). A reference implementation: replace it with a provider over your own tables
-    whenever your application already knows who belongs where.
-    """
-
-    add_organization = _sync(add_organization)
-    add_member = _sync(add_member)
-    remove_member = _sync(remove_member)
-    get_organization = _sync(get_organization)
-    get_default_organization = _sync(get_default_organization)
-    get_role = _sync(get_role)
-    reaches_tenant = _sync(reaches_tenant)
-    organizations = _sync(organizations)
-    remove_organization = _sync(remove_organization)
-    members_of = _sync(members_of)
-    organizations_of = _sync(organizations_of)
+def key_params(key: ApiKey, instant: Callable[[datetime | None], Any]) -> tuple[Any, ...]:
+    """The parameters of ``add_key`` for *key*, each instant as *instant* makes it."""
+    return (
+        key.key_id,
+        key.secret_hash,
+        key.hint,
+        key.name,
+        key.account_id,
+        key.scope.tenant_id,
+        key.scope.organization_id,
+        instant(key.created_at),
+        instant(key.expires_at),
+        instant(key.revoked_at),
+        instant(key.last_used_at),
+        None if key.leaked is None else instant(key.leaked.at),
+        None if key.leaked is None else key.leaked.url,
+        key.replaces,
+        key.revoke_old_on_first_use,
+        instant(key.first_used_at),
+    )
 
 
-class AsyncSQLKeyStore(_OnDatabase):
-    """The async twin of :class:`SQLKeyStore`."""
-
-    get_key = _async(get_key)
-    add_key = _async(add_key)
-    keys_of = _async(keys_of)
-    revoke_key = _async(revoke_key)
-    mark_used = _async(mark_used)
-    report_leak = _async(report_leak)
-    leaked_keys = _async(leaked_keys)
+def organization(row: Sequence[Any]) -> Organization:
+    """The :class:`Organization` of a row of ``id, tenant_id, is_default``."""
+    return Organization(id=row[0], tenant_id=row[1], is_default=bool(row[2]))
 
 
-class AsyncSQLMembership(_OnDatabase):
-    """The async twin of :class:`SQLMembership`."""
+def found(row: Sequence[Any] | None, organization: str | None) -> Found:
+    """Decode a row of the ``lookup`` statement run for *organization*."""
+    if row is None:
+        return Found(key=None, asked=organization)
+    stored = key(row)
+    named_id, named_tenant, named_default, default_id, *roles, reaches = row[16:]
+    named = (
+        None
+        if named_id is None
+        else Organization(id=named_id, tenant_id=named_tenant, is_default=bool(named_default))
+    )
+    default = (
+        None
+        if default_id is None
+        else Organization(id=default_id, tenant_id=stored.scope.tenant_id, is_default=True)
+    )
+    own = stored.scope.organization_id
+    places = (own, None if named is None else named.id, default_id)
+    return Found(
+        key=stored,
+        asked=organization,
+        named=named,
+        default=default,
+        roles={place: role for place, role in zip(places, roles, strict=True) if place},
+        reaches=bool(reaches),
+    )
 
-    add_organization = _async(add_organization)
-    add_member = _async(add_member)
-    remove_member = _async(remove_member)
-    get_organization = _async(get_organization)
-    get_default_organization = _async(get_default_organization)
-    get_role = _async(get_role)
-    reaches_tenant = _async(reaches_tenant)
-    organizations = _async(organizations)
-    remove_organization = _async(remove_organization)
-    members_of = _async(members_of)
-    organizations_of = _async(organizations_of)
+
+# --- the refusals both store twins raise -------------------------------------------------------
+
+
+def replaced(key: ApiKey, live_id: str) -> KeyAlreadyReplaced:
+    return KeyAlreadyReplaced(
+        f"key {key.replaces} already has a replacement that works, key {live_id}: deploy "
+        "that one and revoke the old key, or revoke the replacement to rotate again",
+        replacement_id=live_id,
+    )
+
+
+def refuse_organization(wanted: Organization, known: Organization | None) -> None:
+    """Why adding *wanted* inserted nothing, given the organization *known* by its id."""
+    if known is None:
+        if wanted.is_default:
+            raise OrganizationConflict(
+                f"tenant {wanted.tenant_id!r} already has a default organization"
+            )
+        raise OrganizationConflict(
+            f"tenant {wanted.tenant_id!r} has no default organization yet: add that one "
+            f"first (default=True), then {wanted.id!r}"
+        )
+    if known != wanted:
+        raise OrganizationConflict(f"organization {wanted.id!r} already exists differently")
+
+
+def default_stays(organization: Organization) -> OrganizationConflict:
+    return OrganizationConflict(
+        f"organization {organization.id!r} is the default organization of tenant "
+        f"{organization.tenant_id!r}, which has others: remove those first"
+    )

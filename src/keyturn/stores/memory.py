@@ -21,6 +21,7 @@ import attrs
 
 from keyturn._model import ApiKey, Leaked, Organization
 from keyturn.errors import DuplicateKey, OrganizationConflict, UnknownOrganization
+from keyturn.stores._sql import default_stays, refuse_organization, replaced
 
 __all__ = ["MemoryKeyStore", "MemoryMembership"]
 
@@ -47,6 +48,10 @@ class MemoryKeyStore:
         with self._lock:
             if key.key_id in self._keys:
                 raise DuplicateKey(f"a key with id {key.key_id!r} already exists")
+            if key.replaces is not None and key.revoked_at is None:
+                for other in self._keys.values():  # one live replacement per key
+                    if other.replaces == key.replaces and other.revoked_at is None:
+                        raise replaced(key, other.key_id)
             self._keys[key.key_id] = key
 
     def keys_of(self, account_id: str) -> Sequence[ApiKey]:
@@ -124,10 +129,9 @@ class MemoryMembership:
                 raise OrganizationConflict(
                     f"organization {organization_id!r} already exists differently"
                 )
-            if default and self._defaults.get(tenant_id, organization).id != organization_id:
-                raise OrganizationConflict(
-                    f"tenant {tenant_id!r} already has a default organization"
-                )
+            # A tenant's first organization is its default one, and it has one default only.
+            if known is None and default == (tenant_id in self._defaults):
+                refuse_organization(organization, None)
             self._organizations[organization_id] = organization
             if default:
                 self._defaults[tenant_id] = organization
@@ -169,9 +173,15 @@ class MemoryMembership:
     def remove_organization(self, organization_id: str) -> bool:
         """Remove the organization and its memberships; ``False`` if there was none."""
         with self._lock:
-            organization = self._organizations.pop(organization_id, None)
+            organization = self._organizations.get(organization_id)
             if organization is None:
                 return False
+            if organization.is_default and any(
+                other.tenant_id == organization.tenant_id and other.id != organization_id
+                for other in self._organizations.values()
+            ):
+                raise default_stays(organization)
+            del self._organizations[organization_id]
             if self._defaults.get(organization.tenant_id) == organization:
                 del self._defaults[organization.tenant_id]
             for account_id, _ in self._members(organization_id):

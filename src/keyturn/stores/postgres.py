@@ -11,15 +11,26 @@ do not race, in the first schema of the ``search_path`` (for a schema of their o
 ``?options=-csearch_path%3Dkeyturn`` to the URL).
 
 Every call borrows a pooled connection in autocommit mode and runs one or two statements,
-so a revoke is committed when ``revoke_key`` returns and every instance refuses the key
-on its next request. Instants are ``timestamptz`` and come back as UTC datetimes.
+so a revoke is committed when ``revoke_key`` returns. What a request reads comes from the
+process's replica (``_replica.py``), fed by the database itself: triggers send
+``NOTIFY keyturn_changes`` in every writing transaction, and a listener thread with a
+connection of its own drops what each change touches. The replica answers only while the
+listener is connected (it is emptied at each connect, so nothing missed while it was away
+is ever served); otherwise a request reads through, in one statement. A revoke committed
+anywhere is refused by every instance within the listener's lag (milliseconds on a local
+network: see ``docs/performance.md``); ``replica=False`` reads through on every request.
+Instants are ``timestamptz`` and come back as UTC datetimes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import Iterator
-from typing import Any, Final, TypeVar
+import logging
+import os
+import threading
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, Final
 
 try:
     from psycopg import AsyncConnection, Connection, OperationalError
@@ -30,19 +41,28 @@ except ImportError as exc:
         "the PostgreSQL store needs psycopg: pip install 'keyturn[postgres]'"
     ) from exc
 
+from keyturn._model import Found
 from keyturn.errors import StoreTimeout, StoreUnreachable
-from keyturn.stores import _sql
+from keyturn.stores import _replica, _sql
+from keyturn.stores._async import AsyncSQLKeyStore, AsyncSQLMembership
+from keyturn.stores._sync import SQLKeyStore, SQLMembership
 
 __all__ = ["AsyncPostgresDatabase", "PostgresDatabase"]
 
-T = TypeVar("T")
+log: Final = logging.getLogger("keyturn")
 
 _DIALECT: Final = _sql.Dialect(
     timestamp="timestamptz",
     has_version_table="SELECT to_regclass('keyturn_schema_version') IS NOT NULL",
+    has_foreign_tables=None,
+    change_feed=_sql.POSTGRES_CHANGE_FEED,
+    placeholder="%s",
 )
+_STATEMENTS: Final = _sql.Statements()
 # Serializes create_schema() across instances: one fixed key every instance takes.
 _MIGRATION_LOCK: Final = "SELECT pg_advisory_xact_lock(7017280452245743993)"
+# Serializes the writes that keep a tenant's default organization (its first, removed last).
+_TENANT_LOCK: Final = "SELECT pg_advisory_xact_lock(hashtextextended('keyturn tenant ' || %s, 0))"
 
 
 def _describe(pool: ConnectionPool[Any] | AsyncConnectionPool[Any]) -> str:
@@ -65,7 +85,49 @@ def _pool_options(min_size: int, max_size: int, timeout: float) -> dict[str, Any
     }
 
 
-class PostgresDatabase(_sql.ClosedOnExit):
+class _Replicated:
+    """The replica side of both databases: the stores' ``lookup_cached``, ``keep`` and
+    ``changed``, over the process's replica of this database and its listener."""
+
+    sql = _STATEMENTS
+    instant = staticmethod(_sql.utc)
+    enforces_timeout = False  # the sync middleware bounds the calls itself
+    replica: _replica.Replica | None
+    _listener: _Listener | None
+
+    def _share(self, conninfo: str, replica: bool) -> None:
+        self._shared = ("postgresql", conninfo)
+        self.replica, self._listener = None, None
+        if replica:
+            self.replica, listener = _replica.shared(
+                self._shared, lambda shared: _Listener(conninfo, shared)
+            )
+            self._listener = listener
+
+    def _unshare(self) -> None:
+        if self._listener is not None:
+            self._listener = None
+            _replica.release(self._shared, _Listener.stop)
+
+    def lookup_cached(self, key_id: str, organization: str | None) -> Found | None:
+        if self._listener is None or self.replica is None:
+            return None
+        self._listener.ensure_running()
+        return self.replica.found(key_id, organization)
+
+    def replica_epoch(self) -> int:
+        return 0 if self.replica is None else self.replica.epoch
+
+    def keep(self, key_id: str, found: Found, epoch: int) -> None:
+        if self.replica is not None:
+            self.replica.keep(key_id, found, epoch)
+
+    def changed(self, kind: str, changed_id: str) -> None:
+        if self.replica is not None:
+            self.replica.changed(kind, changed_id)
+
+
+class PostgresDatabase(_Replicated, _sql.ClosedOnExit):
     """A PostgreSQL database holding keyturn's tables, through a connection pool.
 
     :param conninfo: a ``postgresql://`` URL or libpq connection string.
@@ -74,6 +136,9 @@ class PostgresDatabase(_sql.ClosedOnExit):
     :param min_size: connections kept open.
     :param max_size: connections at most; each app instance holds up to this many.
     :param timeout: seconds to wait for a free connection before the call fails.
+    :param replica: keep what requests read in the process, fed by the database's change
+        feed (the default; one more connection per process, for the listener); ``False``
+        reads through on every request.
     """
 
     def __init__(
@@ -84,57 +149,52 @@ class PostgresDatabase(_sql.ClosedOnExit):
         min_size: int = 1,
         max_size: int = 10,
         timeout: float = 5.0,
+        replica: bool = True,
     ) -> None:
         self._owns_pool = pool is None
         if pool is None:
             pool = ConnectionPool(conninfo, open=True, **_pool_options(min_size, max_size, timeout))
         self.pool: ConnectionPool[Any] = pool
-        self.keys = _sql.SQLKeyStore(self)
-        self.membership = _sql.SQLMembership(self)
+        self.keys = SQLKeyStore(self)
+        self.membership = SQLMembership(self)
+        self._share(str(pool.conninfo), replica)
 
     def __repr__(self) -> str:
         return f"PostgresDatabase({_describe(self.pool)!r})"
 
     def create_schema(self) -> int:
         """Create or upgrade the tables (idempotent, safe to run concurrently); the version."""
-        with self._admin() as connection, connection.transaction():
-            connection.execute(_MIGRATION_LOCK)
-            return _drive(connection, _sql.migrate(_DIALECT))
+        return _create_schema(self.pool, self._owns_pool)
 
     def schema_version(self) -> int:
         """The schema version in the database; 0 when ``create_schema()`` never ran."""
-        with self._admin() as connection:
-            return _drive(connection, _sql.schema_version(_DIALECT))
-
-    def _admin(self) -> contextlib.AbstractContextManager[Connection[Any]]:
-        # The administrative calls (deploy time, the keyturn command) connect on their own:
-        # a server that refuses answers at once, not after the pool's wait for a connection.
-        if not self._owns_pool:
-            return self.pool.connection()
-        try:
-            return Connection.connect(str(self.pool.conninfo), autocommit=True)
-        except OperationalError as exc:
-            reason = (str(exc).splitlines() or [""])[0]
-            raise StoreUnreachable(
-                f"cannot connect to PostgreSQL ({_describe(self.pool)}): {reason}", reason=reason
-            ) from None
+        return _schema_version(self.pool, self._owns_pool)
 
     def close(self) -> None:
-        """Close the pool, unless it was passed in."""
+        """Stop the listener and close the pool, unless it was passed in."""
+        self._unshare()
         if self._owns_pool:
             self.pool.close()
 
-    def run(self, op: _sql.Op[T]) -> T:
-        """Run one operation of :mod:`keyturn.stores._sql` on a pooled connection."""
+    @contextlib.contextmanager
+    def connection(self, lock: str | None = None) -> Iterator[Connection[Any]]:
+        """A pooled connection for a ``with`` block, each statement committed on its own;
+        with *lock*, one transaction serialized with every other taking that lock."""
         with _waited(self.pool), self.pool.connection() as connection:
-            return _drive(connection, op)
+            if lock is None:
+                yield connection
+            else:
+                with connection.transaction():
+                    connection.execute(_TENANT_LOCK, (lock,))
+                    yield connection
 
 
-class AsyncPostgresDatabase:
+class AsyncPostgresDatabase(_Replicated):
     """The async twin of :class:`PostgresDatabase`, over an ``AsyncConnectionPool``.
 
     Open it inside the event loop: ``async with AsyncPostgresDatabase(url) as adb:``, or
-    ``await adb.open()`` and later ``await adb.close()``.
+    ``await adb.open()`` and later ``await adb.close()``. It shares the process's replica
+    with any :class:`PostgresDatabase` on the same connection string.
     """
 
     def __init__(
@@ -145,6 +205,7 @@ class AsyncPostgresDatabase:
         min_size: int = 1,
         max_size: int = 10,
         timeout: float = 5.0,
+        replica: bool = True,
     ) -> None:
         self._owns_pool = pool is None
         if pool is None:
@@ -153,8 +214,9 @@ class AsyncPostgresDatabase:
                 conninfo, open=False, **_pool_options(min_size, max_size, timeout)
             )
         self.pool: AsyncConnectionPool[Any] = pool
-        self.keys = _sql.AsyncSQLKeyStore(self)
-        self.membership = _sql.AsyncSQLMembership(self)
+        self.keys = AsyncSQLKeyStore(self)
+        self.membership = AsyncSQLMembership(self)
+        self._share(str(pool.conninfo), replica)
 
     def __repr__(self) -> str:
         return f"AsyncPostgresDatabase({_describe(self.pool)!r})"
@@ -173,24 +235,57 @@ class AsyncPostgresDatabase:
 
     async def create_schema(self) -> int:
         """Create or upgrade the tables (idempotent, safe to run concurrently); the version."""
-        async with self.pool.connection() as connection, connection.transaction():
-            await connection.execute(_MIGRATION_LOCK)
-            return await _drive_async(connection, _sql.migrate(_DIALECT))
+        # Deploy-time work, on a connection of its own in a worker thread.
+        return await asyncio.to_thread(_create_schema, self.pool, True)
 
     async def schema_version(self) -> int:
         """The schema version in the database; 0 when ``create_schema()`` never ran."""
-        return await self.run(_sql.schema_version(_DIALECT))
+        return await asyncio.to_thread(_schema_version, self.pool, True)
 
     async def close(self) -> None:
-        """Close the pool, unless it was passed in."""
+        """Stop the listener and close the pool, unless it was passed in."""
+        self._unshare()
         if self._owns_pool:
             await self.pool.close()
 
-    async def run(self, op: _sql.Op[T]) -> T:
-        """Run one operation of :mod:`keyturn.stores._sql` on a pooled connection."""
+    @contextlib.asynccontextmanager
+    async def connection(self, lock: str | None = None) -> AsyncIterator[AsyncConnection[Any]]:
+        """The awaited twin of :meth:`PostgresDatabase.connection`."""
         with _waited(self.pool):
             async with self.pool.connection() as connection:
-                return await _drive_async(connection, op)
+                if lock is None:
+                    yield connection
+                else:
+                    async with connection.transaction():
+                        await connection.execute(_TENANT_LOCK, (lock,))
+                        yield connection
+
+
+def _create_schema(pool: ConnectionPool[Any] | AsyncConnectionPool[Any], owns_pool: bool) -> int:
+    with _admin(pool, owns_pool) as connection, connection.transaction():
+        connection.execute(_MIGRATION_LOCK)
+        return _sql.migrate(connection, _DIALECT)
+
+
+def _schema_version(pool: ConnectionPool[Any] | AsyncConnectionPool[Any], owns_pool: bool) -> int:
+    with _admin(pool, owns_pool) as connection:
+        return _sql.schema_version(connection, _DIALECT)
+
+
+def _admin(
+    pool: ConnectionPool[Any] | AsyncConnectionPool[Any], owns_pool: bool
+) -> contextlib.AbstractContextManager[Connection[Any]]:
+    # The administrative calls (deploy time, the keyturn command) connect on their own:
+    # a server that refuses answers at once, not after the pool's wait for a connection.
+    if not owns_pool and isinstance(pool, ConnectionPool):
+        return pool.connection()
+    try:
+        return Connection.connect(str(pool.conninfo), autocommit=True)
+    except OperationalError as exc:
+        reason = (str(exc).splitlines() or [""])[0]
+        raise StoreUnreachable(
+            f"cannot connect to PostgreSQL ({_describe(pool)}): {reason}", reason=reason
+        ) from None
 
 
 @contextlib.contextmanager
@@ -206,24 +301,72 @@ def _waited(pool: ConnectionPool[Any] | AsyncConnectionPool[Any]) -> Iterator[No
         ) from None
 
 
-def _drive(connection: Connection[Any], op: _sql.Op[T]) -> T:
-    return _sql.drive(lambda query: connection.execute(query.sql, query.params), op)
+class _Listener:
+    """The database's change feed for one replica: a thread that LISTENs on a connection
+    of its own, reconnecting with a growing pause when the connection or the server goes.
 
+    The replica is current from the moment LISTEN is in place (emptied then: whatever
+    changed while no one listened is gone from it) until the connection fails.
+    """
 
-# The async twin of _sql.drive: the same loop, with `await`.
+    def __init__(self, conninfo: str, replica: _replica.Replica) -> None:
+        self.conninfo = conninfo
+        self.replica = replica
+        self.backend_pid: int | None = None  # the listening session, while connected
+        self._lock = threading.Lock()
+        self._pid = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
+    def ensure_running(self) -> None:
+        """Start the listener in this process, if it is not running here yet."""
+        if self._pid == os.getpid():
+            return
+        with self._lock:
+            if self._pid != os.getpid():  # first use, or a forked child
+                self._stop = threading.Event()
+                self._thread = threading.Thread(
+                    target=self._listen, args=(self._stop,), name="keyturn-listener", daemon=True
+                )
+                self._thread.start()
+                self._pid = os.getpid()
 
-async def _drive_async(connection: AsyncConnection[Any], op: _sql.Op[T]) -> T:
-    answer: Any = None
-    try:
-        while True:
-            query = op.send(answer)
-            cursor = await connection.execute(query.sql, query.params)
-            if query.fetch == _sql.ONE:
-                answer = await cursor.fetchone()
-            elif query.fetch == _sql.ALL:
-                answer = await cursor.fetchall()
-            else:
-                answer = cursor.rowcount
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+    def stop(self) -> None:
+        """Stop listening; the replica is no longer current."""
+        with self._lock:
+            self._stop.set()
+            thread, self._thread, self._pid = self._thread, None, 0
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5.0)
+        self.replica.reset(current=False)
+
+    def _listen(self, stop: threading.Event) -> None:
+        pause = 0.05
+        while not stop.is_set():
+            try:
+                self._connected(stop)
+                pause = 0.05
+            except Exception as exc:  # the server went away, or refused: read through
+                log.warning(
+                    "keyturn's change feed is down (%s); requests read the database until "
+                    "it is back",
+                    type(exc).__name__,
+                )
+            finally:
+                self.replica.reset(current=False)
+                self.backend_pid = None
+            stop.wait(pause)
+            pause = min(pause * 2, 2.0)
+
+    def _connected(self, stop: threading.Event) -> None:
+        with Connection.connect(self.conninfo, autocommit=True, connect_timeout=5) as connection:
+            (schema,) = connection.execute("SELECT current_schema()").fetchone() or ("",)
+            connection.execute(f"LISTEN {_sql.NOTIFY_CHANNEL}")
+            self.backend_pid = connection.info.backend_pid
+            self.replica.reset(current=True)
+            while not stop.is_set():
+                for notify in connection.notifies(timeout=0.5):
+                    where, _, change = notify.payload.partition("\t")
+                    kind, _, changed_id = change.partition("\t")
+                    if where == schema:
+                        self.replica.changed(kind, changed_id)

@@ -3,12 +3,20 @@
 One :class:`SQLiteDatabase` is one file holding the key store (``.keys``) and the
 membership provider (``.membership``). The schema is versioned (``keyturn_schema_version``)
 and created or upgraded on first use. Several processes may share the file: SQLite's
-write-ahead log lets readers run while one process writes, and a revoke committed by any of
+write-ahead log lets readers run while one process writes, and anything committed by any of
 them is seen by the next request of every other.
+
+What a request reads comes from the process's replica (``_replica.py``), checked against
+the file on every request: ``PRAGMA data_version`` says whether any other connection
+committed since the last look, and if one did, the triggers' log ``keyturn_changes`` says
+what changed. So a warm request reads nothing from the file, and a revoke committed by any
+process is refused by the next request of every other (no lag). ``replica=False`` reads
+through on every request instead, in one statement.
 
 Thread safety: the database keeps a small stack of connections and lends one to each call,
 so threads read in parallel (SQLite runs without the GIL). The stores are synchronous; the
-async middleware calls them in a worker thread, off the event loop.
+async middleware calls them in a worker thread, off the event loop, unless the replica can
+answer at once.
 
 Instants are stored as ISO 8601 text in UTC with microseconds: exact, readable in the
 ``sqlite3`` shell, and ordered like the instants.
@@ -17,21 +25,20 @@ Instants are stored as ISO 8601 text in UTC with microseconds: exact, readable i
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
-from datetime import datetime
-from typing import Any, Final, TypeVar
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Final
 
+from keyturn._model import Found
 from keyturn.errors import NotAKeyDatabase
-from keyturn.stores import _sql
+from keyturn.stores import _replica, _sql
+from keyturn.stores._sync import SQLKeyStore, SQLMembership
 
 __all__ = ["SQLiteDatabase"]
-
-T = TypeVar("T")
 
 _DIALECT: Final = _sql.Dialect(
     timestamp="TEXT",
@@ -43,7 +50,15 @@ _DIALECT: Final = _sql.Dialect(
         "SELECT count(*) FROM sqlite_master WHERE type = 'table' "
         "AND name NOT LIKE 'keyturn\\_%' ESCAPE '\\' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"
     ),
+    change_feed=_sql.SQLITE_CHANGE_FEED,
+    placeholder="?",
 )
+_STATEMENTS: Final = _sql.Statements.with_placeholder("?")
+
+
+def _instant(at: datetime | None) -> str | None:
+    # Fixed-width UTC text sorts and compares as the instants do.
+    return None if at is None else at.astimezone(UTC).isoformat(timespec="microseconds")
 
 
 class SQLiteDatabase(_sql.ClosedOnExit):
@@ -51,6 +66,8 @@ class SQLiteDatabase(_sql.ClosedOnExit):
 
     :param path: the database file; created, with its tables, on first use.
     :param timeout: seconds a write waits for another writer (SQLite's ``busy_timeout``).
+    :param replica: keep what requests read in the process, checked against the file on
+        every request (the default); ``False`` reads through on every request.
     :raises NotAKeyDatabase: on first use, when the file is not a SQLite database, or holds
         other tables and no keyturn schema (keyturn never adds its tables to another file).
     """
@@ -58,8 +75,12 @@ class SQLiteDatabase(_sql.ClosedOnExit):
     # Reads never wait under WAL and writes wait at most the busy timeout: the sync
     # middleware needs no watchdog thread around these calls.
     enforces_timeout = True
+    sql = _STATEMENTS
+    instant = staticmethod(_instant)
 
-    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 5.0) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, timeout: float = 5.0, replica: bool = True
+    ) -> None:
         self.path = os.fspath(path)
         if self.path in ("", ":memory:") or self.path.startswith("file:"):
             # Every connection would see a different empty database.
@@ -67,50 +88,91 @@ class SQLiteDatabase(_sql.ClosedOnExit):
                 f"SQLiteDatabase needs a file path, got {self.path!r}; "
                 "for a database in memory use keyturn.stores.memory"
             )
+        if sqlite3.sqlite_version_info < (3, 35):
+            raise RuntimeError(
+                f"keyturn needs SQLite 3.35 or newer; this Python has {sqlite3.sqlite_version}"
+            )
         self.timeout = timeout
-        self.keys = _sql.SQLKeyStore(self)
-        self.membership = _sql.SQLMembership(self)
+        self.keys = SQLKeyStore(self)
+        self.membership = SQLMembership(self)
         self._idle: list[sqlite3.Connection] = []
         self.connections = 0  # opened so far: at most one per thread using it at once
         self._lock = threading.Lock()  # guards opening connections and the schema check
         self._schema_ready = False
         self._closed = False
+        self._shared = ("sqlite", os.path.realpath(self.path))
+        self.replica: _replica.Replica | None = None
+        self._feed: _Feed | None = None
+        if replica:
+            self.replica, feed = _replica.shared(
+                self._shared, lambda shared: _Feed(self.path, timeout, shared)
+            )
+            self._feed = feed
 
     def __repr__(self) -> str:
         return f"SQLiteDatabase({self.path!r})"
 
     def create_schema(self) -> int:
         """Create or upgrade the tables now (idempotent); returns the schema version."""
-        return self._lent(_migrate)
+        with self.connection() as connection:
+            return _migrate(connection)
 
     def schema_version(self) -> int:
         """The schema version in the file (created on first use, so never 0 here)."""
-        return self.run(_sql.schema_version(_DIALECT))
+        with self.connection() as connection:
+            return _sql.schema_version(connection, _DIALECT)
 
     def close(self) -> None:
         """Close every connection; the database cannot be used afterwards.
 
         A connection still in use by another thread is closed when that call ends.
         """
+        if not self._closed and self._feed is not None:
+            _replica.release(self._shared, _Feed.close)
         self._closed = True
         self._close_idle()
 
-    def run(self, op: _sql.Op[T]) -> T:
-        """Run one operation of :mod:`keyturn.stores._sql` on a lent connection."""
-        return self._lent(functools.partial(_drive, op=op))
+    @contextlib.contextmanager
+    def connection(self, lock: str | None = None) -> Iterator[sqlite3.Connection]:
+        """A connection lent for a ``with`` block (LIFO; list operations are atomic).
 
-    def _lent(self, use: Callable[[sqlite3.Connection], T]) -> T:
-        """*use* called with a connection lent for the call (LIFO; list ops are atomic)."""
+        *lock* asks for writes serialized with others taking it: SQLite has one writer at a
+        time, so every write statement is already.
+        """
         try:
             connection = self._idle.pop()
         except IndexError:
             connection = self._connect()
         try:
-            return use(connection)
+            yield connection
         finally:
             self._idle.append(connection)
             if self._closed:  # close() ran during this call: it could not close this one
                 self._close_idle()
+
+    # --- the replica, for the stores -------------------------------------------------------
+
+    def lookup_cached(self, key_id: str, organization: str | None) -> Found | None:
+        if self._feed is None or self.replica is None:
+            return None
+        if not self._schema_ready:  # the feed reads keyturn_changes: create it first
+            with self.connection():
+                pass
+        self._feed.catch_up()
+        return self.replica.found(key_id, organization)
+
+    def replica_epoch(self) -> int:
+        return 0 if self.replica is None else self.replica.epoch
+
+    def keep(self, key_id: str, found: Found, epoch: int) -> None:
+        if self.replica is not None:
+            self.replica.keep(key_id, found, epoch)
+
+    def changed(self, kind: str, changed_id: str) -> None:
+        if self.replica is not None:
+            self.replica.changed(kind, changed_id)
+
+    # --- connections --------------------------------------------------------------------------
 
     def _close_idle(self) -> None:
         with contextlib.suppress(IndexError):
@@ -121,20 +183,8 @@ class SQLiteDatabase(_sql.ClosedOnExit):
         with self._lock:
             if self._closed:
                 raise sqlite3.ProgrammingError(f"{self!r} is closed")
-            # isolation_level=None: each statement commits on its own; migrations BEGIN
-            # explicitly. A connection moves between threads, but only one uses it at a time.
-            new_file = not os.path.exists(self.path)
-            connection = sqlite3.connect(
-                self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
-            )
+            connection = _open(self.path, self.timeout)
             try:
-                if new_file:
-                    # The file holds key hashes and who may do what: readable by its owner
-                    # only (SQLite gives its -wal and -shm files the same mode). chmod, never
-                    # an open() and close() of our own: closing any descriptor of the file
-                    # drops every POSIX lock this process holds on it, and another process
-                    # would then delete the -wal and -shm files under our connections.
-                    os.chmod(self.path, 0o600)
                 _use_wal(connection, self.timeout)
                 connection.execute("PRAGMA foreign_keys = ON")
                 if not self._schema_ready:
@@ -147,6 +197,27 @@ class SQLiteDatabase(_sql.ClosedOnExit):
                 raise
             self.connections += 1
             return connection
+
+
+def _open(path: str, timeout: float) -> sqlite3.Connection:
+    # isolation_level=None: each statement commits on its own; migrations BEGIN explicitly.
+    # A connection moves between threads, but only one uses it at a time.
+    new_file = not os.path.exists(path)
+    connection = sqlite3.connect(
+        path, timeout=timeout, isolation_level=None, check_same_thread=False
+    )
+    if new_file:
+        # The file holds key hashes and who may do what: readable by its owner only (SQLite
+        # gives its -wal and -shm files the same mode). chmod, never an open() and close()
+        # of our own: closing any descriptor of the file drops every POSIX lock this process
+        # holds on it, and another process would then delete the -wal and -shm files under
+        # our connections.
+        try:
+            os.chmod(path, 0o600)
+        except BaseException:
+            connection.close()
+            raise
+    return connection
 
 
 def _use_wal(connection: sqlite3.Connection, timeout: float) -> None:
@@ -164,30 +235,66 @@ def _use_wal(connection: sqlite3.Connection, timeout: float) -> None:
             time.sleep(0.005)
 
 
-@functools.cache
-def _qmark(sql: str) -> str:
-    return sql.replace("%s", "?")
-
-
-def _param(value: Any) -> Any:
-    if isinstance(value, datetime):  # always UTC from _sql; fixed width sorts like instants
-        return value.isoformat(timespec="microseconds")
-    return value
-
-
-def _drive(connection: sqlite3.Connection, op: _sql.Op[T]) -> T:
-    return _sql.drive(
-        lambda query: connection.execute(_qmark(query.sql), [_param(p) for p in query.params]), op
-    )
-
-
 def _migrate(connection: sqlite3.Connection) -> int:
     # BEGIN IMMEDIATE takes the write lock first, so two processes never migrate at once.
     connection.execute("BEGIN IMMEDIATE")
     try:
-        version = _drive(connection, _sql.migrate(_DIALECT))
+        version = _sql.migrate(connection, _DIALECT)
     except BaseException:
         connection.execute("ROLLBACK")
         raise
     connection.execute("COMMIT")
     return version
+
+
+class _Feed:
+    """The file's change feed, read on every request: ``PRAGMA data_version`` on a
+    connection of its own says whether another connection committed since the last look;
+    if one did, ``keyturn_changes`` says what, and the replica drops it."""
+
+    def __init__(self, path: str, timeout: float, replica: _replica.Replica) -> None:
+        self.path = path
+        self.timeout = timeout
+        self.replica = replica
+        self._lock = threading.Lock()
+        self._connection: sqlite3.Connection | None = None
+        self._pid = 0
+        self._version: int | None = None
+        self._seq = 0
+
+    def catch_up(self) -> None:
+        """Bring the replica up to every commit made before this call."""
+        replica = self.replica
+        with self._lock:
+            if self._pid != os.getpid():  # first use, or a forked child: a connection of its own
+                self._connection = _open(self.path, self.timeout)
+                self._pid, self._version = os.getpid(), None
+            connection = self._connection
+            assert connection is not None
+            (version,) = connection.execute("PRAGMA data_version").fetchone()
+            if version == self._version:
+                return
+            if self._version is None:
+                (self._seq,) = connection.execute(
+                    "SELECT coalesce(max(seq), 0) FROM keyturn_changes"
+                ).fetchone()
+                replica.reset(current=True)
+            else:
+                changes = connection.execute(
+                    "SELECT seq, kind, id FROM keyturn_changes WHERE seq > ? ORDER BY seq",
+                    (self._seq,),
+                ).fetchall()
+                if changes and changes[0][0] != self._seq + 1:  # pruned past us: start afresh
+                    replica.reset(current=True)
+                else:
+                    for _, kind, changed_id in changes:
+                        replica.changed(kind, changed_id)
+                if changes:
+                    self._seq = changes[-1][0]
+            self._version = version
+
+    def close(self) -> None:
+        with self._lock:
+            if self._connection is not None and self._pid == os.getpid():
+                self._connection.close()
+            self._connection, self._pid = None, 0

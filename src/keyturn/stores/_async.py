@@ -1,0 +1,226 @@
+"""The awaited twin of ``_sync.py``, over an asynchronous database (PostgreSQL's).
+
+Line for line the same methods, statements and decoding, each database call awaited;
+``tests/stores/test_twins.py`` keeps the two in step. The replica is read without an
+await: a warm lookup never leaves the event loop's turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from keyturn._model import ApiKey, Found, Organization
+from keyturn.errors import Conflict, DuplicateKey, UnknownOrganization
+from keyturn.stores import _sql
+
+__all__ = ["AsyncSQLKeyStore", "AsyncSQLMembership"]
+
+
+class AsyncSQLKeyStore:
+    """The async twin of :class:`~keyturn.stores._sync.SQLKeyStore`: ``adb.keys``."""
+
+    def __init__(self, database: Any) -> None:
+        self.database = database
+        self.enforces_timeout: bool = database.enforces_timeout
+        self._sql: _sql.Statements = database.sql
+
+    def __repr__(self) -> str:
+        return f"AsyncSQLKeyStore({self.database!r})"
+
+    async def get_key(self, key_id: str) -> ApiKey | None:
+        async with self.database.connection() as connection:
+            row = await (await connection.execute(self._sql.get_key, (key_id,))).fetchone()
+        return None if row is None else _sql.key(row)
+
+    def lookup_cached(self, key_id: str, organization: str | None) -> Found | None:
+        """What :meth:`lookup` would answer, from the replica only; ``None`` if it cannot."""
+        return self.database.lookup_cached(key_id, organization)  # type: ignore[no-any-return]
+
+    async def lookup(self, key_id: str, organization: str | None) -> Found:
+        """Everything the decision reads for one request: from the replica, or in one
+        statement (see :class:`~keyturn.Found`)."""
+        cached = self.database.lookup_cached(key_id, organization)
+        if cached is not None:
+            return cached  # type: ignore[no-any-return]
+        epoch = self.database.replica_epoch()
+        async with self.database.connection() as connection:
+            cursor = await connection.execute(self._sql.lookup, (organization, key_id))
+            row = await cursor.fetchone()
+        found = _sql.found(row, organization)
+        self.database.keep(key_id, found, epoch)
+        return found
+
+    async def add_key(self, key: ApiKey) -> None:
+        params = _sql.key_params(key, self.database.instant)
+        async with self.database.connection() as connection:
+            for _ in range(3):  # a conflict that is gone when asked about: try again
+                if (await connection.execute(self._sql.add_key, params)).rowcount:
+                    break
+                cursor = await connection.execute(self._sql.get_key, (key.key_id,))
+                if await cursor.fetchone():
+                    raise DuplicateKey(f"a key with id {key.key_id!r} already exists")
+                cursor = await connection.execute(self._sql.live_replacement, (key.replaces,))
+                live = await cursor.fetchone()
+                if live is not None:
+                    raise _sql.replaced(key, live[0])
+            else:
+                raise Conflict(f"key {key.key_id!r} could not be stored: try again")
+        self.database.changed(_sql.KEY, key.key_id)
+
+    async def keys_of(self, account_id: str) -> Sequence[ApiKey]:
+        async with self.database.connection() as connection:
+            rows = await (await connection.execute(self._sql.keys_of, (account_id,))).fetchall()
+        return [_sql.key(row) for row in rows]
+
+    async def revoke_key(self, key_id: str, at: datetime) -> bool:
+        async with self.database.connection() as connection:
+            cursor = await connection.execute(
+                self._sql.revoke_key, (self.database.instant(at), key_id)
+            )
+        self.database.changed(_sql.KEY, key_id)
+        return bool(cursor.rowcount == 1)
+
+    async def mark_used(self, key_id: str, at: datetime) -> None:
+        utc = self.database.instant(at)
+        async with self.database.connection() as connection:
+            cursor = await connection.execute(
+                self._sql.mark_used,
+                (key_id, utc, key_id, utc, key_id, utc, key_id, utc, utc, key_id),
+            )
+            changed = await cursor.fetchall()
+        for (changed_id,) in changed:  # the old key revoked at rotation's request, if any
+            if changed_id != key_id:
+                self.database.changed(_sql.KEY, changed_id)
+
+    async def report_leak(self, key_id: str, url: str, at: datetime) -> bool:
+        """Record that the key was found in public at *url*; ``False`` if already recorded."""
+        async with self.database.connection() as connection:
+            cursor = await connection.execute(
+                self._sql.report_leak, (self.database.instant(at), url, key_id)
+            )
+        return bool(cursor.rowcount == 1)
+
+    async def leaked_keys(self) -> list[ApiKey]:
+        """Every key reported leaked, most recently reported first."""
+        async with self.database.connection() as connection:
+            rows = await (await connection.execute(self._sql.leaked_keys)).fetchall()
+        return [_sql.key(row) for row in rows]
+
+
+class AsyncSQLMembership:
+    """The async twin of :class:`~keyturn.stores._sync.SQLMembership`: ``adb.membership``."""
+
+    def __init__(self, database: Any) -> None:
+        self.database = database
+        self.enforces_timeout: bool = database.enforces_timeout
+        self._sql: _sql.Statements = database.sql
+
+    def __repr__(self) -> str:
+        return f"AsyncSQLMembership({self.database!r})"
+
+    async def get_organization(self, organization_id: str) -> Organization | None:
+        async with self.database.connection() as connection:
+            cursor = await connection.execute(self._sql.get_organization, (organization_id,))
+            row = await cursor.fetchone()
+        return None if row is None else _sql.organization(row)
+
+    async def get_default_organization(self, tenant_id: str) -> Organization | None:
+        async with self.database.connection() as connection:
+            cursor = await connection.execute(self._sql.get_default_organization, (tenant_id,))
+            row = await cursor.fetchone()
+        return None if row is None else _sql.organization(row)
+
+    async def get_role(self, account_id: str, organization_id: str) -> str | None:
+        async with self.database.connection() as connection:
+            cursor = await connection.execute(self._sql.get_role, (account_id, organization_id))
+            row = await cursor.fetchone()
+        return None if row is None else str(row[0])
+
+    async def reaches_tenant(self, account_id: str, tenant_id: str) -> bool:
+        async with self.database.connection() as connection:
+            cursor = await connection.execute(self._sql.reaches_tenant, (account_id, tenant_id))
+            row = await cursor.fetchone()
+        return row is not None
+
+    async def add_organization(
+        self, organization_id: str, *, tenant_id: str, default: bool = False
+    ) -> Organization:
+        """Add an organization; ``default=True`` makes it the tenant's ``default`` one.
+
+        A tenant's first organization must be its default one.
+
+        :raises OrganizationConflict: it exists differently, the tenant has a default
+            already, or has none yet and this is not it.
+        """
+        wanted = Organization(id=organization_id, tenant_id=tenant_id, is_default=default)
+        params = (wanted.id, wanted.tenant_id, default, default, wanted.tenant_id)
+        known = None
+        async with self.database.connection(lock=wanted.tenant_id) as connection:
+            inserted = (await connection.execute(self._sql.add_organization, params)).rowcount
+            if not inserted:
+                cursor = await connection.execute(self._sql.get_organization, (wanted.id,))
+                row = await cursor.fetchone()
+                known = None if row is None else _sql.organization(row)
+        if not inserted:
+            _sql.refuse_organization(wanted, known)
+        self.database.changed(_sql.ORGANIZATION, wanted.id)
+        return wanted
+
+    async def remove_organization(self, organization_id: str) -> bool:
+        """Remove the organization and its memberships; ``False`` if there was none.
+
+        :raises OrganizationConflict: it is its tenant's default organization, and the
+            tenant has others: remove those first.
+        """
+        known = await self.get_organization(organization_id)
+        if known is None:
+            return False
+        async with self.database.connection(lock=known.tenant_id) as connection:
+            cursor = await connection.execute(self._sql.remove_organization, (known.id,))
+        self.database.changed(_sql.ORGANIZATION, known.id)
+        if not cursor.rowcount and await self.get_organization(organization_id) is not None:
+            raise _sql.default_stays(known)
+        return bool(cursor.rowcount)
+
+    async def add_member(self, account_id: str, organization_id: str, *, role: str) -> None:
+        """Give *account_id* a *role* in the organization (replacing any previous role).
+
+        :raises UnknownOrganization: there is no such organization.
+        """
+        if not isinstance(role, str) or not role:
+            raise ValueError("role must be a non-empty string")
+        async with self.database.connection() as connection:
+            cursor = await connection.execute(
+                self._sql.add_member, (account_id, role, organization_id)
+            )
+        if not cursor.rowcount:
+            raise UnknownOrganization(f"no organization {organization_id!r}: add it first")
+        self.database.changed(_sql.MEMBERSHIP, account_id)
+
+    async def remove_member(self, account_id: str, organization_id: str) -> None:
+        """Take the account's role in the organization away (nothing if it had none)."""
+        async with self.database.connection() as connection:
+            await connection.execute(self._sql.remove_member, (account_id, organization_id))
+        self.database.changed(_sql.MEMBERSHIP, account_id)
+
+    async def organizations(self) -> list[Organization]:
+        """Every organization, by tenant and id."""
+        async with self.database.connection() as connection:
+            rows = await (await connection.execute(self._sql.organizations)).fetchall()
+        return [_sql.organization(row) for row in rows]
+
+    async def members_of(self, organization_id: str) -> list[tuple[str, str]]:
+        """The ``(account_id, role)`` pairs of the organization, by account."""
+        async with self.database.connection() as connection:
+            cursor = await connection.execute(self._sql.members_of, (organization_id,))
+            rows = await cursor.fetchall()
+        return [(str(account), str(role)) for account, role in rows]
+
+    async def organizations_of(self, account_id: str) -> list[Organization]:
+        """Every organization in which the account holds a role, by tenant, default first."""
+        async with self.database.connection() as connection:
+            cursor = await connection.execute(self._sql.organizations_of, (account_id,))
+            rows = await cursor.fetchall()
+        return [_sql.organization(row) for row in rows]

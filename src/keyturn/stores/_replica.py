@@ -1,0 +1,176 @@
+"""The replica: what the decision reads, kept in the process and fed by the database.
+
+Rules of this file:
+
+1. The replica answers a lookup (:class:`~keyturn.Found`) only while it is provably
+   current: its feed says so (SQLite: checked on every lookup; PostgreSQL: the listener is
+   connected and has been since the replica was last emptied). Otherwise, and on any miss,
+   the store reads through, in one statement, and keeps what it read.
+2. A change the feed reports drops what it touches before the next lookup can read it; a
+   write through a store of this process drops it before the write returns. What a read
+   found is kept only if no change or reset came in while it ran (the epoch), so a read
+   that raced a change never outlives it.
+3. Bounded: past its size a table is emptied, never grown.
+4. One replica per database per process (:func:`shared`), whichever store objects read
+   it: a sync console beside an async API sees one replica. A forked child starts empty
+   and not current.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import Final, TypeVar
+
+from keyturn._model import ApiKey, Found, Organization
+from keyturn.stores._sql import KEY, MEMBERSHIP
+
+__all__ = ["Replica", "shared"]
+
+F = TypeVar("F")
+_MISSING: Final = object()
+MAX_ENTRIES: Final = 100_000
+
+
+class Replica:
+    """Keys by id, each account's roles and reach, organizations and tenants' defaults."""
+
+    def __init__(self, max_entries: int = MAX_ENTRIES) -> None:
+        self.max_entries = max_entries
+        self.current = False  # set by the feed
+        self.epoch = 0  # moves on every change applied and every reset
+        self._lock = threading.Lock()
+        self._keys: dict[str, ApiKey | None] = {}
+        self._organizations: dict[str, Organization | None] = {}
+        self._defaults: dict[str, Organization | None] = {}  # by tenant
+        self._roles: dict[str, dict[str, str | None]] = {}  # account -> organization -> role
+        self._reach: dict[str, dict[str, bool]] = {}  # account -> tenant -> reaches
+
+    def __repr__(self) -> str:
+        return f"Replica(current={self.current}, keys={len(self._keys)})"
+
+    def found(self, key_id: str, organization: str | None) -> Found | None:
+        """What a lookup of *key_id* naming *organization* would read, or ``None`` when the
+        replica cannot say (not current, or something is missing)."""
+        if not self.current:
+            return None
+        key = self._keys.get(key_id, _MISSING)
+        if key is None or key is _MISSING:
+            return None if key is _MISSING else Found(key=None, asked=organization)
+        assert isinstance(key, ApiKey)
+        account, tenant = key.account_id, key.scope.tenant_id
+        default = self._defaults.get(tenant, _MISSING)
+        reaches = self._reach.get(account, {}).get(tenant)
+        named = None if organization is None else self._organizations.get(organization, _MISSING)
+        if default is _MISSING or reaches is None or named is _MISSING:
+            return None
+        assert default is None or isinstance(default, Organization)
+        assert named is None or isinstance(named, Organization)
+        known = self._roles.get(account, {})
+        roles: dict[str, str | None] = {}
+        for place in (key.scope.organization_id, named and named.id, default and default.id):
+            if place:
+                role = known.get(place, _MISSING)
+                if role is _MISSING:
+                    return None
+                roles[place] = role  # type: ignore[assignment]
+        return Found(
+            key=key, asked=organization, named=named, default=default, roles=roles, reaches=reaches
+        )
+
+    def keep(self, key_id: str, found: Found, epoch: int) -> None:
+        """Keep what a read-through lookup *found*, unless a change came in since *epoch*."""
+        with self._lock:
+            if not self.current or epoch != self.epoch:
+                return
+            self._bound()
+            self._keys[key_id] = found.key
+            key = found.key
+            if key is None:
+                return
+            if found.asked is not None:
+                self._organizations[found.asked] = found.named
+            self._defaults[key.scope.tenant_id] = found.default
+            self._roles.setdefault(key.account_id, {}).update(found.roles)
+            self._reach.setdefault(key.account_id, {})[key.scope.tenant_id] = found.reaches
+
+    def _bound(self) -> None:
+        for table in (self._keys, self._organizations, self._defaults, self._roles, self._reach):
+            if len(table) >= self.max_entries:
+                table.clear()
+
+    def changed(self, kind: str, changed_id: str) -> None:
+        """Drop what a change of *kind* (``_sql.KEY``, ``MEMBERSHIP``, ``ORGANIZATION``) to
+        *changed_id* touches."""
+        with self._lock:
+            self.epoch += 1
+            if kind == KEY:
+                self._keys.pop(changed_id, None)
+            elif kind == MEMBERSHIP:
+                self._roles.pop(changed_id, None)
+                self._reach.pop(changed_id, None)
+            else:  # an organization: its memberships, defaults and reach go with it
+                self._organizations.clear()
+                self._defaults.clear()
+                self._roles.clear()
+                self._reach.clear()
+
+    def reset(self, *, current: bool) -> None:
+        """Empty the replica (the feed may have missed changes) and say whether it is current."""
+        with self._lock:
+            self.epoch += 1
+            self.current = current
+            for table in (
+                self._keys,
+                self._organizations,
+                self._defaults,
+                self._roles,
+                self._reach,
+            ):
+                table.clear()
+
+
+# --- one replica per database per process ---------------------------------------------------
+
+_lock = threading.Lock()
+_shared: dict[tuple[str, str], tuple[Replica, object, int]] = {}
+
+
+def shared(database: tuple[str, str], feed: Callable[[Replica], F]) -> tuple[Replica, F]:
+    """The process's replica of *database* (a kind and a name) and its feed, made by *feed*
+    on first use; :func:`release` it once per call."""
+    with _lock:
+        entry = _shared.get(database)
+        if entry is None:
+            replica = Replica()
+            entry = (replica, feed(replica), 0)
+        replica, fed, users = entry
+        _shared[database] = (replica, fed, users + 1)
+        return replica, fed  # type: ignore[return-value]
+
+
+def release(database: tuple[str, str], stop: Callable[[F], None]) -> None:
+    """One user of *database*'s replica is gone; the last one stops its feed with *stop*."""
+    with _lock:
+        entry = _shared.get(database)
+        if entry is None:
+            return
+        replica, fed, users = entry
+        if users > 1:
+            _shared[database] = (replica, fed, users - 1)
+            return
+        del _shared[database]
+    stop(fed)  # type: ignore[arg-type]
+
+
+def _forget_in_child() -> None:
+    # A forked child has none of its parent's threads, and must not use its connections:
+    # its replicas start empty and not current; each feed restarts on its next use.
+    global _lock
+    _lock = threading.Lock()
+    for replica, _, _ in _shared.values():
+        replica.reset(current=False)
+
+
+os.register_at_fork(after_in_child=_forget_in_child)

@@ -1,0 +1,230 @@
+"""The key store and membership over a synchronous SQL database: SQLite's and PostgreSQL's.
+
+Plain methods: each borrows a connection from its database, runs statements of
+``_sql.py`` and decodes the rows there; ``_async.py`` is the awaited twin, line for line.
+A write that the decision could see drops what it touches from the process's replica
+before it returns (``database.changed``), so this process never reads its own write late.
+
+What a database gives its stores: ``sql`` (its :class:`~keyturn.stores._sql.Statements`),
+``instant`` (an instant as its driver takes one), ``connection(lock=None)`` (a connection
+lent for a ``with`` block, each statement committed on its own; with *lock*, one
+transaction serialized with every other taking that lock), ``lookup_cached`` (the
+replica's answer or ``None``), ``replica_epoch()``, ``keep`` and ``changed``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from keyturn._model import ApiKey, Found, Organization
+from keyturn.errors import Conflict, DuplicateKey, UnknownOrganization
+from keyturn.stores import _sql
+
+__all__ = ["SQLKeyStore", "SQLMembership"]
+
+
+class SQLKeyStore:
+    """A :class:`~keyturn.protocols.KeyStore` in a SQL database: ``db.keys``."""
+
+    def __init__(self, database: Any) -> None:
+        self.database = database
+        # SQLite bounds its own calls (busy timeout): no watchdog thread around them.
+        self.enforces_timeout: bool = database.enforces_timeout
+        self._sql: _sql.Statements = database.sql
+
+    def __repr__(self) -> str:
+        return f"SQLKeyStore({self.database!r})"
+
+    def get_key(self, key_id: str) -> ApiKey | None:
+        with self.database.connection() as connection:
+            row = connection.execute(self._sql.get_key, (key_id,)).fetchone()
+        return None if row is None else _sql.key(row)
+
+    def lookup_cached(self, key_id: str, organization: str | None) -> Found | None:
+        """What :meth:`lookup` would answer, from the replica only; ``None`` if it cannot."""
+        return self.database.lookup_cached(key_id, organization)  # type: ignore[no-any-return]
+
+    def lookup(self, key_id: str, organization: str | None) -> Found:
+        """Everything the decision reads for one request: from the replica, or in one
+        statement (see :class:`~keyturn.Found`)."""
+        cached = self.database.lookup_cached(key_id, organization)
+        if cached is not None:
+            return cached  # type: ignore[no-any-return]
+        epoch = self.database.replica_epoch()
+        with self.database.connection() as connection:
+            row = connection.execute(self._sql.lookup, (organization, key_id)).fetchone()
+        found = _sql.found(row, organization)
+        self.database.keep(key_id, found, epoch)
+        return found
+
+    def add_key(self, key: ApiKey) -> None:
+        params = _sql.key_params(key, self.database.instant)
+        with self.database.connection() as connection:
+            for _ in range(3):  # a conflict that is gone when asked about: try again
+                if connection.execute(self._sql.add_key, params).rowcount:
+                    break
+                if connection.execute(self._sql.get_key, (key.key_id,)).fetchone():
+                    raise DuplicateKey(f"a key with id {key.key_id!r} already exists")
+                live = connection.execute(self._sql.live_replacement, (key.replaces,)).fetchone()
+                if live is not None:
+                    raise _sql.replaced(key, live[0])
+            else:
+                raise Conflict(f"key {key.key_id!r} could not be stored: try again")
+        self.database.changed(_sql.KEY, key.key_id)
+
+    def keys_of(self, account_id: str) -> Sequence[ApiKey]:
+        with self.database.connection() as connection:
+            rows = connection.execute(self._sql.keys_of, (account_id,)).fetchall()
+        return [_sql.key(row) for row in rows]
+
+    def revoke_key(self, key_id: str, at: datetime) -> bool:
+        with self.database.connection() as connection:
+            revoked = connection.execute(
+                self._sql.revoke_key, (self.database.instant(at), key_id)
+            ).rowcount
+        self.database.changed(_sql.KEY, key_id)
+        return bool(revoked == 1)
+
+    def mark_used(self, key_id: str, at: datetime) -> None:
+        utc = self.database.instant(at)
+        with self.database.connection() as connection:
+            changed = connection.execute(
+                self._sql.mark_used,
+                (key_id, utc, key_id, utc, key_id, utc, key_id, utc, utc, key_id),
+            ).fetchall()
+        for (changed_id,) in changed:  # the old key revoked at rotation's request, if any
+            if changed_id != key_id:
+                self.database.changed(_sql.KEY, changed_id)
+
+    def report_leak(self, key_id: str, url: str, at: datetime) -> bool:
+        """Record that the key was found in public at *url*; ``False`` if already recorded."""
+        with self.database.connection() as connection:
+            reported = connection.execute(
+                self._sql.report_leak, (self.database.instant(at), url, key_id)
+            ).rowcount
+        return bool(reported == 1)
+
+    def leaked_keys(self) -> list[ApiKey]:
+        """Every key reported leaked, most recently reported first."""
+        with self.database.connection() as connection:
+            rows = connection.execute(self._sql.leaked_keys).fetchall()
+        return [_sql.key(row) for row in rows]
+
+
+class SQLMembership:
+    """A :class:`~keyturn.protocols.WritableMembership` in a SQL database: ``db.membership``.
+
+    Tables ``keyturn_organizations`` (``id``, ``tenant_id``, ``is_default``; exactly one
+    default per tenant, its first organization, removed last) and ``keyturn_memberships``
+    (``account_id``, ``organization_id``, ``role``). A reference implementation: replace
+    it with a provider over your own tables whenever your application already knows who
+    belongs where.
+    """
+
+    def __init__(self, database: Any) -> None:
+        self.database = database
+        self.enforces_timeout: bool = database.enforces_timeout
+        self._sql: _sql.Statements = database.sql
+
+    def __repr__(self) -> str:
+        return f"SQLMembership({self.database!r})"
+
+    def get_organization(self, organization_id: str) -> Organization | None:
+        with self.database.connection() as connection:
+            row = connection.execute(self._sql.get_organization, (organization_id,)).fetchone()
+        return None if row is None else _sql.organization(row)
+
+    def get_default_organization(self, tenant_id: str) -> Organization | None:
+        with self.database.connection() as connection:
+            row = connection.execute(self._sql.get_default_organization, (tenant_id,)).fetchone()
+        return None if row is None else _sql.organization(row)
+
+    def get_role(self, account_id: str, organization_id: str) -> str | None:
+        with self.database.connection() as connection:
+            row = connection.execute(self._sql.get_role, (account_id, organization_id)).fetchone()
+        return None if row is None else str(row[0])
+
+    def reaches_tenant(self, account_id: str, tenant_id: str) -> bool:
+        with self.database.connection() as connection:
+            row = connection.execute(self._sql.reaches_tenant, (account_id, tenant_id)).fetchone()
+        return row is not None
+
+    def add_organization(
+        self, organization_id: str, *, tenant_id: str, default: bool = False
+    ) -> Organization:
+        """Add an organization; ``default=True`` makes it the tenant's ``default`` one.
+
+        A tenant's first organization must be its default one.
+
+        :raises OrganizationConflict: it exists differently, the tenant has a default
+            already, or has none yet and this is not it.
+        """
+        wanted = Organization(id=organization_id, tenant_id=tenant_id, is_default=default)
+        params = (wanted.id, wanted.tenant_id, default, default, wanted.tenant_id)
+        known = None
+        with self.database.connection(lock=wanted.tenant_id) as connection:
+            inserted = connection.execute(self._sql.add_organization, params).rowcount
+            if not inserted:
+                row = connection.execute(self._sql.get_organization, (wanted.id,)).fetchone()
+                known = None if row is None else _sql.organization(row)
+        if not inserted:
+            _sql.refuse_organization(wanted, known)
+        self.database.changed(_sql.ORGANIZATION, wanted.id)
+        return wanted
+
+    def remove_organization(self, organization_id: str) -> bool:
+        """Remove the organization and its memberships; ``False`` if there was none.
+
+        :raises OrganizationConflict: it is its tenant's default organization, and the
+            tenant has others: remove those first.
+        """
+        known = self.get_organization(organization_id)
+        if known is None:
+            return False
+        with self.database.connection(lock=known.tenant_id) as connection:
+            removed = connection.execute(self._sql.remove_organization, (known.id,)).rowcount
+        self.database.changed(_sql.ORGANIZATION, known.id)
+        if not removed and self.get_organization(organization_id) is not None:
+            raise _sql.default_stays(known)
+        return bool(removed)
+
+    def add_member(self, account_id: str, organization_id: str, *, role: str) -> None:
+        """Give *account_id* a *role* in the organization (replacing any previous role).
+
+        :raises UnknownOrganization: there is no such organization.
+        """
+        if not isinstance(role, str) or not role:
+            raise ValueError("role must be a non-empty string")
+        with self.database.connection() as connection:
+            added = connection.execute(
+                self._sql.add_member, (account_id, role, organization_id)
+            ).rowcount
+        if not added:
+            raise UnknownOrganization(f"no organization {organization_id!r}: add it first")
+        self.database.changed(_sql.MEMBERSHIP, account_id)
+
+    def remove_member(self, account_id: str, organization_id: str) -> None:
+        """Take the account's role in the organization away (nothing if it had none)."""
+        with self.database.connection() as connection:
+            connection.execute(self._sql.remove_member, (account_id, organization_id))
+        self.database.changed(_sql.MEMBERSHIP, account_id)
+
+    def organizations(self) -> list[Organization]:
+        """Every organization, by tenant and id."""
+        with self.database.connection() as connection:
+            rows = connection.execute(self._sql.organizations).fetchall()
+        return [_sql.organization(row) for row in rows]
+
+    def members_of(self, organization_id: str) -> list[tuple[str, str]]:
+        """The ``(account_id, role)`` pairs of the organization, by account."""
+        with self.database.connection() as connection:
+            rows = connection.execute(self._sql.members_of, (organization_id,)).fetchall()
+        return [(str(account), str(role)) for account, role in rows]
+
+    def organizations_of(self, account_id: str) -> list[Organization]:
+        """Every organization in which the account holds a role, by tenant, default first."""
+        with self.database.connection() as connection:
+            rows = connection.execute(self._sql.organizations_of, (account_id,)).fetchall()
+        return [_sql.organization(row) for row in rows]
