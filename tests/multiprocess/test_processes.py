@@ -10,13 +10,14 @@ command, run afresh for each organization and membership change.
 
 Each change is timed in this process: sent to its writer, and committed (the writer
 answered, or the command exited). An answer is judged when its request was sent at least
-``LAG`` after the commit: then a revoked key, or the key of a removed member, must be
-refused (401) and a new key accepted (200). The lag is zero for SQLite (the next request
-sees the commit) and one second for PostgreSQL, the bound kept for the change feed that
-will keep in-process replicas current. Requests sent while a change is under way are
-not judged. After each change, the next waits until every worker of every server has
-answered a judged request for it. At the end, a fresh process lists every key and
-membership: nothing written may be lost.
+``LAG`` after the commit: then a revoked key, or the key of a removed member or of a
+removed organization, must be refused (401), and a new key accepted (200). The lag is
+zero for SQLite (the next request sees the commit) and one second for PostgreSQL, the
+bound kept for the change feed that will keep in-process replicas current
+(``docs/decisions.md``). Requests sent while a change is under way are not judged.
+After each change, the next waits until every worker of every server has answered a
+judged request for it. At the end, a fresh process lists every key and membership:
+nothing written may be lost.
 
 Servers are stopped by their process ids (each leads a process group with its workers);
 every loop and every wait is bounded.
@@ -51,7 +52,7 @@ from tests.multiprocess.apps import STORE_URL, WORKER_HEADER
 ROOT = Path(__file__).resolve().parents[2]
 LAG = {"sqlite": 0.0, "postgres": 1.0}  # seconds from a commit to its judged requests
 ROUNDS = 3  # each: an organization and a member added, a key created, revoked, rotated,
-# a key created for the new member, and that member removed
+# a key created for the new member, and that member (even rounds) or organization removed
 THREADS_PER_SERVER = 2
 MAX_REQUESTS = 200_000  # in all: the load loop's bound
 PACE = 0.002  # seconds per request and load thread, at least
@@ -192,7 +193,7 @@ def healthy(port: int) -> bool:
     try:
         connection.request("GET", "/healthz")
         return connection.getresponse().status == 200
-    except OSError:
+    except (OSError, http.client.HTTPException):
         return False
     finally:
         connection.close()
@@ -230,20 +231,21 @@ def serving(server: Server, url: str, log: Path) -> Iterator[int]:
                 process.wait(20)
 
 
-def gone(pids: set[str]) -> bool:
-    """Whether none of *pids* runs any more (a bounded poll: their server reaps them)."""
-    for _ in range(200):
-        alive = set()
-        for pid in pids:
+def alive(pids: set[str]) -> set[str]:
+    """Those of the workers *pids* still running once their server stopped; killed if any."""
+    running = set(pids)
+    for _ in range(200):  # a bounded poll: their server reaps them
+        for pid in list(running):
             try:
                 os.kill(int(pid), 0)
             except ProcessLookupError:
-                continue
-            alive.add(pid)
-        if not alive:
-            return True
+                running.discard(pid)
+        if not running:
+            break
         time.sleep(0.05)
-    return False
+    for pid in running:  # the test fails on them; they must not outlive it
+        os.kill(int(pid), signal.SIGKILL)
+    return running
 
 
 def cli(url: str, *args: str) -> str:
@@ -454,15 +456,17 @@ def test_every_server_sees_every_commit_and_nothing_is_lost(store_url: str, tmp_
             name: {a.worker for a in ledger.answers if a.server == name and a.worker}
             for name in ports
         }
-    # Every server has stopped, with its workers.
-    assert all(gone(pids) for pids in workers.values()), workers
+    assert alive(set().union(*workers.values())) == set(), "workers outlived their server"
 
     judged = [a for a in ledger.answers if a.key.expected(a.sent, lag) is not None]
     wrong = Counter((v, a.server) for a in ledger.answers if (v := verdict(a, lag)) is not None)
     per_worker = Counter((a.server, a.worker) for a in ledger.answers)
+    # Informational: stale answers inside the lag, which the lag allows.
+    in_lag = sum(1 for a in ledger.answers if verdict(a, 0.0) and not verdict(a, lag))
     summary = (
         f"{kind}: {len(ledger.answers)} answers, {len(judged)} judged, "
-        f"{sum(len(k.changes) for k in ledger.keys)} changes; per worker {dict(per_worker)}"
+        f"{sum(1 for k in ledger.keys for c in k.changes if c.sent)} changes, "
+        f"{in_lag} stale within the lag; per worker {dict(per_worker)}"
     )
     print(summary)  # shown with pytest -rP
     assert wrong == Counter(), summary
