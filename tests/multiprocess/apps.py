@@ -4,9 +4,11 @@
 each over the store named by ``KEYTURN_STORE_URL`` (SQLite or PostgreSQL, sync).
 ``:async_asgi`` is the Starlette example over ``AsyncPostgresDatabase`` when the store is
 PostgreSQL (opened in the server's event loop at startup, closed after its shutdown), and
-``:asgi`` otherwise. Every response, refusals included, names the process that answered in
-``x-worker-pid``, so the suite knows that every worker served. Each app is built on first
-access, so a worker builds only the one it serves, with a database of its own.
+``:asgi`` otherwise. Every response of these, refusals included, names the process that
+answered in ``x-worker-pid``, so the suite knows that every worker served. ``:console`` is
+the key console at ``/console/`` over the same store, its signed-in account read from the
+``account`` cookie, as a host's sign-in would read it. Each app is built on first access,
+so a worker builds only the one it serves, with a database of its own.
 """
 
 from __future__ import annotations
@@ -89,6 +91,22 @@ def _async_asgi() -> Any:
     return _OpenedInLoop(_asgi_with_pid(app), adb)
 
 
+def _console() -> Any:
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    from keyturn import KeyManager
+    from keyturn.console import Console
+
+    db = _database()
+    console = Console(
+        KeyManager(db.keys, db.membership),
+        signed_in=lambda request: request.cookies.get("account"),
+        sign_in_url="/sign-in",
+    )
+    return Starlette(routes=[Mount("/console", app=console.asgi())])
+
+
 def _wsgi() -> Any:
     db = _database()
     app = load_example("flask_app").create_app(Authenticator(db.keys, db.membership))
@@ -102,7 +120,7 @@ def _wsgi() -> Any:
     return with_pid
 
 
-_BUILDERS = {"asgi": _asgi, "async_asgi": _async_asgi, "wsgi": _wsgi}
+_BUILDERS = {"asgi": _asgi, "async_asgi": _async_asgi, "console": _console, "wsgi": _wsgi}
 _BUILT: dict[str, Any] = {}
 
 

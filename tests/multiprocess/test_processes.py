@@ -4,9 +4,11 @@ Three servers run the example apps over ONE store (a SQLite file, then a Postgre
 database): uvicorn with two workers (Starlette), gunicorn with two gthread workers of four
 threads each (Flask), and hypercorn (Starlette; over ``AsyncPostgresDatabase`` for
 PostgreSQL). While a bounded load loop sends requests to all of them, other processes
-write: a console-like writer that keeps the store open and creates, rotates and revokes
-keys through ``KeyManager`` (``tests/multiprocess/writer.py``), and the ``keyturn``
-command, run afresh for each organization and membership change.
+write: the key console, served by a uvicorn process of its own and used over HTTP as a
+signed-in user's browser would (even rounds), or a process that keeps the store open and
+writes through ``KeyManager`` (odd rounds, ``tests/multiprocess/writer.py``), creating,
+rotating and revoking keys; and the ``keyturn`` command, run afresh for each organization
+and membership change.
 
 Each change is timed in this process: sent to its writer, and committed (the writer
 answered, or the command exited). An answer is judged when its request was sent at least
@@ -29,6 +31,7 @@ import http.client
 import itertools
 import json
 import os
+import re
 import select
 import signal
 import socket
@@ -36,17 +39,19 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
 import attrs
 import pytest
 
 from keyturn import KeyManager, Scope
 from keyturn.stores import open_database
+from tests.console.support import form_token
 from tests.multiprocess.apps import STORE_URL, WORKER_HEADER
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,7 +74,15 @@ class Server:
     argv: Callable[[int], list[str]]
 
 
-SERVERS = (
+CONSOLE = Server(
+    "console",
+    1,
+    lambda port: [
+        *("-m", "uvicorn", "tests.multiprocess.apps:console"),
+        *("--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"),
+    ],
+)
+SERVERS = (  # the servers under load
     Server(
         "uvicorn",
         2,
@@ -189,10 +202,11 @@ def get(port: int, key: Key) -> tuple[int, str]:
 
 
 def healthy(port: int) -> bool:
+    """Whether the server answers HTTP (the console has no /healthz: its 404 will do)."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=REQUEST_TIMEOUT)
     try:
         connection.request("GET", "/healthz")
-        return connection.getresponse().status == 200
+        return connection.getresponse().status in (200, 404)
     except (OSError, http.client.HTTPException):
         return False
     finally:
@@ -260,8 +274,13 @@ def cli(url: str, *args: str) -> str:
     return done.stdout
 
 
-class Writer:
-    """The console-like writer process (``tests/multiprocess/writer.py``) over *url*."""
+class Writer(Protocol):
+    def ask(self, **command: str) -> dict[str, str]:
+        """Run one command of ``tests/multiprocess/writer.py``'s protocol; its answer."""
+
+
+class ManagerWriter:
+    """The ``KeyManager`` writer process (``tests/multiprocess/writer.py``) over *url*."""
 
     def __init__(self, url: str) -> None:
         self.process = subprocess.Popen(  # noqa: S603 -- our own interpreter and arguments
@@ -295,11 +314,62 @@ class Writer:
             self.process.wait(WRITE_TIMEOUT)
 
 
+class ConsoleWriter:
+    """The key console on *port*, used over HTTP as a signed-in user's browser uses it:
+    each form fetched for its one-use token, then posted from the console's origin."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+
+    def ask(self, **command: str) -> dict[str, str]:
+        account, key_id = command["account"], command.get("key_id", "")
+        if command["op"] == "revoke":
+            status, page = self._submit(account, f"/console/revoke?key={key_id}", key=key_id)
+            assert status == 303, page
+            return {"status": "Revoked"}
+        if command["op"] == "rotate":
+            status, page = self._submit(account, f"/console/rotate?key={key_id}", key=key_id)
+        else:
+            organization = command.get("organization")
+            scope = "tenant:acme" if organization is None else f"organization:{organization}"
+            fields = {"name": command["name"], "lifetime": "30d", "date": "", "tz": ""}
+            status, page = self._submit(account, "/console/", scope=scope, **fields)
+        assert status == 201, page
+        shown = re.search(r'id="secret" type="text" readonly value="(rma_\w+)"', page)
+        assert shown is not None, "the created page shows no secret"
+        secret = shown.group(1)
+        return {"key_id": secret[4:16], "secret": secret}  # rma_ and the 12-character id
+
+    def _submit(self, account: str, form_page: str, **fields: str) -> tuple[int, str]:
+        status, page = self._send("GET", form_page, account)
+        assert status == 200, page
+        form = {"token": form_token(page), **fields}
+        return self._send("POST", form_page.partition("?")[0], account, form)
+
+    def _send(
+        self, method: str, path: str, account: str, form: dict[str, str] | None = None
+    ) -> tuple[int, str]:
+        headers = {"Cookie": f"account={account}"}
+        body = None
+        if form is not None:
+            headers["Origin"] = f"http://127.0.0.1:{self.port}"
+            headers["Content-Type"] = "application/x-www-form-urlencoded"
+            body = urllib.parse.urlencode(form)
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=WRITE_TIMEOUT)
+        try:
+            connection.request(method, path, body=body, headers=headers)
+            response = connection.getresponse()
+            return response.status, response.read().decode()
+        finally:
+            connection.close()
+
+
 class Scenario:
     """The writes, each timed and recorded, each waited on until every worker was judged."""
 
     def __init__(self, url: str, ledger: Ledger, writer: Writer, lag: float) -> None:
-        self.url, self.ledger, self.writer, self.lag = url, ledger, writer, lag
+        self.url, self.ledger, self.lag = url, ledger, lag
+        self.writer = writer  # the console or the KeyManager process: the test switches
 
     def create(self, account: str, organization: str | None = None) -> Key:
         """A tenant key (in acme) or a key scoped to *organization*, by the writer."""
@@ -421,7 +491,10 @@ def test_every_server_sees_every_commit_and_nothing_is_lost(store_url: str, tmp_
             )
             for server in SERVERS
         }
-        writer = Writer(store_url)
+        console = ConsoleWriter(
+            stack.enter_context(serving(CONSOLE, store_url, tmp_path / "console.log"))
+        )
+        writer = ManagerWriter(store_url)
         stack.callback(writer.close)
         threads = [
             threading.Thread(target=load, args=(ledger, name, port, stop))
@@ -438,8 +511,9 @@ def test_every_server_sees_every_commit_and_nothing_is_lost(store_url: str, tmp_
 
         stack.callback(stop_load)
 
-        scenario = Scenario(store_url, ledger, writer, lag)
+        scenario = Scenario(store_url, ledger, console, lag)
         for round_ in range(ROUNDS):
+            scenario.writer = console if round_ % 2 == 0 else writer
             organization = f"org_round_{round_}"
             cli(store_url, "org", "add", organization, "--tenant", "acme")
             cli(store_url, "member", "add", "carol", organization, "--role", "member")
