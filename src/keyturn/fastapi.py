@@ -164,6 +164,8 @@ def document(app: FastAPI, *, organization_header: bool = True) -> None:
     operation already declares itself. Done once, when the document is first generated,
     so routes added later are covered and requests pay nothing.
     """
+    if app.openapi_schema is not None:  # generated already: amend that one
+        _declare(app.openapi_schema, organization_header=organization_header)
     generate = app.openapi
 
     def openapi() -> dict[str, Any]:

@@ -8,12 +8,12 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from fastapi import Depends, FastAPI, HTTPException
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, WebSocket
 from fastapi.testclient import TestClient
 
 from keyturn import Authenticator, CreatedKey, KeyManager, MissingPrincipal, Principal, Scope
 from keyturn.asgi import ApiKeyMiddleware, current_principal
-from keyturn.fastapi import Caller, document
+from keyturn.fastapi import Caller, api_key, document
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 
 MODELS = "/managed-agents/v1/models"
@@ -132,6 +132,51 @@ def test_openapi_keeps_what_the_operation_declares_itself() -> None:
     assert key_only["paths"][MODELS]["get"]["security"] == [{"apiKey": []}]
     assert "organization" not in key_only["components"]["securitySchemes"]
     assert "KeyturnError" in key_only["components"]["schemas"]
+
+
+def test_openapi_router_dependency_and_a_document_made_before() -> None:
+    """A router's ``dependencies=[Depends(api_key)]`` declares its routes too; ``document``
+    also amends a document FastAPI had generated before it was called."""
+    app = FastAPI()
+    router = APIRouter(prefix="/managed-agents/v1", dependencies=[Depends(api_key)])
+
+    @router.get("/models")
+    async def list_models() -> dict[str, Any]:
+        return {}
+
+    app.include_router(router)
+    generated = app.openapi()
+    document(app)
+
+    assert app.openapi() is generated
+    assert generated["paths"][MODELS]["get"]["security"] == [{"apiKey": [], "organization": []}]
+    assert "503" in generated["paths"][MODELS]["get"]["responses"]
+
+
+def test_caller_on_a_websocket_route() -> None:
+    """Caller reads the principal of a WebSocket handshake the middleware accepted."""
+    store, membership = MemoryKeyStore(), MemoryMembership()
+    membership.add_organization("org_main", tenant_id="acme", default=True)
+    membership.add_member("alice", "org_main", role="admin")
+    key = KeyManager(store, membership).create("alice", name="CI", scope=Scope.tenant("acme"))
+    app = FastAPI()
+
+    @app.websocket("/managed-agents/v1/stream")
+    async def stream(websocket: WebSocket, caller: Caller) -> None:
+        await websocket.accept()
+        await websocket.send_json({"account": caller.account_id})
+        await websocket.close()
+
+    headers = {"Authorization": f"Bearer {key.secret}", "x-organization-id": "default"}
+    with Authenticator(store, membership) as authenticator:
+        app.add_middleware(ApiKeyMiddleware, authenticator=authenticator)
+        with (
+            TestClient(app) as client,
+            client.websocket_connect("/managed-agents/v1/stream", headers=headers) as socket,
+        ):
+            said = socket.receive_json()
+
+    assert said == {"account": "alice"}
 
 
 @pytest.mark.parametrize("dependency", ["Caller", "current_principal"])
