@@ -15,7 +15,7 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, RedirectResponse
 from starlette.routing import Route
 
 from keyturn import Authenticator, CreatedKey, KeyManager, Lifetime, Scope
@@ -236,3 +236,26 @@ def _walk(tb: Any) -> Iterator[tuple[Any, int]]:
     while tb is not None:
         yield tb.tb_frame, tb.tb_lineno
         tb = tb.tb_next
+
+
+def test_a_redirect_to_another_origin_does_not_carry_the_key(live: Live) -> None:
+    """Followed to another server (another port is another origin), the request arrives
+    without Authorization: httpx drops it, and the auth does not set it again."""
+
+    async def landing(request: Request) -> JSONResponse:
+        return JSONResponse({"authorization": "authorization" in request.headers})
+
+    for port in serve_uvicorn(Starlette(routes=[Route("/landing", landing)])):
+        target = f"http://127.0.0.1:{port}/landing"
+
+        async def away(request: Request, target: str = target) -> RedirectResponse:
+            return RedirectResponse(target, status_code=307)
+
+        for first_port in serve_uvicorn(Starlette(routes=[Route("/go", away)])):
+            auth = ApiKeyAuth(live.month.secret, warn_within=None)
+            with httpx.Client(auth=auth, follow_redirects=True, timeout=10) as client:
+                reply = client.get(f"http://127.0.0.1:{first_port}/go")
+
+    assert [r.status_code for r in reply.history] == [307]
+    assert reply.history[0].request.headers["authorization"].startswith("Bearer ")
+    assert reply.json() == {"authorization": False}
