@@ -15,6 +15,7 @@ from keyturn import Authenticator, CreatedKey, KeyManager, MissingPrincipal, Pri
 from keyturn.asgi import ApiKeyMiddleware, current_principal
 from keyturn.fastapi import Caller, api_key, document
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
+from tests.web.web_support import load_example
 
 MODELS = "/managed-agents/v1/models"
 
@@ -279,3 +280,17 @@ def test_expiry_header_through_add_middleware() -> None:
     assert gone_reply.status_code == 410
     assert gone_reply.headers["service-key-expires-at"] == ok.headers["service-key-expires-at"]
     assert refused.status_code == 401 and "service-key-expires-at" not in refused.headers
+
+
+def test_the_example_app_documents_the_key_and_the_refusals() -> None:
+    """examples/fastapi_app.py, as users copy it: one requirement and the refusals on the
+    guarded route, nothing on its health check."""
+    store, membership = MemoryKeyStore(), MemoryMembership()
+    with Authenticator(store, membership) as authenticator:
+        app = load_example("fastapi_app").create_app(authenticator)
+        with TestClient(app) as client:
+            paths = client.get("/openapi.json").json()["paths"]
+
+    assert paths[MODELS]["get"]["security"] == [{"apiKey": [], "organization": []}]
+    assert {"400", "401", "403", "404", "503"} <= set(paths[MODELS]["get"]["responses"])
+    assert "security" not in paths["/healthz"]["get"]
