@@ -156,8 +156,9 @@ class ApiKeyAuth(httpx.Auth):
             if self._warned:
                 return
             self._warned = True  # before warning: a warnings filter may turn it into an error
+        at = expires_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")  # ours, not the header's
         message = (
-            f"the API key {self.hint} expires {_in(left)}, at {stated}: create its "
+            f"the API key {self.hint} expires {_in(left)}, at {at}: create its "
             "replacement in the console, deploy it, then revoke this key"
         )
         log.warning("%s", message)
@@ -176,10 +177,12 @@ def _instant(text: str | None) -> datetime | None:
 
 
 def _in(left: timedelta) -> str:
-    """How soon, in words: "in 6 days", "in 5 hours", "within the hour"."""
-    if left.days >= 2:
-        return f"in {left.days} days"
+    """How soon, in words: "in 6 days", "in 5 hours", "in an hour", "within the hour"."""
+    if left >= timedelta(days=2):
+        return f"in {round(left / timedelta(days=1))} days"  # a 7-day key: "in 7 days"
     hours = int(left.total_seconds() // 3600)
     if hours >= 2:
         return f"in {hours} hours"
+    if hours == 1:
+        return "in an hour"
     return "within the hour" if left > timedelta(0) else "now"

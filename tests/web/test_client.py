@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -26,9 +26,26 @@ from tests.servers.loopback import serve_uvicorn
 from tests.world import mistype
 
 WHOAMI = "/managed-agents/v1/whoami"
-SOON = (datetime.now(UTC) + timedelta(days=3)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def stated_in(delta: timedelta) -> Callable[[], str]:
+    """A header value made when the response is: *delta* from then, to the second."""
+    return lambda: (datetime.now(UTC) + delta).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 # Outside the prefix, what an app sets passes untouched: a server that is not keyturn.
-STATED = {"/other/soon": SOON, "/other/garbage": "next tuesday", "/other/naive": SOON[:-1]}
+STATED: dict[str, Callable[[], str]] = {
+    "/other/days": stated_in(timedelta(days=3)),
+    "/other/hours": stated_in(timedelta(hours=5, minutes=30)),
+    "/other/offset": lambda: stated_in(timedelta(days=3))()[:-1] + "+02:00",  # said in UTC
+    "/other/garbage": lambda: "next tuesday",
+    "/other/naive": lambda: stated_in(timedelta(days=3))()[:-1],
+}
+SAID = {
+    "/other/days": "expires in 3 days, at ",
+    "/other/hours": "expires in 5 hours, at ",
+    "/other/offset": "expires in 3 days, at ",
+}
 
 
 @attrs.frozen
@@ -50,7 +67,7 @@ async def whoami(request: Request) -> JSONResponse:
 
 
 async def other(request: Request) -> JSONResponse:
-    return JSONResponse({}, headers={"service-key-expires-at": STATED[request.url.path]})
+    return JSONResponse({}, headers={"service-key-expires-at": STATED[request.url.path]()})
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +150,7 @@ def test_warns_once_when_the_key_expires_soon(
     assert logged == said
     assert live.week.info.hint in said[0]
     assert stated in said[0]
-    assert "in 6 days" in said[0]
+    assert "in 7 days" in said[0]
     assert live.week.secret not in said[0]
 
 
@@ -158,16 +175,23 @@ def test_no_warning_outside_the_threshold(live: Live, calls: Any) -> None:
 
 @pytest.mark.parametrize("path", sorted(STATED))
 def test_reads_only_an_aware_instant(live: Live, path: str) -> None:
-    """From any server: a near instant warns; text that is no instant, or one without a
-    zone, neither warns nor fails the request."""
+    """From any server: a near instant warns, in words and in UTC; text that is no instant,
+    or one without a zone, neither warns nor fails the request."""
     auth = ApiKeyAuth(live.month.secret)
 
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         (reply,) = calls_sync(live, auth, path, n=1)
+    said = expiry_warnings(record)
 
     assert reply.status_code == 200
-    assert len(expiry_warnings(record)) == (1 if path == "/other/soon" else 0)
+    if path not in SAID:
+        assert said == []
+        return
+    (message,) = said
+    assert SAID[path] in message
+    instant = datetime.fromisoformat(reply.headers["service-key-expires-at"])
+    assert message.split(" at ")[1].startswith(instant.astimezone(UTC).isoformat()[:19] + "Z:")
 
 
 def test_warning_can_be_an_error(live: Live) -> None:
