@@ -31,7 +31,7 @@ $(DEMO_STAMP): pyproject.toml | $(VENV)/bin/python
 
 $(STAMP): pyproject.toml | $(VENV)/bin/python
 	$(BIN)/python -m pip install --quiet --upgrade pip $(INSTALL)
-	$(BIN)/python -m pip install --quiet -e '.[asgi,wsgi,postgres,demo,console,django,fastapi]' --group dev $(INSTALL)
+	$(BIN)/python -m pip install --quiet -e '.[asgi,wsgi,postgres,demo,console,django,fastapi,client]' --group dev $(INSTALL)
 	touch $(STAMP) $(DEMO_STAMP)
 
 demo: $(DEMO_STAMP)
@@ -58,7 +58,7 @@ $(CDEPS): pyproject.toml | python-version
 	rm -rf $(CVENV)
 	$(PYTHON) -m venv $(CVENV) $(CINSTALL)
 	$(CBIN)/python -m pip install --quiet --upgrade pip $(CINSTALL)
-	$(CBIN)/python -m pip install --quiet '.[asgi,wsgi,postgres,demo,console,django,fastapi]' --group dev hatchling setuptools $(CINSTALL)
+	$(CBIN)/python -m pip install --quiet '.[asgi,wsgi,postgres,demo,console,django,fastapi,client]' --group dev hatchling setuptools $(CINSTALL)
 	touch $(CDEPS)
 
 # Reinstalled, compiled, whenever a source file changes (a wheel, not the source tree).

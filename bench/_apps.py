@@ -45,6 +45,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from werkzeug.test import EnvironBuilder
 
 from bench._core import Batch
+from keyturn import Principal
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
@@ -62,6 +63,9 @@ __all__ = [
     "fastapi_app",
     "fastapi_bearer_app",
     "fastapi_bearer_same_work_app",
+    "fastapi_caller_app",
+    "fastapi_depends_app",
+    "fastapi_request_app",
     "flask_app",
     "flask_httpauth_app",
     "flask_httpauth_same_work_app",
@@ -316,6 +320,46 @@ def fastapi_app(*middleware: Middleware) -> FastAPI:
 
     @app.get(MODELS, response_model=None)
     async def models() -> dict[str, Any]:
+        return {"items": ITEMS}
+
+    return app
+
+
+def fastapi_caller_app(*middleware: Middleware) -> FastAPI:
+    """keyturn's middleware, and the route takes its caller as ``keyturn.fastapi.Caller``."""
+    from keyturn.fastapi import api_key
+
+    app = FastAPI(middleware=list(middleware), openapi_url=None)
+
+    @app.get(MODELS, response_model=None)
+    async def models(caller: Principal = Depends(api_key)) -> dict[str, Any]:  # noqa: B008
+        return {"items": ITEMS}
+
+    return app
+
+
+def fastapi_depends_app(*middleware: Middleware) -> FastAPI:
+    """keyturn's middleware, and the route takes ``Depends(keyturn.asgi.current_principal)``."""
+    from keyturn.asgi import current_principal
+
+    app = FastAPI(middleware=list(middleware), openapi_url=None)
+
+    @app.get(MODELS, response_model=None)
+    async def models(who: Principal = Depends(current_principal)) -> dict[str, Any]:  # noqa: B008
+        return {"items": ITEMS}
+
+    return app
+
+
+def fastapi_request_app(*middleware: Middleware) -> FastAPI:
+    """keyturn's middleware, and the route reads ``keyturn.asgi.principal(request)``."""
+    from keyturn.asgi import principal
+
+    app = FastAPI(middleware=list(middleware), openapi_url=None)
+
+    @app.get(MODELS, response_model=None)
+    async def models(request: FastAPIRequest) -> dict[str, Any]:
+        principal(request)
         return {"items": ITEMS}
 
     return app

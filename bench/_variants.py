@@ -34,6 +34,9 @@ LABELS: Final = {
     "fastapi.bare": "fastapi: bare",
     "fastapi.bearer": "fastapi: HTTPBearer dependency, same work",
     "fastapi.keyturn": "fastapi: keyturn",
+    "fastapi.keyturn-caller": "fastapi: keyturn + Caller (the documented set-up)",
+    "fastapi.keyturn-depends": "fastapi: keyturn + Depends(current_principal)",
+    "fastapi.keyturn-request": "fastapi: keyturn + principal(request), no dependency",
     "fastapi.bearer-trivial": "fastapi: HTTPBearer dependency, trivial",
     "flask.bare": "flask: bare",
     "flask.floor": "flask: floor, same work",
@@ -128,6 +131,12 @@ def _asgi(name: str, w: World) -> Any:
         return _apps.fastapi_bearer_same_work_app(w.table, w.rule)
     if guard == "bearer-trivial":
         return _apps.fastapi_bearer_app(trivial_table)
+    if guard == "keyturn-caller":
+        return _apps.fastapi_caller_app(keyturn)
+    if guard == "keyturn-depends":
+        return _apps.fastapi_depends_app(keyturn)
+    if guard == "keyturn-request":
+        return _apps.fastapi_request_app(keyturn)
     return _apps.fastapi_app(*middleware[guard]())
 
 

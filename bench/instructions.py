@@ -210,6 +210,20 @@ def run(settings: Settings) -> Report:
         2.5,
         1.5,
     )
+    target(
+        "FastAPI: middleware + Caller / HTTPBearer dependency same work, instructions",
+        "fastapi.keyturn-caller",
+        "fastapi.bearer",
+        0.5,
+        None,
+    )
+    target(
+        "FastAPI: middleware + Depends(current_principal) / HTTPBearer same work, instructions",
+        "fastapi.keyturn-depends",
+        "fastapi.bearer",
+        None,
+        None,
+    )
     report.notes.append(
         "instructions counted by valgrind --tool=callgrind: every user-space instruction of "
         "the process (the kernel's work is not counted); overhead = variant - its bare app"

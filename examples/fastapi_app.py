@@ -3,8 +3,9 @@
 ``create_app(authenticator)`` builds the app around an :class:`~keyturn.Authenticator` you
 configure (store, membership, clock, policy, audit hook, timeout); its lifespan closes it
 at shutdown with ``aclose()``. Every path under ``/managed-agents/v1/`` needs a key;
-``/healthz`` does not. ``keyturn.fastapi.Caller`` hands the route its caller and declares
-the bearer key and ``x-organization-id`` in OpenAPI, so ``/docs`` has an Authorize button.
+``/healthz`` does not. ``keyturn.fastapi.Caller`` hands the route its caller, and
+``document(app)`` declares the key with ``x-organization-id`` and the refusals in OpenAPI,
+so ``/docs`` has an Authorize button and lists the 400, 401, 403, 404 and 503 answers.
 
 Serve it as it is (``pip install 'keyturn[fastapi]' uvicorn``)::
 
@@ -20,7 +21,7 @@ from fastapi import APIRouter, FastAPI
 
 from keyturn import Authenticator
 from keyturn.asgi import ApiKeyMiddleware
-from keyturn.fastapi import Caller
+from keyturn.fastapi import Caller, document
 from keyturn.stores import open_database
 
 MODELS = ("agent-small", "agent-large")
@@ -50,6 +51,7 @@ def create_app(authenticator: Authenticator) -> FastAPI:
     app = FastAPI(title="Agents API", lifespan=lifespan)
     app.include_router(router)
     app.add_middleware(ApiKeyMiddleware, authenticator=authenticator)
+    document(app)
     return app
 
 

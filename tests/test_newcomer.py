@@ -77,7 +77,7 @@ def newcomer(environments: Environments, tmp_path_factory: pytest.TempPathFactor
 
 def test_missing_extras_name_what_to_install(newcomer: Newcomer) -> None:
     """With only [wsgi], importing another extra's module says which extra to install."""
-    for module, extra in [("fastapi", "fastapi"), ("django", "django")]:
+    for module, extra in [("fastapi", "fastapi"), ("django", "django"), ("client", "client")]:
         failed = newcomer.run("python", "-c", f"import keyturn.{module}", expect=1)
         assert f"pip install 'keyturn[{extra}]'" in failed.stderr
     postgres = (

@@ -26,7 +26,8 @@ def asgi_attribute(name: str) -> Any:
     from keyturn import asgi
     from keyturn._model import Principal
 
-    def current_principal(connection: HTTPConnection) -> Principal:
+    # async: FastAPI runs a plain def in its thread pool, a hop on every request.
+    async def current_principal(connection: HTTPConnection) -> Principal:
         """:func:`~keyturn.asgi.principal` as a FastAPI dependency:
         ``Depends(current_principal)``."""
         return asgi.principal(connection)

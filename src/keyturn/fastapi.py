@@ -1,17 +1,16 @@
 """
-FastAPI dependency
-==================
+FastAPI dependency and OpenAPI declaration
+==========================================
 
-The :class:`~keyturn.Principal` the ASGI middleware set, as a FastAPI dependency that also
-tells OpenAPI how a request is authenticated: the bearer key and the ``x-organization-id``
-header are declared as security schemes, so Swagger UI (``/docs``) has an **Authorize**
-button that sends both. ::
+The :class:`~keyturn.Principal` the ASGI middleware set, as a FastAPI dependency, and the
+OpenAPI document told how a request is authenticated. ::
 
     from keyturn.asgi import ApiKeyMiddleware
-    from keyturn.fastapi import Caller
+    from keyturn.fastapi import Caller, document
 
     app = FastAPI()
     app.add_middleware(ApiKeyMiddleware, authenticator=authenticator)
+    document(app)
 
     @app.get("/managed-agents/v1/models")
     async def list_models(caller: Caller) -> dict[str, str]:
@@ -20,52 +19,184 @@ button that sends both. ::
 ``Caller`` is ``Annotated[Principal, Depends(api_key)]``; use ``Depends(api_key)`` where
 you need the dependency itself (``dependencies=[Depends(api_key)]`` on a router).
 
-The middleware decides; this dependency only reads its answer. It does not read the
-``Authorization`` header (the middleware removes it before the app), and a route that
-uses it on a path the middleware does not guard fails with
-:class:`~keyturn.MissingPrincipal`: a setup bug, surfaced as a 500, never an anonymous
-request.
+Rules of this file:
+
+1. The middleware decides; ``api_key`` only reads its answer, as one ``async`` call with
+   no sub-dependency (no thread-pool hop, nothing parsed). It does not read the
+   ``Authorization`` header (the middleware removes it before the app), and on a path the
+   middleware does not guard it raises :class:`~keyturn.MissingPrincipal`: a setup bug,
+   surfaced as a 500, never an anonymous request.
+2. The OpenAPI declaration costs nothing per request. ``api_key`` is itself the bearer
+   security scheme (FastAPI lists it on every operation that uses it); :func:`document`
+   amends the generated document once, when it is first asked for: the key and the
+   ``x-organization-id`` header become ONE security requirement (both are sent: a
+   tenant-scoped key needs the header, an organization-scoped key may name its own
+   organization), and the middleware's answers -- 400, 401, 403, 404, 503 with the error
+   body's schema -- are declared on those operations. FastAPI cannot say either through
+   dependencies: it lists each scheme as an alternative, and takes responses only from
+   routes and routers.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` here: FastAPI reads the annotations of
+# ``api_key.__call__`` at route creation, and an instance has no globals to resolve text in.
 
-from typing import Annotated, Final
+import copy
+from typing import Annotated, Any, Final
 
 try:
-    from fastapi import Depends, Request, Security
-    from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+    from fastapi import Depends, FastAPI
+    from fastapi.openapi.models import HTTPBearer as HTTPBearerModel
+    from fastapi.security.base import SecurityBase
+    from starlette.requests import HTTPConnection
 except ImportError as exc:
     raise ImportError("keyturn.fastapi needs FastAPI: pip install 'keyturn[fastapi]'") from exc
 
 from keyturn._model import Principal
 from keyturn.asgi import principal
 
-__all__ = ["BEARER", "ORGANIZATION", "Caller", "api_key"]
+__all__ = ["ERROR_RESPONSES", "Caller", "api_key", "document"]
 
-BEARER: Final = HTTPBearer(
-    scheme_name="apiKey",
-    bearerFormat="rma_...",
-    description="A personal API key, sent as `Authorization: Bearer rma_...`.",
-    auto_error=False,  # the middleware has already refused a request without one
-)
-ORGANIZATION: Final = APIKeyHeader(
-    name="x-organization-id",
-    scheme_name="organization",
-    description="The organization a tenant-scoped key acts in: its id, or `default`.",
-    auto_error=False,  # an organization-scoped key needs none
-)
+KEY_SCHEME: Final = "apiKey"
+ORGANIZATION_SCHEME: Final = "organization"
+ERROR_SCHEMA_NAME: Final = "KeyturnError"
+
+_ORGANIZATION_DEFINITION: Final = {
+    "type": "apiKey",
+    "in": "header",
+    "name": "x-organization-id",
+    "description": (
+        "The organization the request acts in: its id, or `default`. Required with a "
+        "tenant-scoped key; an organization-scoped key may send its own organization."
+    ),
+}
+_ERROR_SCHEMA: Final = {
+    "title": ERROR_SCHEMA_NAME,
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "message"],
+            "properties": {
+                "code": {"type": "string", "title": "Code"},
+                "message": {"type": "string", "title": "Message"},
+            },
+        }
+    },
+}
 
 
-async def api_key(
-    request: Request,
-    _bearer: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)],
-    _organization: Annotated[str | None, Security(ORGANIZATION)],
-) -> Principal:
-    """The authenticated caller, as the middleware decided it.
+def _answer(description: str, headers: dict[str, str] | None = None) -> dict[str, Any]:
+    answer: dict[str, Any] = {
+        "description": description,
+        "content": {
+            "application/json": {"schema": {"$ref": f"#/components/schemas/{ERROR_SCHEMA_NAME}"}}
+        },
+    }
+    if headers:
+        answer["headers"] = {
+            name: {"description": text, "schema": {"type": "string"}}
+            for name, text in headers.items()
+        }
+    return answer
 
-    :raises MissingPrincipal: the middleware did not authenticate this request.
-    """
-    return principal(request)
 
+ERROR_RESPONSES: Final[dict[str, dict[str, Any]]] = {
+    "400": _answer(
+        "`invalid_request`: `x-organization-id` is missing (a tenant-scoped key needs it) "
+        "or is not an organization id, or the path has no single reading."
+    ),
+    "401": _answer(
+        "`unauthorized`: the key is missing, mistyped, expired, revoked or inactive.",
+        {
+            "WWW-Authenticate": (
+                'The challenge: `Bearer realm="..."`, plus `error="invalid_token"` when a key '
+                "was sent."
+            )
+        },
+    ),
+    "403": _answer("`permission_denied`: the service's role policy refused the key's creator."),
+    "404": _answer(
+        "`not_found`: `x-organization-id` names an organization the key or its creator "
+        "cannot reach."
+    ),
+    "503": _answer(
+        "`service_unavailable`: keys cannot be checked right now; retry with the same key.",
+        {"Retry-After": "Seconds to wait before retrying."},
+    ),
+}
+"""The middleware's answers as OpenAPI responses, by status; :func:`document` adds them."""
+
+
+class _ApiKey(SecurityBase):
+    """The caller as a dependency, and the bearer key as the security scheme it declares."""
+
+    def __init__(self) -> None:
+        self.model = HTTPBearerModel(
+            bearerFormat="rma_...",
+            description="A personal API key, sent as `Authorization: Bearer rma_...`.",
+        )
+        self.scheme_name = KEY_SCHEME
+
+    async def __call__(self, connection: HTTPConnection) -> Principal:
+        """The authenticated caller, as the middleware decided it.
+
+        :raises MissingPrincipal: the middleware did not authenticate this request.
+        """
+        return principal(connection)
+
+    def __repr__(self) -> str:
+        return "keyturn.fastapi.api_key"
+
+
+api_key: Final = _ApiKey()
+"""The dependency: ``Depends(api_key)``. Declares the bearer key on the operations using it."""
 
 Caller = Annotated[Principal, Depends(api_key)]
+
+
+def document(app: FastAPI, *, organization_header: bool = True) -> None:
+    """Complete *app*'s OpenAPI document for the operations that use :data:`api_key`.
+
+    On each, the key and ``x-organization-id`` become one security requirement (only the
+    key with ``organization_header=False``, for a service whose keys are all
+    organization-scoped), and :data:`ERROR_RESPONSES` are declared, except a status the
+    operation already declares itself. Done once, when the document is first generated,
+    so routes added later are covered and requests pay nothing.
+    """
+    if app.openapi_schema is not None:  # generated already: amend that one
+        _declare(app.openapi_schema, organization_header=organization_header)
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = _declare(generate(), organization_header=organization_header)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's way to extend the document
+
+
+def _declare(openapi: dict[str, Any], *, organization_header: bool) -> dict[str, Any]:
+    """*openapi* with keyturn's requirement and answers on the operations using the key."""
+    declared = False
+    for path_item in openapi.get("paths", {}).values():
+        for operation in path_item.values():
+            requirements = operation.get("security") if isinstance(operation, dict) else None
+            if not requirements or not any(KEY_SCHEME in each for each in requirements):
+                continue
+            declared = True
+            if organization_header:
+                for each in requirements:
+                    if KEY_SCHEME in each:
+                        each.setdefault(ORGANIZATION_SCHEME, [])
+            responses = operation.setdefault("responses", {})
+            for status, answer in ERROR_RESPONSES.items():
+                responses.setdefault(status, copy.deepcopy(answer))
+            operation["responses"] = dict(sorted(responses.items()))
+    if declared:
+        components = openapi.setdefault("components", {})
+        components.setdefault("schemas", {})[ERROR_SCHEMA_NAME] = copy.deepcopy(_ERROR_SCHEMA)
+        if organization_header:
+            schemes = components.setdefault("securitySchemes", {})
+            schemes[ORGANIZATION_SCHEME] = dict(_ORGANIZATION_DEFINITION)
+    return openapi

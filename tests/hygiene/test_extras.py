@@ -1,4 +1,5 @@
-"""Each hygiene module needs only its own extra: no web framework comes with it."""
+"""Each hygiene module and the client need only their own extra: no web framework comes with
+them."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ import pytest
 
 @pytest.mark.parametrize(
     ("module", "extra"),
-    [("keyturn.leaks", "cryptography"), ("keyturn.metrics", "opentelemetry")],
+    [
+        ("keyturn.leaks", "cryptography"),
+        ("keyturn.metrics", "opentelemetry"),
+        ("keyturn.client", "httpx"),
+    ],
 )
 def test_importing_pulls_in_no_framework(module: str, extra: str) -> None:
     """Importing the module loads its extra's library and no web framework or driver."""

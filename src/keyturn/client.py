@@ -1,0 +1,188 @@
+"""
+Client helper
+=============
+
+An ``httpx.Auth`` for code that calls the agents API with a personal key: it sends the key
+as ``Authorization: Bearer`` and, when given, the ``x-organization-id`` header, and it warns
+once when the service says the key expires soon. ::
+
+    import httpx
+    from keyturn.client import ApiKeyAuth
+
+    auth = ApiKeyAuth(os.environ["AGENTS_API_KEY"], organization="default")
+    with httpx.Client(base_url="https://agents.example.com/managed-agents/v1/", auth=auth) as api:
+        models = api.get("models").json()["items"]
+
+Rules of this file:
+
+1. The key is checked when the auth is made (shape and checksum, surrounding whitespace
+   dropped), so a truncated or mistyped key fails at start-up with
+   :class:`InvalidCredentials`, not with a 401 on the first call. The error says what is
+   wrong and never repeats the key; no frame of this module holds the key when it raises.
+2. The key is shown nowhere: ``repr`` and ``str`` show its hint (``rma_…Xy12``), and it is
+   kept only as the header value it becomes.
+3. The expiry warning reads the ``service-key-expires-at`` response header (the service
+   turns it on: ``expiry_header=True``). When fewer than *warn_within* are left, it logs one
+   WARNING on the ``keyturn.client`` logger and issues one :class:`KeyExpiryWarning`,
+   once per ``ApiKeyAuth``. A missing or unreadable header is no reason to warn, nor to
+   fail a request.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import warnings
+from collections.abc import Generator
+from datetime import UTC, datetime, timedelta
+from typing import Final
+
+try:
+    import httpx
+except ImportError as exc:
+    raise ImportError("keyturn.client needs httpx: pip install 'keyturn[client]'") from exc
+
+from keyturn import _token
+from keyturn.errors import KeyturnError, Reason
+
+__all__ = ["ApiKeyAuth", "InvalidCredentials", "KeyExpiryWarning"]
+
+log: Final = logging.getLogger("keyturn.client")
+
+EXPIRES_AT_HEADER: Final = "service-key-expires-at"
+_ORGANIZATION_HEADER: Final = "x-organization-id"
+_ASCII_WHITESPACE: Final = " \t\r\n\f\v"
+
+
+class KeyExpiryWarning(UserWarning):
+    """The key the client sends expires soon: create its replacement and rotate."""
+
+
+class InvalidCredentials(KeyturnError, ValueError):
+    """The key or organization given to :class:`ApiKeyAuth` cannot be sent as it is."""
+
+
+def _bearer(key: object) -> tuple[str, str] | str:
+    """The header value and hint of *key*, or what is wrong with it (never the key itself)."""
+    if not isinstance(key, str):
+        return f"the key must be a str, not {type(key).__name__}"
+    parsed = _token.parse(key.strip(_ASCII_WHITESPACE))
+    if isinstance(parsed, _token.ParsedToken):
+        return f"Bearer {parsed.token}", parsed.hint
+    if parsed is Reason.BAD_CHECKSUM:
+        return "the key's checksum does not match: it was mistyped or cut; copy it again"
+    return (
+        f"not a keyturn key: one is {_token.PREFIX!r} and "
+        f"{_token.TOKEN_LENGTH - len(_token.PREFIX)} letters and digits"
+    )
+
+
+def _setting(organization: object, warn_within: object) -> str | None:
+    """What is wrong with the organization or the warning threshold, or ``None``."""
+    if organization is not None and not (
+        isinstance(organization, str)
+        and organization
+        and organization.isascii()
+        and organization.isprintable()
+        and organization == organization.strip()
+    ):
+        return (
+            "organization must be an organization id or 'default' (visible ASCII characters, "
+            "no spaces around it), or None"
+        )
+    if warn_within is not None and not isinstance(warn_within, timedelta):
+        return "warn_within must be a timedelta, or None never to warn"
+    return None
+
+
+class ApiKeyAuth(httpx.Auth):
+    """Send a personal API key, and the organization when given; warn once before it expires.
+
+    :param key: the key, ``rma_...`` (from a secret store or the environment).
+    :param organization: the ``x-organization-id`` to send: an organization id or
+        ``"default"``. A tenant-scoped key needs it; an organization-scoped key may send
+        its own organization, or nothing.
+    :param warn_within: warn when the key expires sooner than this (default 14 days);
+        ``None`` never warns.
+    :raises InvalidCredentials: the key is not a well-formed keyturn key, or the
+        organization is not something a header can carry.
+    """
+
+    requires_request_body = False
+    requires_response_body = False
+
+    def __init__(
+        self,
+        key: str,
+        *,
+        organization: str | None = None,
+        warn_within: timedelta | None = timedelta(days=14),
+    ) -> None:
+        bearer = _bearer(key)
+        del key  # no frame of ours holds the key while it raises
+        if isinstance(bearer, str):  # what is wrong with the key, without the key
+            raise InvalidCredentials(bearer)
+        problem = _setting(organization, warn_within)
+        if problem is not None:
+            del bearer
+            raise InvalidCredentials(problem)
+        self._authorization, self.hint = bearer
+        self.organization = organization
+        self.warn_within = warn_within
+        self._warned = False
+        self._lock = threading.Lock()  # one warning, also with threads sharing the auth
+
+    def __repr__(self) -> str:
+        # getattr: an error tracker may show an instance whose __init__ refused its input
+        hint, organization = getattr(self, "hint", None), getattr(self, "organization", None)
+        return f"ApiKeyAuth(key={hint!r}, organization={organization!r})"
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        request.headers["Authorization"] = self._authorization
+        if self.organization is not None:
+            request.headers[_ORGANIZATION_HEADER] = self.organization
+        response = yield request
+        if not self._warned and self.warn_within is not None:
+            self._check_expiry(response.headers.get(EXPIRES_AT_HEADER))
+
+    def _check_expiry(self, stated: str | None) -> None:
+        expires_at = _instant(stated)
+        if expires_at is None or self.warn_within is None:
+            return
+        left = expires_at - datetime.now(UTC)
+        if left >= self.warn_within:
+            return
+        with self._lock:
+            if self._warned:
+                return
+            self._warned = True  # before warning: a warnings filter may turn it into an error
+        at = expires_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")  # ours, not the header's
+        message = (
+            f"the API key {self.hint} expires {_in(left)}, at {at}: create its "
+            "replacement in the console, deploy it, then revoke this key"
+        )
+        log.warning("%s", message)
+        warnings.warn(message, KeyExpiryWarning, stacklevel=2)
+
+
+def _instant(text: str | None) -> datetime | None:
+    """An aware instant from the header's RFC 3339 text, or ``None`` if it is not one."""
+    if not text:
+        return None
+    try:
+        instant = datetime.fromisoformat(text.strip())
+    except ValueError:
+        return None
+    return instant if instant.tzinfo is not None else None
+
+
+def _in(left: timedelta) -> str:
+    """How soon, in words: "in 6 days", "in 5 hours", "in an hour", "within the hour"."""
+    if left >= timedelta(days=2):
+        return f"in {round(left / timedelta(days=1))} days"  # a 7-day key: "in 7 days"
+    hours = int(left.total_seconds() // 3600)
+    if hours >= 2:
+        return f"in {hours} hours"
+    if hours == 1:
+        return "in an hour"
+    return "within the hour" if left > timedelta(0) else "now"
