@@ -274,3 +274,29 @@ def test_postgres_the_listener_killed_reads_through_then_recovers(
     for _ in range(10):
         assert isinstance(auth.authenticate(request(secret)), Principal)
     assert executed == []
+
+
+@pytest.mark.postgres
+def test_postgres_a_sync_console_and_an_async_api_share_one_replica(postgres_url: str) -> None:
+    """A revoke through the sync database (a console) is refused by the async one (the API)
+    of the same process at once: one replica, dropped before the revoke returns."""
+    import asyncio
+
+    from keyturn.stores.postgres import AsyncPostgresDatabase, PostgresDatabase
+
+    with PostgresDatabase(postgres_url) as console, asyncio.Runner() as loop:
+        api = AsyncPostgresDatabase(postgres_url)
+        loop.run(api.open())
+        try:
+            assert api.replica is console.replica
+            secret = seed(console)
+            auth = Authenticator(api.keys, api.membership, usage_interval=None)
+            first = loop.run(auth.authenticate_async(request(secret)))
+            assert isinstance(first, Principal)
+            assert eventually(lambda: api.replica.current)
+            assert isinstance(loop.run(auth.authenticate_async(request(secret))), Principal)
+            KeyManager(console.keys, console.membership).revoke("alice", first.key_id)
+            refusal = loop.run(auth.authenticate_async(request(secret)))
+            assert isinstance(refusal, Refusal) and refusal.reason is Reason.REVOKED
+        finally:
+            loop.run(api.close())
