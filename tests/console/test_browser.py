@@ -1,9 +1,10 @@
 """The console in a real browser: Debian's Chromium driven by Playwright, on both edges.
 
 Each test gets a fresh console with no keys, served by each edge (ASGI under uvicorn, WSGI
-under Werkzeug's server) on a free 127.0.0.1 port, in a thread of this process, and stopped
-at its end. The server's
-clock is the test's; the browser's time zone is emulated per test. Without Chromium or
+under Werkzeug's server, and the Django URLconf in a Django project under Werkzeug's server,
+signed in through Django's sessions and guarded by its CSRF check) on a free 127.0.0.1
+port, in a thread of this process, and stopped at its end. The server's clock is the
+test's; the browser's time zone is emulated per test. Without Chromium or
 Playwright these tests skip, saying why -- except under ``CI=true``, where they fail.
 """
 
@@ -20,13 +21,13 @@ import pytest
 from keyturn import Lifetime, Scope, Status
 from keyturn.console import local_time
 from tests.console.support import (
-    ACCOUNT_COOKIE,
-    EDGES,
+    BROWSER_EDGES,
     NOW,
     World,
     expect,
     make_world,
     serving,
+    sign_in,
 )
 
 
@@ -34,20 +35,21 @@ from tests.console.support import (
 class Site:
     world: World
     url: str  # the console's base URL, with its trailing slash
+    edge: str
 
 
-@pytest.fixture(params=EDGES)
+@pytest.fixture(params=BROWSER_EDGES)
 def site(request: pytest.FixtureRequest, browser: Any) -> Iterator[Site]:
     """A console of one edge with no keys and the clock at NOW, served for one test."""
-    world = make_world()
+    world = make_world(edge=request.param)
     with serving(request.param, world.console) as origin:
-        yield Site(world, f"{origin}/console/")
+        yield Site(world, f"{origin}/console/", request.param)
 
 
 def open_console(browser: Any, site: Site, *, zone: str = "Europe/Paris", width: int = 1000) -> Any:
     """A page signed in as alice, in a browser that lives in *zone*."""
     context = browser.new_context(timezone_id=zone, viewport={"width": width, "height": 900})
-    context.add_cookies([{"name": ACCOUNT_COOKIE, "value": "alice", "url": site.url}])
+    sign_in(context, site.edge, "alice", site.url)
     page = context.new_page()
     page.set_default_timeout(10_000)
     page.goto(site.url)
@@ -171,10 +173,9 @@ def test_double_submit_makes_one_key(browser: Any, site: Site) -> None:
     """Sending the same form twice (a double click, a replay) creates one key."""
     page = open_console(browser, site)
     page.fill("#name", "double")
-    form = page.locator("#create")
-    token = form.locator("input[name=token]").input_value()
+    hidden = page.locator("#create input[type=hidden]")  # the form token, Django's CSRF token
     fields = {
-        "token": token,
+        **{field.get_attribute("name") or "": field.input_value() for field in hidden.all()},
         "name": "double",
         "lifetime": "1d",
         "tz": "UTC",
@@ -299,7 +300,7 @@ def test_without_script_the_server_decides(browser: Any, site: Site) -> None:
     """With JavaScript off, nothing is disabled, the server refuses bad input with a message,
     and the user picks the time zone."""
     context = browser.new_context(java_script_enabled=False, timezone_id="Pacific/Auckland")
-    context.add_cookies([{"name": ACCOUNT_COOKIE, "value": "alice", "url": site.url}])
+    sign_in(context, site.edge, "alice", site.url)
     page = context.new_page()
     page.set_default_timeout(10_000)
     page.goto(site.url)
@@ -458,7 +459,7 @@ def test_rotate_without_script(browser: Any, site: Site) -> None:
     old = site.world.manager.create("alice", name="no script", scope=Scope.tenant("acme"))
     site.world.clock.now = NOW + timedelta(minutes=5)
     context = browser.new_context(java_script_enabled=False)
-    context.add_cookies([{"name": ACCOUNT_COOKIE, "value": "alice", "url": site.url}])
+    sign_in(context, site.edge, "alice", site.url)
     page = context.new_page()
     page.set_default_timeout(10_000)
     page.goto(site.url)
