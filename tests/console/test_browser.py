@@ -10,6 +10,7 @@ Playwright these tests skip, saying why -- except under ``CI=true``, where they 
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -471,3 +472,85 @@ def test_rotate_without_script(browser: Any, site: Site) -> None:
     new = site.world.manager.list("alice")[0]
     assert (new.replaces, new.revoke_old_on_first_use) == (old.info.key_id, True)
     context.close()
+
+
+def test_a_name_is_counted_in_characters_as_the_server_counts(browser: Any, site: Site) -> None:
+    """60 emoji (120 UTF-16 units) stay whole; 101 characters disable Create with the count;
+    100 emoji make a key with that very name."""
+    page = open_console(browser, site)
+    button, why = page.locator("#create-button"), page.locator("#create-why")
+    page.fill("#name", "🔑" * 60)
+    assert page.locator("#name").input_value() == "🔑" * 60
+    expect()(button).to_be_enabled()
+    page.fill("#name", "🔑" * 101)
+    expect()(button).to_be_disabled()
+    expect()(why).to_have_text("The name has 101 characters; at most 100 are allowed.")
+    page.fill("#name", "🔑" * 100)
+    expect()(button).to_be_enabled()
+    page.click("#create-button")
+    expect()(page.locator("h1")).to_contain_text("created")
+    [key] = site.world.store.keys_of("alice")
+    assert key.name == "🔑" * 100
+    page.context.close()
+
+
+def test_the_browsers_zone_comes_first_and_is_used(browser: Any, site: Site) -> None:
+    """The zone the browser names is the list's first and chosen, even an alias the list
+    leaves out (Chromium names Kolkata "Asia/Calcutta"); a custom date ends at its midnight."""
+    page = open_console(browser, site, zone="Asia/Kolkata")
+    named = page.evaluate("Intl.DateTimeFormat().resolvedOptions().timeZone")
+    expect()(page.locator("#tz option").nth(1)).to_have_attribute("value", named)
+    expect()(page.locator("#tz")).to_have_value(named)
+    page.fill("#name", "zoned")
+    page.check("input[name=lifetime][value=custom]")
+    page.fill("#date", "2026-06-20")
+    expect()(page.locator("#expires")).to_have_text("2026-06-21 00:00 IST")
+    page.click("#create-button")
+    expect()(page.locator("h1")).to_have_text("Key “zoned” created")
+    [key] = site.world.store.keys_of("alice")
+    assert key.expires_at == datetime(2026, 6, 20, 18, 30, tzinfo=UTC)
+    page.context.close()
+
+
+def test_a_page_load_asks_for_nothing_that_is_missing(browser: Any, site: Site) -> None:
+    """Loading the list requests nothing that answers 404 (no /favicon.ico), and the icon the
+    page names is served."""
+    context = browser.new_context()
+    sign_in(context, site.edge, "alice", site.url)
+    page = context.new_page()
+    failed: list[str] = []
+    page.on("response", lambda response: response.status >= 400 and failed.append(response.url))
+    page.goto(site.url)
+    expect()(page.locator("#expires")).not_to_have_text("…")
+    page.reload()
+    expect()(page.locator("#expires")).not_to_have_text("…")
+    icon = page.locator("link[rel=icon]").get_attribute("href")
+    assert icon is not None
+    assert page.request.get(site.url.removesuffix("/console/") + icon).status == 200
+    assert failed == []
+    context.close()
+
+
+def test_the_expiry_preview_never_shows_a_stale_answer(browser: Any, site: Site) -> None:
+    """While the server is slow to answer, a new lifetime shows "…" rather than the last
+    expiry; only the latest question is kept, whatever order the answers come back in."""
+    page = open_console(browser, site, zone="UTC")
+    expect()(page.locator("#expires")).to_have_text(local_time(NOW + timedelta(days=30), None))
+    held: list[Any] = []
+    page.route("**/console/preview?*", lambda route: held.append(route))  # a slow server
+    page.check("input[name=lifetime][value='1d']")
+    expect()(page.locator("#expires")).to_have_text("…")
+    page.check("input[name=lifetime][value='7d']")
+    expect()(page.locator("#expires")).to_have_text("…")
+    for _ in range(100):  # bounded: both questions reach the route
+        if len(held) == 2:
+            break
+        page.wait_for_timeout(50)
+    assert [route.request.url.split("lifetime=")[1][:2] for route in held] == ["1d", "7d"]
+    held[1].continue_()  # the latest answer first, then the stale one (its fetch was aborted)
+    expect()(page.locator("#expires")).to_have_text(local_time(NOW + timedelta(days=7), None))
+    with contextlib.suppress(Exception):  # the page may have given up on it already
+        held[0].continue_()
+    page.wait_for_timeout(200)
+    expect()(page.locator("#expires")).to_have_text(local_time(NOW + timedelta(days=7), None))
+    page.context.close()
