@@ -115,6 +115,13 @@ def sign_in(context: Any, edge: str, account: str, url: str) -> None:
         context.add_cookies([{"name": ACCOUNT_COOKIE, "value": account, "url": url}])
 
 
+def hidden_fields(html: str, form_id: str = "create") -> dict[str, str]:
+    """The hidden fields of a form of *html*: the form token, and Django's CSRF token."""
+    form = html[html.index(f'<form id="{form_id}"') :]
+    form = form[: form.index("</form>")]
+    return dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', form))
+
+
 def form_token(html: str) -> str:
     match = re.search(r'name="token" value="([^"]+)"', html)
     assert match is not None, "the page holds no form token"

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from keyturn import Scope
 from keyturn.console import ConsoleSetupError
 from keyturn.console.django import console_urls, username
 from keyturn.stores import open_database
-from tests.console.support import SIGN_IN, World, django_settings, make_world
+from tests.console.support import SIGN_IN, World, django_settings, hidden_fields, make_world
 from tests.django_project import database
 
 
@@ -41,12 +40,6 @@ def signed_in(account: str, **options: Any) -> Client:
     client = Client(**options)
     client.force_login(users().get(username=account))
     return client
-
-
-def hidden_fields(html: str, form_id: str = "create") -> dict[str, str]:
-    form = html[html.index(f'<form id="{form_id}"') :]
-    form = form[: form.index("</form>")]
-    return dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', form))
 
 
 def create(client: Client, fields: dict[str, str], **headers: str) -> Any:
