@@ -2,17 +2,19 @@
 
 Rules of this file:
 
-1. The edges (:mod:`keyturn.console.asgi`, :mod:`keyturn.console.wsgi`) turn their server's
-   request into a :class:`Visit` and write the :class:`Page` back. They decide nothing, so
-   both serve the same pages byte for byte.
+1. The edges (:mod:`keyturn.console.asgi`, :mod:`keyturn.console.wsgi`,
+   :mod:`keyturn.console.django`) turn their server's request into a :class:`Visit` and write
+   the :class:`Page` back. They decide nothing, so all serve the same pages byte for byte
+   (Django's says ``Referrer-Policy: same-origin``, which its CSRF check needs).
 2. Every page carries the same :data:`HEADERS`: no caching, no inline script, no framing,
    no referrer.
 3. A request carrying an API key (``Authorization: Bearer rma_...``) is refused before
    anything else: a key can never create, list or revoke keys (spec section 1).
 4. Every POST passes two checks before it acts: it comes from this origin (``Origin``,
-   ``Sec-Fetch-Site``) and it carries a form token issued to the same account. The create
-   form's token and the rotate form's work once, so a reload, a back-and-resubmit or a
-   double click never makes a second key.
+   ``Sec-Fetch-Site``) and it carries a form token issued to the same account; a host's own
+   CSRF check (Django's) that refused it is heard too. The create form's token and the
+   rotate form's work once, so a reload, a back-and-resubmit or a double click never makes
+   a second key.
 5. The secret of a new key appears in exactly one place: the body of the POST that created
    it (or rotated it). Never in a URL, a redirect, a cookie, a header or a log line.
 6. Every rule about names, lifetimes and dates is the library's (:mod:`keyturn._lifecycle`):
