@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlencode
 
 import attrs
 import uvicorn
@@ -49,7 +50,8 @@ class World:
 
 
 def signed_in(request: Any) -> str | None:
-    account = request.cookies.get(ACCOUNT_COOKIE)
+    cookies = request.COOKIES if hasattr(request, "COOKIES") else request.cookies  # Django's
+    account = cookies.get(ACCOUNT_COOKIE)
     return account if isinstance(account, str) else None
 
 
@@ -136,7 +138,8 @@ class Reply:
 
 
 class Client:
-    """One interface over Starlette's TestClient and Werkzeug's test Client."""
+    """One interface over Starlette's TestClient, Werkzeug's test Client and Django's (used
+    inside ``django_settings(console)``)."""
 
     origin: str
 
@@ -146,6 +149,11 @@ class Client:
             from starlette.testclient import TestClient
 
             self._asgi = TestClient(asgi_app(console), follow_redirects=False)
+            self.origin = "http://testserver"
+        elif edge == "django":
+            from django.test import Client as DjangoClient
+
+            self._django = DjangoClient()
             self.origin = "http://testserver"
         else:
             from werkzeug.test import Client as WerkzeugClient
@@ -163,6 +171,8 @@ class Client:
         headers: Mapping[str, str] | None = None,
     ) -> Reply:
         headers = dict(headers or {})
+        if self.edge == "django":
+            return self._django_request(method, path, data, headers)
         if self.account is not None and self.edge == "asgi":
             headers["Cookie"] = f"{ACCOUNT_COOKIE}={self.account}"
         elif self.account is not None:
@@ -184,6 +194,27 @@ class Client:
             reply.status_code,
             {k.lower(): v for k, v in reply.headers.items()},
             reply.get_data(as_text=True),
+        )
+
+    def _django_request(
+        self,
+        method: str,
+        path: str,
+        data: Mapping[str, str] | bytes | None,
+        headers: dict[str, str],
+    ) -> Reply:
+        cookies = self._django.cookies
+        if self.account is not None:
+            cookies[ACCOUNT_COOKIE] = self.account
+        elif ACCOUNT_COOKIE in cookies:
+            del cookies[ACCOUNT_COOKIE]
+        content_type = headers.pop("Content-Type", "application/x-www-form-urlencoded")
+        body = urlencode(data) if isinstance(data, Mapping) else (data or b"")
+        reply = self._django.generic(method, path, body, content_type=content_type, headers=headers)
+        return Reply(
+            reply.status_code,
+            {k.lower(): v for k, v in reply.items()},
+            reply.content.decode(),
         )
 
     def get(self, path: str, **kwargs: Any) -> Reply:
