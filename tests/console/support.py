@@ -13,7 +13,7 @@ import re
 import socket
 import threading
 import types
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -66,12 +66,12 @@ def make_world(*, start_on: StartOn = "tenant", edge: str = "asgi", **options: A
     membership.add_member("alice", "acme-research", role="member")
     membership.add_member("bob", "acme-main", role="member")
     manager = KeyManager(store, membership, clock=clock)
-    reader: Callable[[Any], str | None] = signed_in
     if edge == "django":
         from keyturn.console.django import username
 
-        reader = username
-    console = Console(manager, signed_in=reader, sign_in_url=SIGN_IN, start_on=start_on, **options)
+        options.setdefault("signed_in", username)
+    options.setdefault("signed_in", signed_in)
+    console = Console(manager, sign_in_url=SIGN_IN, start_on=start_on, **options)
     return World(store=store, membership=membership, clock=clock, console=console, manager=manager)
 
 

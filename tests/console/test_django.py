@@ -147,6 +147,12 @@ def test_username_and_console_urls_refuse_what_they_cannot_use() -> None:
     with pytest.raises(ConsoleSetupError, match="Console"):
         console_urls(object())  # type: ignore[arg-type]
 
+    async def coroutine(request: Any) -> str:
+        return "alice"
+
+    with pytest.raises(ConsoleSetupError, match="plain functions"):
+        console_urls(make_world(signed_in=coroutine).console)
+
 
 def test_manage_py_keyturn_runs_the_command_on_the_projects_store(tmp_path: Path) -> None:
     """``manage.py keyturn db init`` creates the tables of settings.KEYTURN's store; other

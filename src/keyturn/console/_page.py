@@ -23,6 +23,7 @@ Rules of this file:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -77,9 +78,12 @@ _LIFETIMES: Final = {code: lifetime for code, _, lifetime in LIFETIME_CHOICES}
 
 
 def _links() -> frozenset[str]:
-    """The zone names that are aliases (``L`` lines of ``tzdata.zi``), where the data says."""
-    for folder in TZPATH:
-        index = Path(folder, "tzdata.zi")
+    """The zone names that are aliases (``L`` lines of ``tzdata.zi``), from the system's time
+    zone data or the ``tzdata`` package; none where neither has that file."""
+    places: list[Any] = [Path(folder, "tzdata.zi") for folder in TZPATH]
+    with contextlib.suppress(ModuleNotFoundError):
+        places.append(resources.files("tzdata.zoneinfo").joinpath("tzdata.zi"))
+    for index in places:
         if index.is_file():
             lines = index.read_text(encoding="utf-8").splitlines()
             return frozenset(line.split()[2] for line in lines if line.startswith("L "))
@@ -414,12 +418,13 @@ class Console:
         self.manager = manager
         self.membership: ConsoleMembership = manager.membership
         # The pages call the manager in a worker thread: an async one through the loop.
-        self._keys = manager if isinstance(manager, KeyManager) else _Awaited(manager)
-        self._organizations_of: Callable[[str], Sequence[Organization]] = (
-            self._keys.organizations_of
-            if isinstance(self._keys, _Awaited)
-            else self.membership.organizations_of
-        )
+        self._keys: KeyManager | _Awaited
+        self._organizations_of: Callable[[str], Sequence[Organization]]
+        if isinstance(manager, KeyManager):
+            self._keys, self._organizations_of = manager, self.membership.organizations_of
+        else:
+            self._keys = _Awaited(manager)
+            self._organizations_of = self._keys.organizations_of
         self.signed_in = signed_in
         self.sign_in_url = sign_in_url
         self.start_on: StartOn = start_on

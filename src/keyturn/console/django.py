@@ -34,6 +34,8 @@ ASGI handler, so the manager's pool lives on one event loop.
 
 from __future__ import annotations
 
+import inspect
+
 try:
     import anyio.to_thread
     from asgiref.sync import sync_to_async
@@ -85,6 +87,12 @@ def console_urls(console: Console) -> tuple[list[URLPattern], str]:
     """
     if not isinstance(console, Console):
         raise ConsoleSetupError(f"console must be a keyturn Console, got {type(console).__name__}")
+    hooks = (console.signed_in, console.current_organization)
+    if any(inspect.iscoroutinefunction(hook) for hook in hooks):
+        raise ConsoleSetupError(
+            "the Django edge calls signed_in and current_organization as plain functions "
+            "(Django's request.user is read in Django's own thread): pass plain functions"
+        )
 
     if isinstance(console.manager, AsyncKeyManager):
 
