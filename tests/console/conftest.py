@@ -1,4 +1,4 @@
-"""Fixtures of the console tests: a world, a client per edge (ASGI and WSGI), a browser.
+"""Fixtures of the console tests: a world, a client per edge (ASGI, WSGI, Django), a browser.
 
 ``browser`` is Debian's Chromium under Playwright. Without either, the tests that need it
 skip, saying why -- except under ``CI=true``, where they fail.
