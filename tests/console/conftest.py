@@ -1,4 +1,4 @@
-"""Fixtures of the console tests: a world, a client per edge (ASGI and WSGI), a browser.
+"""Fixtures of the console tests: a world, a client per edge (ASGI, WSGI, Django), a browser.
 
 ``browser`` is Debian's Chromium under Playwright. Without either, the tests that need it
 skip, saying why -- except under ``CI=true``, where they fail.
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.console.support import EDGES, Client, World, make_world
+from tests.console.support import BROWSER_EDGES, Client, World, django_settings, make_world
 
 
 @pytest.fixture
@@ -21,12 +21,17 @@ def world() -> World:
     return make_world()
 
 
-@pytest.fixture(params=EDGES)
-def client(request: pytest.FixtureRequest, world: World) -> Client:
-    """A test client of the console mounted at /console/, signed in as alice."""
+@pytest.fixture(params=BROWSER_EDGES)
+def client(request: pytest.FixtureRequest, world: World) -> Iterator[Client]:
+    """A test client of the console mounted at /console/, signed in as alice: under ASGI,
+    WSGI, and in the tests' Django project."""
     client = Client(request.param, world.console)
     client.account = "alice"
-    return client
+    if request.param == "django":
+        with django_settings(world.console):
+            yield client
+    else:
+        yield client
 
 
 CHROMIUM = "/usr/bin/chromium"

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from keyturn import Lifetime, Scope
+from keyturn.console import Console
 from tests.console.conftest import CHROMIUM, CHROMIUM_ARGS
-from tests.console.support import ACCOUNT_COOKIE, make_world, serving
+from tests.console.support import ACCOUNT_COOKIE, SIGN_IN, make_world, serving, sign_in
 
 OUT = Path(__file__).resolve().parents[2] / "docs" / "img"
 FAKE_SECRET = "rma_DOCS-EXAMPLE-NOT-A-REAL-KEY"
@@ -71,6 +73,9 @@ def main() -> None:
         page.click("#create-button")
         page.locator("#secret").evaluate("(el, fake) => { el.value = fake; }", FAKE_SECRET)
         page.screenshot(path=OUT / "console-created.png")
+        page.reload()  # sends the create form again: the console refuses a second key
+        expect(page.locator("h1")).to_have_text("This form was already sent")
+        page.screenshot(path=OUT / "console-already-sent.png")
         page.goto(url)
         page.locator("tr", has_text="CI deploys").locator("a.revoke").click()
         page.screenshot(path=OUT / "console-revoke.png")
@@ -81,8 +86,26 @@ def main() -> None:
         narrow = page_at(375)
         narrow.set_viewport_size({"width": 375, "height": 1400})
         narrow.screenshot(path=OUT / "console-375px.png")
+        django_screenshot(browser, world)
         browser.close()
     print(f"wrote {len(list(OUT.glob('console-*.png')))} screenshots to {OUT}")
+
+
+def django_screenshot(browser: Any, world: Any) -> None:
+    """The same keys in a Django project: request.user signed in through Django's session."""
+    from keyturn.console.django import username
+
+    console = Console(world.manager, signed_in=username, sign_in_url=SIGN_IN)
+    with serving("django", console) as origin:
+        url = f"{origin}/console/"
+        context = browser.new_context(
+            timezone_id="Europe/Berlin", viewport={"width": 1100, "height": 800}
+        )
+        sign_in(context, "django", "alice", url)
+        page = context.new_page()
+        page.goto(url)
+        page.screenshot(path=OUT / "console-django.png", full_page=True)
+        context.close()
 
 
 if __name__ == "__main__":

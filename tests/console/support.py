@@ -3,7 +3,8 @@
 ``make_world`` seeds tenant ``acme`` (``acme-main``, its default, and ``acme-research``)
 and tenant ``globex`` (``globex-hq``); ``alice`` is in both acme organizations, ``bob`` only
 in ``acme-main``. The signed-in account is read from the ``test_account`` cookie, the way a
-host's own sign-in would read its session.
+host's own sign-in would read its session; on the Django edge it is Django's own
+``request.user``, signed in through Django's sessions (``sign_in``).
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ from __future__ import annotations
 import re
 import socket
 import threading
+import types
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlencode
 
 import attrs
 import uvicorn
@@ -24,7 +27,7 @@ from werkzeug.exceptions import NotFound
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
 from werkzeug.serving import make_server
 
-from keyturn import KeyManager
+from keyturn import Authenticator, KeyManager
 from keyturn.console import Console
 from keyturn.console._page import StartOn
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
@@ -33,6 +36,7 @@ from tests.world import Clock
 ACCOUNT_COOKIE = "test_account"
 SIGN_IN = "/sign-in"
 EDGES = ("asgi", "wsgi")
+BROWSER_EDGES = (*EDGES, "django")  # the browser suite also runs against the Django edge
 NOW = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)  # where the console tests' clock starts
 
 
@@ -46,11 +50,14 @@ class World:
 
 
 def signed_in(request: Any) -> str | None:
-    account = request.cookies.get(ACCOUNT_COOKIE)
+    cookies = request.COOKIES if hasattr(request, "COOKIES") else request.cookies  # Django's
+    account = cookies.get(ACCOUNT_COOKIE)
     return account if isinstance(account, str) else None
 
 
-def make_world(*, start_on: StartOn = "tenant") -> World:
+def make_world(*, start_on: StartOn = "tenant", edge: str = "asgi", **options: Any) -> World:
+    """The seeded world, its console reading the sign-in the way *edge*'s host would;
+    *options* go to :class:`Console`."""
     store, membership, clock = MemoryKeyStore(), MemoryMembership(), Clock(NOW)
     membership.add_organization("acme-main", tenant_id="acme", default=True)
     membership.add_organization("acme-research", tenant_id="acme")
@@ -59,7 +66,12 @@ def make_world(*, start_on: StartOn = "tenant") -> World:
     membership.add_member("alice", "acme-research", role="member")
     membership.add_member("bob", "acme-main", role="member")
     manager = KeyManager(store, membership, clock=clock)
-    console = Console(manager, signed_in=signed_in, sign_in_url=SIGN_IN, start_on=start_on)
+    if edge == "django":
+        from keyturn.console.django import username
+
+        options.setdefault("signed_in", username)
+    options.setdefault("signed_in", signed_in)
+    console = Console(manager, sign_in_url=SIGN_IN, start_on=start_on, **options)
     return World(store=store, membership=membership, clock=clock, console=console, manager=manager)
 
 
@@ -69,6 +81,47 @@ def asgi_app(console: Console) -> Any:
 
 def wsgi_app(console: Console) -> Any:
     return DispatcherMiddleware(NotFound(), {"/console": console.wsgi()})
+
+
+@contextmanager
+def django_settings(console: Console) -> Iterator[None]:
+    """The tests' Django project with *console* included at /console/, behind Django's
+    sessions, authentication and CSRF middleware, and keyturn's for the API beside it."""
+    from django.test import override_settings
+    from django.urls import include, path
+
+    from keyturn.console.django import console_urls
+    from tests.django_project import CONSOLE_MIDDLEWARE, database
+
+    database()
+    urls = types.ModuleType("console_urls")  # a URLconf module of this console alone
+    urls.urlpatterns = [path("console/", include(console_urls(console)))]  # type: ignore[attr-defined]
+    manager = console.manager
+    with (
+        Authenticator(manager.store, manager.membership) as gate,  # the API beside it
+        override_settings(
+            ROOT_URLCONF=urls, MIDDLEWARE=CONSOLE_MIDDLEWARE, KEYTURN={"AUTHENTICATOR": gate}
+        ),
+    ):
+        yield
+
+
+def sign_in(context: Any, edge: str, account: str, url: str) -> None:
+    """Sign *account* in to the browser *context*: the test cookie, or a Django session."""
+    if edge == "django":
+        from tests.django_project import session_cookie
+
+        name, value = session_cookie(account)
+        context.add_cookies([{"name": name, "value": value, "url": url}])
+    else:
+        context.add_cookies([{"name": ACCOUNT_COOKIE, "value": account, "url": url}])
+
+
+def hidden_fields(html: str, form_id: str = "create") -> dict[str, str]:
+    """The hidden fields of a form of *html*: the form token, and Django's CSRF token."""
+    form = html[html.index(f'<form id="{form_id}"') :]
+    form = form[: form.index("</form>")]
+    return dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', form))
 
 
 def form_token(html: str) -> str:
@@ -85,7 +138,8 @@ class Reply:
 
 
 class Client:
-    """One interface over Starlette's TestClient and Werkzeug's test Client."""
+    """One interface over Starlette's TestClient, Werkzeug's test Client and Django's (used
+    inside ``django_settings(console)``)."""
 
     origin: str
 
@@ -95,6 +149,11 @@ class Client:
             from starlette.testclient import TestClient
 
             self._asgi = TestClient(asgi_app(console), follow_redirects=False)
+            self.origin = "http://testserver"
+        elif edge == "django":
+            from django.test import Client as DjangoClient
+
+            self._django = DjangoClient()
             self.origin = "http://testserver"
         else:
             from werkzeug.test import Client as WerkzeugClient
@@ -112,6 +171,8 @@ class Client:
         headers: Mapping[str, str] | None = None,
     ) -> Reply:
         headers = dict(headers or {})
+        if self.edge == "django":
+            return self._django_request(method, path, data, headers)
         if self.account is not None and self.edge == "asgi":
             headers["Cookie"] = f"{ACCOUNT_COOKIE}={self.account}"
         elif self.account is not None:
@@ -133,6 +194,27 @@ class Client:
             reply.status_code,
             {k.lower(): v for k, v in reply.headers.items()},
             reply.get_data(as_text=True),
+        )
+
+    def _django_request(
+        self,
+        method: str,
+        path: str,
+        data: Mapping[str, str] | bytes | None,
+        headers: dict[str, str],
+    ) -> Reply:
+        cookies = self._django.cookies
+        if self.account is not None:
+            cookies[ACCOUNT_COOKIE] = self.account
+        elif ACCOUNT_COOKIE in cookies:
+            del cookies[ACCOUNT_COOKIE]
+        content_type = headers.pop("Content-Type", "application/x-www-form-urlencoded")
+        body = urlencode(data) if isinstance(data, Mapping) else (data or b"")
+        reply = self._django.generic(method, path, body, content_type=content_type, headers=headers)
+        return Reply(
+            reply.status_code,
+            {k.lower(): v for k, v in reply.items()},
+            reply.content.decode(),
         )
 
     def get(self, path: str, **kwargs: Any) -> Reply:
@@ -165,16 +247,27 @@ def serving(edge: str, console: Console) -> Iterator[str]:
             server.should_exit = True
             thread.join(10)
             sock.close()
+    elif edge == "django":
+        from django.core.handlers.wsgi import WSGIHandler
+
+        with django_settings(console), _werkzeug_serving(WSGIHandler()) as origin:
+            yield origin
     else:
-        wsgi = make_server("127.0.0.1", 0, wsgi_app(console), threaded=True)
-        thread = threading.Thread(target=wsgi.serve_forever, daemon=True)
-        thread.start()
-        try:
-            yield f"http://127.0.0.1:{wsgi.server_port}"
-        finally:
-            wsgi.shutdown()
-            thread.join(10)
-            wsgi.server_close()
+        with _werkzeug_serving(wsgi_app(console)) as origin:
+            yield origin
+
+
+@contextmanager
+def _werkzeug_serving(app: Any) -> Iterator[str]:
+    wsgi = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=wsgi.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{wsgi.server_port}"
+    finally:
+        wsgi.shutdown()
+        thread.join(10)
+        wsgi.server_close()
 
 
 def expect() -> Any:

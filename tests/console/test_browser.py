@@ -1,14 +1,16 @@
 """The console in a real browser: Debian's Chromium driven by Playwright, on both edges.
 
 Each test gets a fresh console with no keys, served by each edge (ASGI under uvicorn, WSGI
-under Werkzeug's server) on a free 127.0.0.1 port, in a thread of this process, and stopped
-at its end. The server's
-clock is the test's; the browser's time zone is emulated per test. Without Chromium or
+under Werkzeug's server, and the Django URLconf in a Django project under Werkzeug's server,
+signed in through Django's sessions and guarded by its CSRF check) on a free 127.0.0.1
+port, in a thread of this process, and stopped at its end. The server's clock is the
+test's; the browser's time zone is emulated per test. Without Chromium or
 Playwright these tests skip, saying why -- except under ``CI=true``, where they fail.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -20,13 +22,13 @@ import pytest
 from keyturn import Lifetime, Scope, Status
 from keyturn.console import local_time
 from tests.console.support import (
-    ACCOUNT_COOKIE,
-    EDGES,
+    BROWSER_EDGES,
     NOW,
     World,
     expect,
     make_world,
     serving,
+    sign_in,
 )
 
 
@@ -34,20 +36,21 @@ from tests.console.support import (
 class Site:
     world: World
     url: str  # the console's base URL, with its trailing slash
+    edge: str
 
 
-@pytest.fixture(params=EDGES)
+@pytest.fixture(params=BROWSER_EDGES)
 def site(request: pytest.FixtureRequest, browser: Any) -> Iterator[Site]:
     """A console of one edge with no keys and the clock at NOW, served for one test."""
-    world = make_world()
+    world = make_world(edge=request.param)
     with serving(request.param, world.console) as origin:
-        yield Site(world, f"{origin}/console/")
+        yield Site(world, f"{origin}/console/", request.param)
 
 
 def open_console(browser: Any, site: Site, *, zone: str = "Europe/Paris", width: int = 1000) -> Any:
     """A page signed in as alice, in a browser that lives in *zone*."""
     context = browser.new_context(timezone_id=zone, viewport={"width": width, "height": 900})
-    context.add_cookies([{"name": ACCOUNT_COOKIE, "value": "alice", "url": site.url}])
+    sign_in(context, site.edge, "alice", site.url)
     page = context.new_page()
     page.set_default_timeout(10_000)
     page.goto(site.url)
@@ -171,10 +174,9 @@ def test_double_submit_makes_one_key(browser: Any, site: Site) -> None:
     """Sending the same form twice (a double click, a replay) creates one key."""
     page = open_console(browser, site)
     page.fill("#name", "double")
-    form = page.locator("#create")
-    token = form.locator("input[name=token]").input_value()
+    hidden = page.locator("#create input[type=hidden]")  # the form token, Django's CSRF token
     fields = {
-        "token": token,
+        **{field.get_attribute("name") or "": field.input_value() for field in hidden.all()},
         "name": "double",
         "lifetime": "1d",
         "tz": "UTC",
@@ -299,7 +301,7 @@ def test_without_script_the_server_decides(browser: Any, site: Site) -> None:
     """With JavaScript off, nothing is disabled, the server refuses bad input with a message,
     and the user picks the time zone."""
     context = browser.new_context(java_script_enabled=False, timezone_id="Pacific/Auckland")
-    context.add_cookies([{"name": ACCOUNT_COOKIE, "value": "alice", "url": site.url}])
+    sign_in(context, site.edge, "alice", site.url)
     page = context.new_page()
     page.set_default_timeout(10_000)
     page.goto(site.url)
@@ -458,7 +460,7 @@ def test_rotate_without_script(browser: Any, site: Site) -> None:
     old = site.world.manager.create("alice", name="no script", scope=Scope.tenant("acme"))
     site.world.clock.now = NOW + timedelta(minutes=5)
     context = browser.new_context(java_script_enabled=False)
-    context.add_cookies([{"name": ACCOUNT_COOKIE, "value": "alice", "url": site.url}])
+    sign_in(context, site.edge, "alice", site.url)
     page = context.new_page()
     page.set_default_timeout(10_000)
     page.goto(site.url)
@@ -470,3 +472,85 @@ def test_rotate_without_script(browser: Any, site: Site) -> None:
     new = site.world.manager.list("alice")[0]
     assert (new.replaces, new.revoke_old_on_first_use) == (old.info.key_id, True)
     context.close()
+
+
+def test_a_name_is_counted_in_characters_as_the_server_counts(browser: Any, site: Site) -> None:
+    """60 emoji (120 UTF-16 units) stay whole; 101 characters disable Create with the count;
+    100 emoji make a key with that very name."""
+    page = open_console(browser, site)
+    button, why = page.locator("#create-button"), page.locator("#create-why")
+    page.fill("#name", "🔑" * 60)
+    assert page.locator("#name").input_value() == "🔑" * 60
+    expect()(button).to_be_enabled()
+    page.fill("#name", "🔑" * 101)
+    expect()(button).to_be_disabled()
+    expect()(why).to_have_text("The name has 101 characters; at most 100 are allowed.")
+    page.fill("#name", "🔑" * 100)
+    expect()(button).to_be_enabled()
+    page.click("#create-button")
+    expect()(page.locator("h1")).to_contain_text("created")
+    [key] = site.world.store.keys_of("alice")
+    assert key.name == "🔑" * 100
+    page.context.close()
+
+
+def test_the_browsers_zone_comes_first_and_is_used(browser: Any, site: Site) -> None:
+    """The zone the browser names is the list's first and chosen, even an alias the list
+    leaves out (Chromium names Kolkata "Asia/Calcutta"); a custom date ends at its midnight."""
+    page = open_console(browser, site, zone="Asia/Kolkata")
+    named = page.evaluate("Intl.DateTimeFormat().resolvedOptions().timeZone")
+    expect()(page.locator("#tz option").nth(1)).to_have_attribute("value", named)
+    expect()(page.locator("#tz")).to_have_value(named)
+    page.fill("#name", "zoned")
+    page.check("input[name=lifetime][value=custom]")
+    page.fill("#date", "2026-06-20")
+    expect()(page.locator("#expires")).to_have_text("2026-06-21 00:00 IST")
+    page.click("#create-button")
+    expect()(page.locator("h1")).to_have_text("Key “zoned” created")
+    [key] = site.world.store.keys_of("alice")
+    assert key.expires_at == datetime(2026, 6, 20, 18, 30, tzinfo=UTC)
+    page.context.close()
+
+
+def test_a_page_load_asks_for_nothing_that_is_missing(browser: Any, site: Site) -> None:
+    """Loading the list requests nothing that answers 404 (no /favicon.ico), and the icon the
+    page names is served."""
+    context = browser.new_context()
+    sign_in(context, site.edge, "alice", site.url)
+    page = context.new_page()
+    failed: list[str] = []
+    page.on("response", lambda response: response.status >= 400 and failed.append(response.url))
+    page.goto(site.url)
+    expect()(page.locator("#expires")).not_to_have_text("…")
+    page.reload()
+    expect()(page.locator("#expires")).not_to_have_text("…")
+    icon = page.locator("link[rel=icon]").get_attribute("href")
+    assert icon is not None
+    assert page.request.get(site.url.removesuffix("/console/") + icon).status == 200
+    assert failed == []
+    context.close()
+
+
+def test_the_expiry_preview_never_shows_a_stale_answer(browser: Any, site: Site) -> None:
+    """While the server is slow to answer, a new lifetime shows "…" rather than the last
+    expiry; only the latest question is kept, whatever order the answers come back in."""
+    page = open_console(browser, site, zone="UTC")
+    expect()(page.locator("#expires")).to_have_text(local_time(NOW + timedelta(days=30), None))
+    held: list[Any] = []
+    page.route("**/console/preview?*", lambda route: held.append(route))  # a slow server
+    page.check("input[name=lifetime][value='1d']")
+    expect()(page.locator("#expires")).to_have_text("…")
+    page.check("input[name=lifetime][value='7d']")
+    expect()(page.locator("#expires")).to_have_text("…")
+    for _ in range(100):  # bounded: both questions reach the route
+        if len(held) == 2:
+            break
+        page.wait_for_timeout(50)
+    assert [route.request.url.split("lifetime=")[1][:2] for route in held] == ["1d", "7d"]
+    held[1].continue_()  # the latest answer first, then the stale one (its fetch was aborted)
+    expect()(page.locator("#expires")).to_have_text(local_time(NOW + timedelta(days=7), None))
+    with contextlib.suppress(Exception):  # the page may have given up on it already
+        held[0].continue_()
+    page.wait_for_timeout(200)
+    expect()(page.locator("#expires")).to_have_text(local_time(NOW + timedelta(days=7), None))
+    page.context.close()

@@ -181,6 +181,7 @@ class Awaited:
             "get_default_organization",
             "get_role",
             "reaches_tenant",
+            "organizations_of",
         ):
             if hasattr(target, name):
                 setattr(self, name, self._async(getattr(target, name)))

@@ -1,6 +1,7 @@
-"""The console's pages through both edges (Starlette's and Werkzeug's test clients).
+"""The console's pages through every edge (Starlette's, Werkzeug's and Django's test clients).
 
-Every test runs against the ASGI and the WSGI console and must pass identically.
+Every test runs against the ASGI, the WSGI and the Django console and must pass identically
+(but for the two differences that Django itself makes, named where they are tested).
 """
 
 from __future__ import annotations
@@ -58,7 +59,10 @@ def test_visitor_not_signed_in_is_sent_to_sign_in(client: Client) -> None:
 def test_every_page_carries_the_security_headers(client: Client, path: str) -> None:
     """no-store, a CSP without inline script or framing, no referrer, nosniff: on every page."""
     reply = client.get(path)
-    for name, value in SECURITY_HEADERS.items():
+    expected = dict(SECURITY_HEADERS)
+    if client.edge == "django":  # under no-referrer a form's Origin is "null": Django refuses it
+        expected["referrer-policy"] = "same-origin"
+    for name, value in expected.items():
         assert reply.headers[name] == value
     assert "'unsafe-inline'" not in CSP
     assert "frame-ancestors 'none'" in CSP
@@ -260,7 +264,8 @@ def test_starting_scope_is_configurable(world: World) -> None:
 def test_mount_point_without_slash_redirects(client: Client) -> None:
     """/console redirects to /console/, so relative links resolve under the mount."""
     reply = client.get("/console")
-    assert reply.status in (307, 308)
+    # Django's own APPEND_SLASH (CommonMiddleware) answers there, with a 301.
+    assert reply.status in ((301,) if client.edge == "django" else (307, 308))
     assert reply.headers["location"].endswith("/console/")
 
 

@@ -7,10 +7,8 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-import django
 import httpx
 import pytest
-from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.handlers.asgi import ASGIHandler
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -28,6 +26,7 @@ from keyturn import (
 )
 from keyturn.django import principal
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
+from tests import django_project  # noqa: F401  (configures Django for this process)
 
 WHOAMI = "/managed-agents/v1/whoami"
 ASYNC_WHOAMI = "/managed-agents/v1/async-whoami"
@@ -77,15 +76,12 @@ urlpatterns = [
     path("outside", public),
 ]
 
-if not settings.configured:
-    settings.configure(
-        ROOT_URLCONF=__name__,
-        ALLOWED_HOSTS=["testserver", "127.0.0.1"],
-        MIDDLEWARE=["keyturn.django.ApiKeyMiddleware"],
-        SECRET_KEY="test-only-not-secret",
-        DEBUG=False,
-    )
-    django.setup()
+
+@pytest.fixture(autouse=True)
+def project() -> Iterator[None]:
+    """This module's URLconf behind the middleware alone, in the tests' Django project."""
+    with override_settings(ROOT_URLCONF=__name__, MIDDLEWARE=["keyturn.django.ApiKeyMiddleware"]):
+        yield
 
 
 @pytest.fixture

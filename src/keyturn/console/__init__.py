@@ -19,9 +19,11 @@ library. Your service mounts it behind its own sign-in::
     app.mount("/console", console.asgi())
     # Flask (Werkzeug's DispatcherMiddleware)
     app.wsgi_app = DispatcherMiddleware(app.wsgi_app, {"/console": console.wsgi()})
+    # Django (urls.py; signed_in=keyturn.console.django.username reads request.user)
+    urlpatterns = [path("console/", include(keyturn.console.django.console_urls(console)))]
 
 One framework-free page layer (:mod:`keyturn.console._page`) answers every request; the
-ASGI and WSGI edges only translate. Needs the ``console`` extra (Jinja2, Starlette,
+ASGI, WSGI and Django edges only translate. Needs the ``console`` extra (Jinja2, Starlette,
 Werkzeug). See ``docs/console.md``.
 """
 

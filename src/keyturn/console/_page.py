@@ -2,17 +2,19 @@
 
 Rules of this file:
 
-1. The edges (:mod:`keyturn.console.asgi`, :mod:`keyturn.console.wsgi`) turn their server's
-   request into a :class:`Visit` and write the :class:`Page` back. They decide nothing, so
-   both serve the same pages byte for byte.
+1. The edges (:mod:`keyturn.console.asgi`, :mod:`keyturn.console.wsgi`,
+   :mod:`keyturn.console.django`) turn their server's request into a :class:`Visit` and write
+   the :class:`Page` back. They decide nothing, so all serve the same pages byte for byte
+   (Django's says ``Referrer-Policy: same-origin``, which its CSRF check needs).
 2. Every page carries the same :data:`HEADERS`: no caching, no inline script, no framing,
    no referrer.
 3. A request carrying an API key (``Authorization: Bearer rma_...``) is refused before
    anything else: a key can never create, list or revoke keys (spec section 1).
 4. Every POST passes two checks before it acts: it comes from this origin (``Origin``,
-   ``Sec-Fetch-Site``) and it carries a form token issued to the same account. The create
-   form's token and the rotate form's work once, so a reload, a back-and-resubmit or a
-   double click never makes a second key.
+   ``Sec-Fetch-Site``) and it carries a form token issued to the same account; a host's own
+   CSRF check (Django's) that refused it is heard too. The create form's token and the
+   rotate form's work once, so a reload, a back-and-resubmit or a double click never makes
+   a second key.
 5. The secret of a new key appears in exactly one place: the body of the POST that created
    it (or rotated it). Never in a URL, a redirect, a cookie, a header or a log line.
 6. Every rule about names, lifetimes and dates is the library's (:mod:`keyturn._lifecycle`):
@@ -21,6 +23,7 @@ Rules of this file:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -33,16 +36,18 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, date, datetime, timedelta
 from functools import partial
 from importlib import resources
+from pathlib import Path
 from typing import Any, Final, Literal
 from urllib.parse import parse_qsl, urlencode
-from zoneinfo import ZoneInfo, available_timezones
+from zoneinfo import TZPATH, ZoneInfo, available_timezones
 
+import anyio.from_thread
 import attrs
 import jinja2
 import markupsafe
 
 from keyturn._lifecycle import MAX_NAME_LENGTH, custom_date_bounds, expiry_for, validate_name
-from keyturn._model import CustomDate, KeyInfo, Lifetime, Organization, Scope, Status
+from keyturn._model import CreatedKey, CustomDate, KeyInfo, Lifetime, Organization, Scope, Status
 from keyturn.errors import (
     InvalidExpiry,
     InvalidKeyName,
@@ -52,7 +57,7 @@ from keyturn.errors import (
     KeyturnError,
     ScopeNotReachable,
 )
-from keyturn.manager import KeyManager
+from keyturn.manager import AsyncKeyManager, KeyManager
 from keyturn.protocols import ConsoleMembership
 
 _log = logging.getLogger("keyturn.console")
@@ -70,7 +75,28 @@ LIFETIME_CHOICES: Final[Sequence[tuple[str, str, Lifetime | None]]] = (
     ("custom", "Custom date", None),
 )
 _LIFETIMES: Final = {code: lifetime for code, _, lifetime in LIFETIME_CHOICES}
-ZONES: Final = tuple(sorted(z for z in available_timezones() if "/" in z or z == "UTC"))
+
+
+def _links() -> frozenset[str]:
+    """The zone names that are aliases (``L`` lines of ``tzdata.zi``), from the system's time
+    zone data or the ``tzdata`` package; none where neither has that file."""
+    places: list[Any] = [Path(folder, "tzdata.zi") for folder in TZPATH]
+    with contextlib.suppress(ModuleNotFoundError):
+        places.append(resources.files("tzdata.zoneinfo").joinpath("tzdata.zi"))
+    for index in places:
+        if index.is_file():
+            lines = index.read_text(encoding="utf-8").splitlines()
+            return frozenset(line.split()[2] for line in lines if line.startswith("L "))
+    return frozenset()
+
+
+KNOWN_ZONES: Final = frozenset(z for z in available_timezones() if "/" in z or z == "UTC")
+# The time zone list offers canonical zones only (no aliases such as Asia/Calcutta or
+# US/Pacific, nor the sign-inverted Etc/GMT+5); a browser that names an alias still gets
+# it, first in the list, and the server accepts every zone it knows.
+ZONES: Final = tuple(
+    sorted({"UTC", *(z for z in KNOWN_ZONES - _links() if not z.startswith("Etc/"))})
+)
 _STATUS_MARKS: Final = {
     Status.ACTIVE: "✓",
     Status.INACTIVE: "‖",
@@ -92,6 +118,7 @@ HEADERS: Final = (
 _STATIC: Final = {
     "/static/console.js": "text/javascript; charset=utf-8",
     "/static/console.css": "text/css; charset=utf-8",
+    "/static/favicon.svg": "image/svg+xml",  # named by every page: no /favicon.ico lookup
 }
 
 _TEXTS: Final = {  # the message pages' texts, by title
@@ -132,6 +159,9 @@ class Visit:
     content_type: str = ""
     headers: Mapping[str, str] = attrs.field(factory=dict)  # lower-case names
     account_id: str | None = None
+    organization: str | None = None  # where the host says the user is (current_organization)
+    form_fields: Mapping[str, str] = attrs.field(factory=dict)  # the host's, in every POST form
+    csrf_refused: bool = False  # the host's own CSRF check (Django's) refused this POST
 
 
 @attrs.frozen
@@ -162,7 +192,7 @@ class Preview:
 
 
 def _zone(name: str) -> ZoneInfo | None:
-    return ZoneInfo(name) if name in ZONES else None
+    return ZoneInfo(name) if name in KNOWN_ZONES else None
 
 
 def local_time(at: datetime, zone: ZoneInfo | None) -> str:
@@ -291,18 +321,51 @@ _TEMPLATES.globals.update(
 _TEMPLATES.filters["scope_label"] = _scope_label
 
 
+class _Awaited:
+    """An :class:`~keyturn.AsyncKeyManager` asked from the worker thread the ASGI edge runs
+    a page in: each call runs on the event loop that owns the manager's pool."""
+
+    def __init__(self, manager: AsyncKeyManager) -> None:
+        self.manager = manager
+
+    def _now(self) -> datetime:
+        return self.manager._now()
+
+    def organizations_of(self, account_id: str) -> Sequence[Organization]:
+        found: Sequence[Organization] = anyio.from_thread.run(
+            self.manager.membership.organizations_of, account_id
+        )
+        return found
+
+    def list(self, account_id: str) -> list[KeyInfo]:
+        return anyio.from_thread.run(self.manager.list, account_id)
+
+    def create(self, account_id: str, **options: Any) -> CreatedKey:
+        return anyio.from_thread.run(partial(self.manager.create, account_id, **options))
+
+    def rotate(self, account_id: str, key_id: str, **options: Any) -> CreatedKey:
+        return anyio.from_thread.run(partial(self.manager.rotate, account_id, key_id, **options))
+
+    def revoke(self, account_id: str, key_id: str) -> KeyInfo:
+        return anyio.from_thread.run(self.manager.revoke, account_id, key_id)
+
+
 class Console:
     """The key console for one service: mount :meth:`asgi` or :meth:`wsgi` behind sign-in.
 
-    :param manager: the :class:`~keyturn.KeyManager` over your store and membership; its
-        membership must also list an account's organizations
+    :param manager: the :class:`~keyturn.KeyManager` over your store and membership, or an
+        :class:`~keyturn.AsyncKeyManager` for a console served only through the ASGI edge;
+        its membership must also list an account's organizations
         (:class:`~keyturn.ConsoleMembership`), for the scope choice.
-    :param signed_in: your sign-in, as a function of the framework's request (Starlette's
-        or Werkzeug's) to the signed-in account id, or ``None``.
+    :param signed_in: your sign-in, as a function of the framework's request (Starlette's,
+        Werkzeug's or Django's) to the signed-in account id, or ``None``.
     :param sign_in_url: where to send a visitor who is not signed in.
     :param start_on: the scope the create form starts on: ``"tenant"``, or
-        ``"organization"`` (the account's organization: its tenant's default one if it is
-        a member there).
+        ``"organization"``: the one *current_organization* names, else the account's
+        tenant's default organization if it is a member there, else its first.
+    :param current_organization: with ``start_on="organization"``, which organization the
+        user is in, as a function of the framework's request to an organization id or
+        ``None`` (asked like *signed_in*, on each request).
     :param secret: signs the form tokens; give every process of one service the same
         secret (32 random bytes). By default a random one per process.
     :param expiring_within: the list marks Active and Inactive keys that expire this soon,
@@ -311,17 +374,19 @@ class Console:
 
     def __init__(
         self,
-        manager: KeyManager,
+        manager: KeyManager | AsyncKeyManager,
         *,
         signed_in: Callable[[Any], Any],
         sign_in_url: str,
         start_on: StartOn = "tenant",
+        current_organization: Callable[[Any], Any] | None = None,
         secret: bytes | None = None,
         expiring_within: timedelta = timedelta(days=7),
     ) -> None:
-        if not isinstance(manager, KeyManager):
+        if not isinstance(manager, KeyManager | AsyncKeyManager):
             raise ConsoleSetupError(
-                f"manager must be a keyturn.KeyManager, got {type(manager).__name__}"
+                "manager must be a keyturn.KeyManager or keyturn.AsyncKeyManager, "
+                f"got {type(manager).__name__}"
             )
         if not isinstance(manager.membership, ConsoleMembership):
             raise ConsoleSetupError(
@@ -337,6 +402,13 @@ class Console:
             raise ConsoleSetupError(
                 f"start_on must be 'tenant' or 'organization', got {start_on!r}"
             )
+        if current_organization is not None and (
+            start_on != "organization" or not callable(current_organization)
+        ):
+            raise ConsoleSetupError(
+                "current_organization must be a function of the request, "
+                "given with start_on='organization'"
+            )
         if secret is not None and (not isinstance(secret, bytes) or len(secret) < 16):
             raise ConsoleSetupError("secret must be at least 16 random bytes")
         if not isinstance(expiring_within, timedelta) or expiring_within < timedelta(0):
@@ -345,9 +417,18 @@ class Console:
             )
         self.manager = manager
         self.membership: ConsoleMembership = manager.membership
+        # The pages call the manager in a worker thread: an async one through the loop.
+        self._keys: KeyManager | _Awaited
+        self._organizations_of: Callable[[str], Sequence[Organization]]
+        if isinstance(manager, KeyManager):
+            self._keys, self._organizations_of = manager, self.membership.organizations_of
+        else:
+            self._keys = _Awaited(manager)
+            self._organizations_of = self._keys.organizations_of
         self.signed_in = signed_in
         self.sign_in_url = sign_in_url
         self.start_on: StartOn = start_on
+        self.current_organization = current_organization
         self.expiring_within = expiring_within
         self._tokens = _FormTokens(secret or secrets.token_bytes(32))
 
@@ -409,6 +490,8 @@ class Console:
             content_type = visit.content_type.split(";")[0].strip().lower()
             if content_type != "application/x-www-form-urlencoded":
                 return self._message(visit, 415, "Unsupported form", account=None)
+            if visit.csrf_refused:
+                return self._message(visit, 403, "This form has expired")
         try:
             return handlers[method](visit, visit.account_id)
         except Exception:
@@ -417,7 +500,7 @@ class Console:
             return self._message(visit, 503, "Try again in a moment", ("Retry-After", "5"))
 
     def _now(self) -> datetime:
-        return self.manager._now()
+        return self._keys._now()
 
     def _keys_page(
         self,
@@ -427,9 +510,13 @@ class Console:
         errors: Mapping[str, str] | None = None,
     ) -> Page:
         """The list and the create form: fresh (*form* ``None``), or as sent with *errors*."""
-        choices = _scope_choices(self.membership.organizations_of(account_id))
+        choices = _scope_choices(self._organizations_of(account_id))
         if form is None:
             starts = [v for v, _, s in choices if self.start_on == "tenant" or s.organization_id]
+            # The organization the host says the user is in, when the user reaches it.
+            if self.start_on == "organization" and visit.organization is not None:
+                here = [v for v, _, s in choices if s.organization_id == visit.organization]
+                starts = here + starts
             values = {"name": "", "lifetime": "30d", "date": "", "tz": visit.query.get("tz", "")}
             values["scope"] = starts[0] if starts else ""
         else:
@@ -437,7 +524,7 @@ class Console:
         zone_name = values["tz"] or visit.query.get("tz", "")
         zone = _zone(zone_name)
         now = self._now()
-        every_key = self.manager.list(account_id)
+        every_key = self._keys.list(account_id)
         scopes = dict.fromkeys([*(s for _, _, s in choices), *(i.scope for i in every_key)])
         wanted_scope = next(
             (s for s in scopes if _scope_value(s) == visit.query.get("scope")), None
@@ -497,7 +584,7 @@ class Console:
         if problem is not None:
             custom_field = "date" if zone else "tz"
             errors[custom_field if values["lifetime"] == "custom" else "lifetime"] = problem
-        choices = _scope_choices(self.membership.organizations_of(account_id))
+        choices = _scope_choices(self._organizations_of(account_id))
         scope = {value: scope for value, _, scope in choices}.get(values["scope"])
         if scope is None:
             errors["scope"] = "Choose a scope: your tenant or one of your organizations."
@@ -515,7 +602,7 @@ class Console:
                 "If you lost it, revoke that key and create a new one.",
             )
         try:
-            created = self.manager.create(account_id, name=name, scope=scope, expiry=choice)
+            created = self._keys.create(account_id, name=name, scope=scope, expiry=choice)
         except BaseException as exc:
             self._tokens.release(nonce)  # nothing was created: the same form may be sent again
             if not isinstance(exc, InvalidExpiry | ScopeNotReachable):
@@ -528,7 +615,7 @@ class Console:
 
     def _found(self, visit: Visit, account_id: str, *, form: str) -> Page:
         """The page of one of the account's keys (``?key=``) with a *form* token, or a 404."""
-        keys = {info.key_id: info for info in self.manager.list(account_id)}
+        keys = {info.key_id: info for info in self._keys.list(account_id)}
         info = keys.get(visit.query.get("key", ""))
         if info is None:
             return self._message(visit, 404, "No such key")
@@ -546,7 +633,7 @@ class Console:
             return self._message(visit, 403, "This form has expired")
         key_id = form.get("key", "")
         try:
-            self.manager.revoke(account_id, key_id)
+            self._keys.revoke(account_id, key_id)
         except KeyNotFound:
             return self._message(visit, 404, "No such key")
         except KeyNotRevocable as exc:
@@ -571,7 +658,7 @@ class Console:
                 "If you lost it, revoke that key and rotate again.",
             )
         try:
-            created = self.manager.rotate(
+            created = self._keys.rotate(
                 account_id, form.get("key", ""), revoke_old_on_first_use=revoke_old == "1"
             )
         except BaseException as exc:
@@ -582,7 +669,7 @@ class Console:
                 raise
             text = _sentence(str(exc))
             return self._message(visit, 409, "This key cannot be rotated", text=text)
-        keys = {info.key_id: info for info in self.manager.list(account_id)}
+        keys = {info.key_id: info for info in self._keys.list(account_id)}
         context = {"secret": created.secret, "row": self._row(created.info, self._now(), keys)}
         return self._render(visit, "created.html", 201, {**context, "zone": None})
 
@@ -608,7 +695,12 @@ class Console:
         """*template* with *context*, and *extra* headers; the header bar names the signed-in
         account unless *context* sets ``account`` to ``None``."""
         html = _TEMPLATES.get_template(template).render(
-            {"base": visit.base, "account": visit.account_id, **context}
+            {
+                "base": visit.base,
+                "account": visit.account_id,
+                "form_fields": visit.form_fields,
+                **context,
+            }
         )
         headers = (*HEADERS, ("Content-Type", "text/html; charset=utf-8"), *extra)
         return Page(status, headers, html.encode())

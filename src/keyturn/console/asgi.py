@@ -1,14 +1,17 @@
 """The console's ASGI edge: an ASGI app over :class:`~keyturn.console.Console`. Decides nothing.
 
 It reads the request (at most :data:`~keyturn.console._page.MAX_FORM_BYTES` of body), asks the
-host's ``signed_in`` with a Starlette :class:`~starlette.requests.Request` (a coroutine
-function is awaited, a plain one runs in a worker thread), and runs the page layer -- which
-calls the key store -- in a worker thread, so a blocking store never stalls the event loop.
+host's ``signed_in`` (and ``current_organization``) with a Starlette
+:class:`~starlette.requests.Request` (a coroutine function is awaited, a plain one runs in a
+worker thread), and runs the page layer -- which calls the key store -- in a worker thread,
+so a blocking store never stalls the event loop; an :class:`~keyturn.AsyncKeyManager`'s
+calls go back to the event loop from there.
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -67,13 +70,9 @@ async def _visit(edge: ConsoleASGI, request: Request, path: str) -> Visit:
             body += chunk
             if len(body) > MAX_FORM_BYTES:
                 break
-    signed_in = edge.console.signed_in
-    if inspect.iscoroutinefunction(signed_in):
-        account: Any = await signed_in(request)
-    else:  # it may read a database: off the event loop
-        account = await run_in_threadpool(signed_in, request)
-        if inspect.isawaitable(account):
-            account = await account
+    account = await _ask(edge.console.signed_in, request)
+    hook = edge.console.current_organization
+    organization = None if hook is None else await _ask(hook, request)
     headers = request.headers
     return Visit(
         method=request.method,
@@ -89,4 +88,14 @@ async def _visit(edge: ConsoleASGI, request: Request, path: str) -> Visit:
             if name in headers
         },
         account_id=account if isinstance(account, str) and account else None,
+        organization=organization if isinstance(organization, str) else None,
     )
+
+
+async def _ask(host: Callable[[Request], Any], request: Request) -> Any:
+    """A host function's answer: a coroutine function awaited, a plain one (it may read a
+    database) run off the event loop."""
+    if inspect.iscoroutinefunction(host):
+        return await host(request)
+    answer = await run_in_threadpool(host, request)
+    return await answer if inspect.isawaitable(answer) else answer

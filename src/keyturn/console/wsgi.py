@@ -1,8 +1,9 @@
 """The console's WSGI edge: a WSGI app over :class:`~keyturn.console.Console`. Decides nothing.
 
 It reads the request (at most :data:`~keyturn.console._page.MAX_FORM_BYTES` of body), asks the
-host's ``signed_in`` with a Werkzeug :class:`~werkzeug.wrappers.Request`, and writes the
-page layer's answer back.
+host's ``signed_in`` (and ``current_organization``) with a Werkzeug
+:class:`~werkzeug.wrappers.Request`, and writes the page layer's answer back. It serves a
+:class:`~keyturn.KeyManager` only: a WSGI server has no event loop for an async one.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from typing import TYPE_CHECKING
 
 from werkzeug.wrappers import Request
 
-from keyturn.console._page import MAX_FORM_BYTES, Console, Page, Visit, fields
+from keyturn.console._page import MAX_FORM_BYTES, Console, ConsoleSetupError, Page, Visit, fields
+from keyturn.manager import AsyncKeyManager
 
 if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIEnvironment
@@ -25,6 +27,11 @@ class ConsoleWSGI:
     """``DispatcherMiddleware(app.wsgi_app, {"/console": console.wsgi()})`` in Flask."""
 
     def __init__(self, console: Console) -> None:
+        if isinstance(console.manager, AsyncKeyManager):
+            raise ConsoleSetupError(
+                "a WSGI server has no event loop for an AsyncKeyManager: serve this console "
+                "with console.asgi(), or give it a KeyManager"
+            )
         self.console = console
 
     def __repr__(self) -> str:
@@ -47,6 +54,8 @@ def _visit(edge: ConsoleWSGI, request: Request) -> Visit:
     if request.method == "POST":
         body = request.stream.read(MAX_FORM_BYTES + 1)
     account = edge.console.signed_in(request)
+    hook = edge.console.current_organization
+    organization = None if hook is None else hook(request)
     headers = request.headers
     return Visit(
         method=request.method,
@@ -62,4 +71,5 @@ def _visit(edge: ConsoleWSGI, request: Request) -> Visit:
             if (value := headers.get(name)) is not None
         },
         account_id=account if isinstance(account, str) and account else None,
+        organization=organization if isinstance(organization, str) else None,
     )

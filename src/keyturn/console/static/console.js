@@ -64,11 +64,19 @@
   var why = document.getElementById("create-why");
   var known = { min: date.min || null, max: date.max || null, problem: null };
   var asked = 0;
+  var inFlight = null;
+  var later = 0;
+  var maxName = parseInt(name.dataset.max, 10);
 
+  // The browser's zone comes first in the list; the server knows aliases it does not list.
   if (!tz.value && zone) {
+    var mine = null;
     for (var i = 0; i < tz.options.length; i++) {
-      if (tz.options[i].value === zone) { tz.value = zone; break; }
+      if (tz.options[i].value === zone) { mine = tz.options[i]; break; }
     }
+    if (!mine) { mine = new Option(zone, zone); }
+    tz.insertBefore(mine, tz.options[1] || null);
+    tz.value = zone;
   }
 
   function lifetime() {
@@ -77,7 +85,12 @@
   }
 
   function reason() {
-    if (!name.value.trim()) { return "Name the key to create it."; }
+    // Characters as the server counts them: code points, not UTF-16 units.
+    var length = Array.from(name.value.trim()).length;
+    if (!length) { return "Name the key to create it."; }
+    if (length > maxName) {
+      return "The name has " + length + " characters; at most " + maxName + " are allowed.";
+    }
     if (lifetime() === "custom") {
       if (!date.value) { return "Choose the custom expiry date."; }
       if (known.min && date.value < known.min) { return "The date must be tomorrow or later."; }
@@ -96,25 +109,42 @@
     why.textContent = text;
   }
 
+  // The expiry shown is never a stale answer: a change marks it pending at once, and only
+  // the latest question is in flight (a slow server gets one request, not one per key).
   function ask() {
     var mine = ++asked;
+    if (inFlight) { inFlight.abort(); }
+    inFlight = new AbortController();
+    expires.textContent = "…";
+    expires.setAttribute("aria-busy", "true");
     var query = new URLSearchParams({ lifetime: lifetime(), date: date.value, tz: tz.value });
     fetch(form.dataset.preview + "?" + query.toString(), {
-      credentials: "same-origin", headers: { Accept: "application/json" }
+      credentials: "same-origin", headers: { Accept: "application/json" },
+      signal: inFlight.signal
     }).then(function (response) {
       return response.ok ? response.json() : null;
     }).then(function (shown) {
-      if (!shown || mine !== asked) { return; }
+      if (mine !== asked) { return; }
+      expires.removeAttribute("aria-busy");
+      if (!shown) { expires.textContent = "—"; return; }
       known = shown;
       if (shown.min) { date.min = shown.min; date.max = shown.max; }
       expires.textContent = shown.expires || "—";
       refresh();
-    }).catch(function () { /* the server still decides on submit */ });
+    }).catch(function () {
+      if (mine === asked) { expires.removeAttribute("aria-busy"); expires.textContent = "—"; }
+    });
+  }
+
+  function askSoon() {  // typing a date: ask once the keys stop
+    expires.textContent = "…";
+    clearTimeout(later);
+    later = setTimeout(ask, 150);
   }
 
   name.addEventListener("input", refresh);
-  form.addEventListener("change", function () { refresh(); ask(); });
-  date.addEventListener("input", function () { refresh(); ask(); });
+  form.addEventListener("change", function () { clearTimeout(later); refresh(); ask(); });
+  date.addEventListener("input", function () { refresh(); askSoon(); });
   refresh();
   ask();
 })();

@@ -1,0 +1,1 @@
+"""Django management commands, when ``"keyturn"`` is in ``INSTALLED_APPS``."""

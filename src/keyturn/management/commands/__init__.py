@@ -1,0 +1,1 @@
+"""``manage.py keyturn``: the ``keyturn`` command over the project's store."""
