@@ -12,6 +12,12 @@ The stores keyturn ships also satisfy :class:`WritableMembership` (what the ``ke
 command and the demo use to add organizations and members) and :class:`Database` (one
 database holding both: what :func:`keyturn.stores.open_database` returns).
 
+A key store may also offer ``lookup(key_id, organization) -> Found`` (and an async twin):
+everything the decision reads for one request, at once (see :class:`~keyturn.Found`).
+keyturn's SQL stores do, from their replica or in one statement; the ``Authenticator`` uses
+it when the membership provider is the same database's (``store.database is
+membership.database``), and otherwise asks the step-by-step methods below.
+
 Contract, for every method: answer from committed state (a revoke committed anywhere must
 be seen by the next call), return ``None``/``False`` for "not there", and raise for "cannot
 answer right now" -- keyturn turns a raise into 503, never into 401, so that a client does
