@@ -9,7 +9,7 @@
 - ``postgres``: the Starlette example over the async PostgreSQL store.
 
 Every app turns on the opt-in expiry header, and mounts the key console at ``/console/``
-where one can be mounted (not on the PostgreSQL app: the console's manager is synchronous).
+(the PostgreSQL app's console runs on the sync twin of its database).
 The console's sign-in is a test fixture: the cookie ``matrix_account`` names the account.
 
 The key database is the SQLite file named by ``KEYTURN_MATRIX_DB`` (the PostgreSQL URL in
@@ -53,14 +53,15 @@ def _reached(path: str, saw_key: bool) -> None:
         log.write(f"{'key' if saw_key else '-'} {path!r}\n")
 
 
-def _console() -> Any:
+def _console(db: Any = None) -> Any:
+    """The console over *db* (a sync database; by default the SQLite one)."""
     from keyturn.console import Console
 
     def signed_in(request: Any) -> str | None:  # a Starlette or a Werkzeug request
         account: str | None = request.cookies.get(SIGNED_IN_COOKIE)
         return account
 
-    db = _database()
+    db = db or _database()
     return Console(KeyManager(db.keys, db.membership), signed_in=signed_in, sign_in_url="/")
 
 
@@ -142,19 +143,18 @@ def _beside_asgi(app: Any) -> Any:
 # --- the apps -------------------------------------------------------------------------------
 
 
-def _starlette(authenticator: Authenticator, *, console: bool = True) -> Any:
+def _starlette(authenticator: Authenticator, console: Any) -> Any:
     from starlette.routing import Mount
 
     app = load_example("starlette_app").create_app(authenticator)
     (middleware,) = app.user_middleware
     middleware.kwargs["expiry_header"] = True
-    if console:
-        app.router.routes.append(Mount(CONSOLE, app=_console().asgi()))
+    app.router.routes.append(Mount(CONSOLE, app=console.asgi()))
     return app
 
 
 def _asgi() -> Any:
-    app = _starlette(_authenticator())
+    app = _starlette(_authenticator(), _console())
     app.router = _AsgiRecorder(app.router)  # the middleware stack is built on first call
     return app
 
@@ -169,10 +169,12 @@ def _fastapi() -> Any:
 
 
 def _postgres() -> Any:
-    from keyturn.stores.postgres import AsyncPostgresDatabase
+    from keyturn.stores.postgres import AsyncPostgresDatabase, PostgresDatabase
 
-    adb = AsyncPostgresDatabase(os.environ["KEYTURN_MATRIX_POSTGRES"])
-    app = _starlette(Authenticator(adb.keys, adb.membership), console=False)
+    url = os.environ["KEYTURN_MATRIX_POSTGRES"]
+    adb = AsyncPostgresDatabase(url)
+    # The console's manager is synchronous: it gets the sync twin of the same database.
+    app = _starlette(Authenticator(adb.keys, adb.membership), _console(PostgresDatabase(url)))
     closing = app.router.lifespan_context
 
     @contextlib.asynccontextmanager

@@ -55,7 +55,6 @@ class Server:
     http2: bool = False
     websocket: bool = False
     tls: bool = False  # HTTPS, with the throwaway certificate of the ``tls_files`` fixture
-    console: bool = True  # the key console is mounted at /console/
     store: str = "sqlite"  # or "postgres": the async PostgreSQL store
 
 
@@ -178,7 +177,7 @@ SERVERS = {
     "django-native-uvicorn": Server("django", "django_native_asgi", uvicorn("django_native_asgi")),
     "django-native-daphne": Server("django", "django_native_asgi", daphne("django_native_asgi")),
     "postgres-uvicorn": Server(
-        "psycopg", "postgres", uvicorn("postgres"), websocket=True, console=False, store="postgres"
+        "psycopg", "postgres", uvicorn("postgres"), websocket=True, store="postgres"
     ),
 }
 
@@ -1093,8 +1092,6 @@ def skipped(server: Running, requests: tuple[Request, ...]) -> str:
         return f"{server.name} serves no WebSocket in this matrix"
     if server.server.http2 and any(r.chunked or r.pipelined for r in requests):
         return "chunked bodies and pipelining are HTTP/1.1's"
-    if any(r.target.startswith(CONSOLE) for r in requests) and not server.server.console:
-        return f"{server.name} mounts no console (its store is async; the console's is sync)"
     return ""
 
 
