@@ -35,6 +35,7 @@ from pathlib import Path
 import attrs
 import pytest
 
+from keyturn import CreatedKey
 from keyturn.demo import DEFAULT_ORGANIZATION, OTHER_ORGANIZATION, TENANT, USER, seed
 from keyturn.protocols import KeyStore, WritableMembership
 from keyturn.stores.sqlite import SQLiteDatabase
@@ -661,7 +662,11 @@ class Keys:
     tenant: str = attrs.field(repr=False)
     typo: str = attrs.field(repr=False)
     basic: str = attrs.field(repr=False)  # the organization key as Basic: base64("<key>:")
-    expires_at: str  # the organization key's expiry, as the expiry header gives it
+    expiries: tuple[str, str]  # both keys' expiries, as the expiry header gives them
+
+
+def expiry(key: CreatedKey) -> str:
+    return key.info.expires_at.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def seeded(keys: KeyStore, membership: WritableMembership) -> Keys:
@@ -673,7 +678,7 @@ def seeded(keys: KeyStore, membership: WritableMembership) -> Keys:
         created.tenant.secret,
         typo,
         base64.b64encode(f"{organization}:".encode()).decode(),
-        created.organization.info.expires_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        (expiry(created.organization), expiry(created.tenant)),
     )
 
 
@@ -1153,4 +1158,6 @@ def test_server_matrix(running: Running, case: str) -> None:
     api = [o for r, o in zip(requests, outcomes, strict=True) if not r.target.startswith(CONSOLE)]
     assert not any(o.saw_key for o in api), "the app saw a key"
     assert not any(echoed(running.keys, o) for o in outcomes), "a response echoed a secret"
+    for o in outcomes:  # where present, the expiry header names a seeded key's expiry
+        assert set(o.values(EXPIRES)) <= set(running.keys.expiries)
     check(running.name, outcomes)
