@@ -171,6 +171,7 @@ SERVERS = {
     "django-waitress": Server("django", "django", waitress("django")),
     # the apps beyond the Starlette and Flask examples
     "quart-hypercorn": Server("quart", "quart", hypercorn("make_quart"), websocket=True),
+    "quart-uvicorn": Server("quart", "quart", uvicorn("quart"), websocket=True),
     "fastapi-uvicorn": Server("fastapi", "fastapi", uvicorn("fastapi"), websocket=True),
     "bare-asgi-uvicorn": Server("uvicorn", "bare", uvicorn("bare"), websocket=True),
     "werkzeug-example": Server("werkzeug", "werkzeug", run("werkzeug", "werkzeug")),
