@@ -1,7 +1,8 @@
 """The apps of the server matrix, as real servers load them (``tests.servers.apps:<name>``):
 
 - ``asgi``: the Starlette example; ``fastapi``: the FastAPI example; ``quart``: a Quart app;
-  ``bare``: a framework-less ASGI app; each behind the ASGI middleware;
+  ``bare``: a framework-less ASGI app; each behind the ASGI middleware (the last two with a
+  role policy: only admins reach ``/managed-agents/v1/admin``);
 - ``wsgi``: the Flask example; ``werkzeug``: the plain Werkzeug example; ``django``:
   Django's WSGI handler behind the WSGI middleware;
 - ``django_native`` / ``django_native_asgi``: Django with keyturn's own Django middleware,
@@ -28,7 +29,7 @@ import os
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from keyturn import Authenticator, KeyManager
+from keyturn import Authenticator, AuthRequest, KeyManager, Principal
 from keyturn import asgi as keyturn_asgi
 from keyturn import wsgi as keyturn_wsgi
 from keyturn.stores.sqlite import SQLiteDatabase
@@ -42,9 +43,17 @@ def _database() -> SQLiteDatabase:
     return SQLiteDatabase(os.environ["KEYTURN_MATRIX_DB"])
 
 
-def _authenticator() -> Authenticator:
+def _authenticator(policy: Any = None) -> Authenticator:
     db = _database()
-    return Authenticator(db.keys, db.membership)
+    return Authenticator(db.keys, db.membership, policy=policy)
+
+
+ADMIN = "/managed-agents/v1/admin"
+
+
+def _admins_only_on_admin(principal: Principal, request: AuthRequest) -> bool:
+    """The role policy of the Quart and framework-less apps: only admins reach ``ADMIN``."""
+    return request.path != ADMIN or principal.role == "admin"
 
 
 def _reached(path: str, saw_key: bool) -> None:
@@ -199,12 +208,18 @@ def _quart() -> Any:
         caller = keyturn_asgi.principal(request.scope)
         return {"items": [{"id": "agent-small", "organization_id": caller.organization_id}]}
 
+    @app.get(ADMIN)
+    async def admin() -> Any:
+        return {"admin": True}
+
     @app.get("/healthz")
     async def healthz() -> Any:
         return {"status": "ok"}
 
     app.asgi_app = keyturn_asgi.ApiKeyMiddleware(  # type: ignore[method-assign, assignment]
-        _record_asgi(app.asgi_app), authenticator=_authenticator(), expiry_header=True
+        _record_asgi(app.asgi_app),
+        authenticator=_authenticator(_admins_only_on_admin),
+        expiry_header=True,
     )
     return _beside_asgi(app)
 
@@ -230,13 +245,17 @@ def _bare() -> Any:
             caller = keyturn_asgi.principal(scope)
             items = [{"id": "agent-small", "organization_id": caller.organization_id}]
             await respond(send, 200, {"items": items})
+        elif scope["path"] == ADMIN:
+            await respond(send, 200, {"admin": True})
         elif scope["path"] == "/healthz":
             await respond(send, 200, {"status": "ok"})
         else:
             await respond(send, 404, {"detail": "Not Found"})
 
     middleware = keyturn_asgi.ApiKeyMiddleware(
-        _record_asgi(app), authenticator=_authenticator(), expiry_header=True
+        _record_asgi(app),
+        authenticator=_authenticator(_admins_only_on_admin),
+        expiry_header=True,
     )
     return _beside_asgi(middleware)
 

@@ -320,6 +320,23 @@ def authenticated(server: str, outcomes: list[Outcome]) -> None:
     assert len(outcome.values(EXPIRES)) == 1
 
 
+def denied(server: str, outcomes: list[Outcome]) -> None:
+    """The role policy's 403 (D14): in the key's organization, which it names, app unreached."""
+    (outcome,) = outcomes
+    assert (outcome.status, outcome.code, outcome.reached) == (403, "permission_denied", False)
+    assert outcome.service == (OTHER_ORGANIZATION, TENANT)
+
+
+def policy_walled(server: str, outcomes: list[Outcome]) -> None:
+    """An odd spelling of the policy's route: the policy sees what the router dispatches
+    (D21), so a member's key never reaches it; 403, or a refusal of the spelling.
+    """
+    (outcome,) = outcomes
+    assert outcome.status == 0 or outcome.status >= 400
+    assert b"admin" not in outcome.body
+    assert not outcome.reached or outcome.status == 404
+
+
 def public(server: str, outcomes: list[Outcome]) -> None:
     (outcome,) = outcomes
     assert (outcome.status, outcome.reached, outcome.service) == (200, True, (None, None))
@@ -411,6 +428,8 @@ def console_refused(server: str, outcomes: list[Outcome]) -> None:
 
 
 MODELS = "/managed-agents/v1/models"
+ADMIN = "/managed-agents/v1/admin"  # only admins, by the role policy of POLICY_APPS
+POLICY_APPS = ("quart", "bare")
 CONSOLE = "/console"
 ORG = "Bearer {organization}"
 TENANT_KEY = "Bearer {tenant}"
@@ -605,6 +624,22 @@ CASES: dict[str, tuple[tuple[Request, ...], Check]] = {
             ("double slash", "//managed-agents/v1/models"),
             ("encoded slash", "/managed-agents%2Fv1/models"),
             ("dot segments", "/x/../managed-agents/v1/models"),
+        ]
+    },
+    # the role policy of the Quart and framework-less apps, with a member's key (D14, D21)
+    "admin route, a member's key": ((org_key(target=ADMIN),), denied),
+    "admin route, a member's key, lower-case method": (
+        (org_key(method="get", target=ADMIN),),
+        policy_walled,
+    ),
+    **{
+        f"admin route, a member's key, {name}": ((org_key(target=target),), policy_walled)
+        for name, target in [
+            ("dot segments", "/x/../managed-agents/v1/admin"),
+            ("double slash", "//managed-agents/v1/admin"),
+            ("encoded slash", "/managed-agents%2Fv1/admin"),
+            ("absolute form", "http://127.0.0.1{port}/managed-agents/v1/admin"),
+            ("trailing dot segment", "/managed-agents/v1/admin/."),
         ]
     },
     # bodies and connections after a refusal (HTTP/1.1)
@@ -1096,6 +1131,8 @@ def skipped(server: Running, requests: tuple[Request, ...]) -> str:
     """Why this server's column has no cell for these requests ("" when it has one)."""
     if any(r.websocket for r in requests) and not server.server.websocket:
         return f"{server.name} serves no WebSocket in this matrix"
+    if any("admin" in r.target for r in requests) and server.server.app not in POLICY_APPS:
+        return f"{server.name} serves an app without a role policy"
     if server.server.http2 and any(r.chunked or r.pipelined for r in requests):
         return "chunked bodies and pipelining are HTTP/1.1's"
     return ""
