@@ -44,12 +44,12 @@ class AsyncSQLKeyStore:
         cached = self.database.lookup_cached(key_id, organization)
         if cached is not None:
             return cached  # type: ignore[no-any-return]
-        epoch = self.database.replica_epoch()
+        epoch = self.database.replica.epoch
         async with self.database.connection() as connection:
             cursor = await connection.execute(self._sql.lookup, (organization, key_id))
             row = await cursor.fetchone()
         found = _sql.found(row, organization)
-        self.database.keep(key_id, found, epoch)
+        self.database.replica.keep(key_id, found, epoch)
         return found
 
     async def add_key(self, key: ApiKey) -> None:
@@ -67,7 +67,7 @@ class AsyncSQLKeyStore:
                     raise _sql.replaced(key, live[0])
             else:
                 raise Conflict(f"key {key.key_id!r} could not be stored: try again")
-        self.database.changed(_sql.KEY, key.key_id)
+        self.database.replica.changed(_sql.KEY, key.key_id)
 
     async def keys_of(self, account_id: str) -> Sequence[ApiKey]:
         async with self.database.connection() as connection:
@@ -79,7 +79,7 @@ class AsyncSQLKeyStore:
             cursor = await connection.execute(
                 self._sql.revoke_key, (self.database.instant(at), key_id)
             )
-        self.database.changed(_sql.KEY, key_id)
+        self.database.replica.changed(_sql.KEY, key_id)
         return bool(cursor.rowcount == 1)
 
     async def mark_used(self, key_id: str, at: datetime) -> None:
@@ -92,7 +92,7 @@ class AsyncSQLKeyStore:
             changed = await cursor.fetchall()
         for (changed_id,) in changed:  # the old key revoked at rotation's request, if any
             if changed_id != key_id:
-                self.database.changed(_sql.KEY, changed_id)
+                self.database.replica.changed(_sql.KEY, changed_id)
 
     async def report_leak(self, key_id: str, url: str, at: datetime) -> bool:
         """Record that the key was found in public at *url*; ``False`` if already recorded."""
@@ -165,7 +165,7 @@ class AsyncSQLMembership:
                 known = None if row is None else _sql.organization(row)
         if not inserted:
             _sql.refuse_organization(wanted, known)
-        self.database.changed(_sql.ORGANIZATION, wanted.id)
+        self.database.replica.changed(_sql.ORGANIZATION, wanted.id)
         return wanted
 
     async def remove_organization(self, organization_id: str) -> bool:
@@ -179,7 +179,7 @@ class AsyncSQLMembership:
             return False
         async with self.database.connection(lock=known.tenant_id) as connection:
             cursor = await connection.execute(self._sql.remove_organization, (known.id,))
-        self.database.changed(_sql.ORGANIZATION, known.id)
+        self.database.replica.changed(_sql.ORGANIZATION, known.id)
         if not cursor.rowcount and await self.get_organization(organization_id) is not None:
             raise _sql.default_stays(known)
         return bool(cursor.rowcount)
@@ -197,13 +197,13 @@ class AsyncSQLMembership:
             )
         if not cursor.rowcount:
             raise UnknownOrganization(f"no organization {organization_id!r}: add it first")
-        self.database.changed(_sql.MEMBERSHIP, account_id)
+        self.database.replica.changed(_sql.MEMBERSHIP, account_id)
 
     async def remove_member(self, account_id: str, organization_id: str) -> None:
         """Take the account's role in the organization away (nothing if it had none)."""
         async with self.database.connection() as connection:
             await connection.execute(self._sql.remove_member, (account_id, organization_id))
-        self.database.changed(_sql.MEMBERSHIP, account_id)
+        self.database.replica.changed(_sql.MEMBERSHIP, account_id)
 
     async def organizations(self) -> list[Organization]:
         """Every organization, by tenant and id."""

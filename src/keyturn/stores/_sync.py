@@ -3,13 +3,14 @@
 Plain methods: each borrows a connection from its database, runs statements of
 ``_sql.py`` and decodes the rows there; ``_async.py`` is the awaited twin, line for line.
 A write that the decision could see drops what it touches from the process's replica
-before it returns (``database.changed``), so this process never reads its own write late.
+before it returns (``replica.changed``), so this process never reads its own write late.
 
 What a database gives its stores: ``sql`` (its :class:`~keyturn.stores._sql.Statements`),
 ``instant`` (an instant as its driver takes one), ``connection(lock=None)`` (a connection
 lent for a ``with`` block, each statement committed on its own; with *lock*, one
-transaction serialized with every other taking that lock), ``lookup_cached`` (the
-replica's answer or ``None``), ``replica_epoch()``, ``keep`` and ``changed``.
+transaction serialized with every other taking that lock), ``replica`` (the process's
+:class:`~keyturn.stores._replica.Replica` of it: one never current when replicas are off)
+and ``lookup_cached`` (the replica's answer, once its feed has caught up, or ``None``).
 """
 
 from __future__ import annotations
@@ -52,11 +53,11 @@ class SQLKeyStore:
         cached = self.database.lookup_cached(key_id, organization)
         if cached is not None:
             return cached  # type: ignore[no-any-return]
-        epoch = self.database.replica_epoch()
+        epoch = self.database.replica.epoch
         with self.database.connection() as connection:
             row = connection.execute(self._sql.lookup, (organization, key_id)).fetchone()
         found = _sql.found(row, organization)
-        self.database.keep(key_id, found, epoch)
+        self.database.replica.keep(key_id, found, epoch)
         return found
 
     def add_key(self, key: ApiKey) -> None:
@@ -72,7 +73,7 @@ class SQLKeyStore:
                     raise _sql.replaced(key, live[0])
             else:
                 raise Conflict(f"key {key.key_id!r} could not be stored: try again")
-        self.database.changed(_sql.KEY, key.key_id)
+        self.database.replica.changed(_sql.KEY, key.key_id)
 
     def keys_of(self, account_id: str) -> Sequence[ApiKey]:
         with self.database.connection() as connection:
@@ -84,7 +85,7 @@ class SQLKeyStore:
             revoked = connection.execute(
                 self._sql.revoke_key, (self.database.instant(at), key_id)
             ).rowcount
-        self.database.changed(_sql.KEY, key_id)
+        self.database.replica.changed(_sql.KEY, key_id)
         return bool(revoked == 1)
 
     def mark_used(self, key_id: str, at: datetime) -> None:
@@ -96,7 +97,7 @@ class SQLKeyStore:
             ).fetchall()
         for (changed_id,) in changed:  # the old key revoked at rotation's request, if any
             if changed_id != key_id:
-                self.database.changed(_sql.KEY, changed_id)
+                self.database.replica.changed(_sql.KEY, changed_id)
 
     def report_leak(self, key_id: str, url: str, at: datetime) -> bool:
         """Record that the key was found in public at *url*; ``False`` if already recorded."""
@@ -171,7 +172,7 @@ class SQLMembership:
                 known = None if row is None else _sql.organization(row)
         if not inserted:
             _sql.refuse_organization(wanted, known)
-        self.database.changed(_sql.ORGANIZATION, wanted.id)
+        self.database.replica.changed(_sql.ORGANIZATION, wanted.id)
         return wanted
 
     def remove_organization(self, organization_id: str) -> bool:
@@ -185,7 +186,7 @@ class SQLMembership:
             return False
         with self.database.connection(lock=known.tenant_id) as connection:
             removed = connection.execute(self._sql.remove_organization, (known.id,)).rowcount
-        self.database.changed(_sql.ORGANIZATION, known.id)
+        self.database.replica.changed(_sql.ORGANIZATION, known.id)
         if not removed and self.get_organization(organization_id) is not None:
             raise _sql.default_stays(known)
         return bool(removed)
@@ -203,13 +204,13 @@ class SQLMembership:
             ).rowcount
         if not added:
             raise UnknownOrganization(f"no organization {organization_id!r}: add it first")
-        self.database.changed(_sql.MEMBERSHIP, account_id)
+        self.database.replica.changed(_sql.MEMBERSHIP, account_id)
 
     def remove_member(self, account_id: str, organization_id: str) -> None:
         """Take the account's role in the organization away (nothing if it had none)."""
         with self.database.connection() as connection:
             connection.execute(self._sql.remove_member, (account_id, organization_id))
-        self.database.changed(_sql.MEMBERSHIP, account_id)
+        self.database.replica.changed(_sql.MEMBERSHIP, account_id)
 
     def organizations(self) -> list[Organization]:
         """Every organization, by tenant and id."""

@@ -86,18 +86,18 @@ def _pool_options(min_size: int, max_size: int, timeout: float) -> dict[str, Any
 
 
 class _Replicated:
-    """The replica side of both databases: the stores' ``lookup_cached``, ``keep`` and
-    ``changed``, over the process's replica of this database and its listener."""
+    """The replica side of both databases: the process's replica of this database, its
+    listener, and the stores' ``lookup_cached``."""
 
     sql = _STATEMENTS
     instant = staticmethod(_sql.utc)
     enforces_timeout = False  # the sync middleware bounds the calls itself
-    replica: _replica.Replica | None
+    replica: _replica.Replica
     _listener: _Listener | None
 
     def _share(self, conninfo: str, replica: bool) -> None:
         self._shared = ("postgresql", conninfo)
-        self.replica, self._listener = None, None
+        self.replica, self._listener = _replica.Replica(), None  # never current: reads through
         if replica:
             self.replica, listener = _replica.shared(
                 self._shared, lambda shared: _Listener(conninfo, shared)
@@ -110,21 +110,10 @@ class _Replicated:
             _replica.release(self._shared, _Listener.stop)
 
     def lookup_cached(self, key_id: str, organization: str | None) -> Found | None:
-        if self._listener is None or self.replica is None:
+        if self._listener is None:
             return None
         self._listener.ensure_running()
         return self.replica.found(key_id, organization)
-
-    def replica_epoch(self) -> int:
-        return 0 if self.replica is None else self.replica.epoch
-
-    def keep(self, key_id: str, found: Found, epoch: int) -> None:
-        if self.replica is not None:
-            self.replica.keep(key_id, found, epoch)
-
-    def changed(self, kind: str, changed_id: str) -> None:
-        if self.replica is not None:
-            self.replica.changed(kind, changed_id)
 
 
 class PostgresDatabase(_Replicated, _sql.ClosedOnExit):

@@ -101,7 +101,7 @@ class SQLiteDatabase(_sql.ClosedOnExit):
         self._schema_ready = False
         self._closed = False
         self._shared = ("sqlite", os.path.realpath(self.path))
-        self.replica: _replica.Replica | None = None
+        self.replica = _replica.Replica()  # never current unless fed: reads through
         self._feed: _Feed | None = None
         if replica:
             self.replica, feed = _replica.shared(
@@ -153,24 +153,13 @@ class SQLiteDatabase(_sql.ClosedOnExit):
     # --- the replica, for the stores -------------------------------------------------------
 
     def lookup_cached(self, key_id: str, organization: str | None) -> Found | None:
-        if self._feed is None or self.replica is None:
+        if self._feed is None:
             return None
         if not self._schema_ready:  # the feed reads keyturn_changes: create it first
             with self.connection():
                 pass
         self._feed.catch_up()
         return self.replica.found(key_id, organization)
-
-    def replica_epoch(self) -> int:
-        return 0 if self.replica is None else self.replica.epoch
-
-    def keep(self, key_id: str, found: Found, epoch: int) -> None:
-        if self.replica is not None:
-            self.replica.keep(key_id, found, epoch)
-
-    def changed(self, kind: str, changed_id: str) -> None:
-        if self.replica is not None:
-            self.replica.changed(kind, changed_id)
 
     # --- connections --------------------------------------------------------------------------
 
