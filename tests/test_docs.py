@@ -17,8 +17,12 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import signal
+import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -29,6 +33,12 @@ ROOT = Path(__file__).resolve().parents[1]
 ALL_PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})\s*(?P<info>.*)$")
 PIP_INSTALL = re.compile(r"pip install ([^`\n#]+)")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def python_blocks(text: str, *, no_run: bool = False) -> list[tuple[int, str]]:
@@ -181,3 +191,138 @@ def test_code_blocks_pass_mypy_strict(
     )
 
     assert done.returncode == 0, done.stdout[-4000:]
+
+
+# --- The WSGI quickstart, section by section and served -----------------------------------
+
+WSGI_PAGE = ROOT / "docs" / "quickstart-wsgi.md"
+
+
+def section(text: str, heading: str) -> str:
+    """The part of a page from *heading* (a whole heading line) to the next heading at its
+    level or above, outside code blocks; the lines above it are kept blank, so that line
+    numbers still match the page."""
+    lines = text.splitlines()
+    start = lines.index(heading)
+    level = len(heading) - len(heading.lstrip("#"))
+    end, fence = len(lines), ""
+    for number in range(start + 1, len(lines)):
+        line = lines[number]
+        if fence:
+            fence = "" if line.strip().startswith(fence) else fence
+        elif (opening := FENCE.match(line)) is not None:
+            fence = opening["fence"]
+        elif line.startswith("#") and len(line) - len(line.lstrip("#")) <= level:
+            end = number
+            break
+    return "\n" * start + "\n".join(lines[start:end]) + "\n"
+
+
+def test_section_is_cut_at_its_level() -> None:
+    """A section holds its subsections and code, and stops at the next heading of its level."""
+    page = "# Page\n\n## A\n\n```sh\n# a comment\n```\n\n### A.1\n\nb\n\n## B\n\nc\n"
+
+    assert section(page, "## A").strip() == "## A\n\n```sh\n# a comment\n```\n\n### A.1\n\nb"
+    assert section(page, "### A.1").strip() == "### A.1\n\nb"
+    assert section(page, "## B").count("\n") == page.count("\n")  # line numbers kept
+
+
+def _run_blocks(python: Path, blocks: list[tuple[int, str]], tmp_path: Path) -> str:
+    script = tmp_path / "section.py"
+    script.write_text(
+        "\n".join(
+            [
+                f"for _line, _code in {blocks!r}:",
+                '    exec(compile(_code, f"quickstart-wsgi.md:{_line}", "exec"), globals())',
+                "",
+            ]
+        ),
+        encoding="utf-8",
+    )
+    done = subprocess.run(  # noqa: S603 -- our own interpreter and script
+        [python, "-W", "error", script],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return done.stdout
+
+
+def test_wsgi_werkzeug_section_runs_without_flask(
+    environments: Environments, tmp_path: Path
+) -> None:
+    """The plain-Werkzeug section runs after section 1 with only what it says to install."""
+    text = WSGI_PAGE.read_text(encoding="utf-8")
+    werkzeug = section(text, "### Plain Werkzeug, or any WSGI callable")
+    wanted = requirements(werkzeug)
+    assert "flask" not in wanted
+    python = environments.python(wanted)
+
+    blocks = python_blocks(section(text, "## 1. An Authenticator")) + python_blocks(werkzeug)
+    _run_blocks(python, blocks, tmp_path)
+
+
+SERVERS = {
+    "waitress-serve": lambda port: ["waitress-serve", f"--listen=127.0.0.1:{port}", "module:app"],
+    "gunicorn": lambda port: ["gunicorn", "--bind", f"127.0.0.1:{port}", "module:app"],
+}
+
+
+@pytest.mark.parametrize("server", sorted(SERVERS))
+def test_wsgi_quickstart_serves_as_the_page_says(
+    server: str, environments: Environments, tmp_path: Path
+) -> None:
+    """The page's "save both blocks as module.py" (with its ``print(key.secret)``) serves
+    under its commands, in the page's environment: 200 with the key, 401 without."""
+    import httpx
+
+    text = WSGI_PAGE.read_text(encoding="utf-8")
+    python = environments.python(requirements(text))
+    both = python_blocks(section(text, "## 1. An Authenticator"))[:1]
+    both += python_blocks(section(text, "### Flask"))[:1]
+    (tmp_path / "module.py").write_text(
+        "\n\n".join(code for _, code in both) + "\nprint(key.secret, flush=True)\n",
+        encoding="utf-8",
+    )
+    port = free_port()
+    command = SERVERS[server](port)
+    process = subprocess.Popen(  # noqa: S603 -- the page's command, from the page's environment
+        [python.parent / command[0], *command[1:]],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    watchdog = threading.Timer(60, process.kill)  # no hang, whatever happens
+    watchdog.start()
+    refused = ok = None
+    try:
+        assert process.stdout is not None
+        secret = process.stdout.readline().strip()  # "" when the server died first
+        if secret.startswith("rma_"):
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+                for _ in range(400):  # bounded: about 20 seconds
+                    try:
+                        refused = client.get("/managed-agents/v1/models")
+                        break
+                    except httpx.TransportError:
+                        time.sleep(0.05)
+                ok = client.get(
+                    "/managed-agents/v1/models", headers={"Authorization": f"Bearer {secret}"}
+                )
+    finally:
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGTERM)
+        errors = process.communicate(timeout=20)[1]  # waits, and closes the pipes
+        watchdog.cancel()
+
+    assert refused is not None and ok is not None, f"{server} did not serve:\n{errors[-4000:]}"
+    assert refused.status_code == 401
+    assert refused.json()["error"]["code"] == "unauthorized"
+    assert ok.status_code == 200
+    assert ok.json() == {"items": [{"id": "agent-small", "owner": "org_research"}]}
+    assert ok.headers["service-organization-id"] == "org_research"
