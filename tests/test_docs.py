@@ -10,6 +10,10 @@ warning the reader would see fails too. Pasted into one file, a page's blocks pa
 
 A block whose info string says ``python no-run`` is skipped; other languages (sh, text, ...)
 are not code.
+
+The WSGI quickstart is also followed the way its text offers: its plain-Werkzeug section
+with only what that section says to install, and its app served by the commands it names
+(``waitress-serve``, ``gunicorn``) from the page's environment.
 """
 
 from __future__ import annotations
@@ -67,14 +71,19 @@ def python_blocks(text: str, *, no_run: bool = False) -> list[tuple[int, str]]:
     return blocks
 
 
+# Options whose next word is their value, not a package (``--find-links dist``).
+VALUED_OPTIONS = frozenset({"-f", "--find-links", "-i", "--index-url", "--extra-index-url"})
+
+
 def requirements(text: str) -> set[str]:
     """What the page tells its reader to ``pip install`` (a source checkout's ``.`` aside)."""
     named: set[str] = set()
     for arguments in PIP_INSTALL.findall(text):
+        words = shlex.split(arguments)
         named.update(
             word
-            for word in shlex.split(arguments)
-            if not word.startswith(("-", ".")) and word != "..."
+            for before, word in zip(["", *words], words, strict=False)
+            if not word.startswith(("-", ".")) and word != "..." and before not in VALUED_OPTIONS
         )
     return named
 
@@ -105,17 +114,19 @@ def test_fences_are_found() -> None:
 
 
 def test_requirements_are_what_the_page_says_to_install() -> None:
-    """Install lines in blocks and inline code count; options and a source checkout do not."""
+    """Install lines in blocks and inline code count; options, their values and a source
+    checkout do not."""
     page = "\n".join(
         [
             "```sh",
             "pip install 'keyturn[asgi]' httpx2   # the test client",
             "```",
             "Serve it: `pip install uvicorn`, or from a checkout `pip install -e '.[asgi]'`.",
+            "A wheel: `pip install --find-links dist 'keyturn[wsgi]' -f wheels flask`.",
         ]
     )
 
-    assert requirements(page) == {"keyturn[asgi]", "httpx2", "uvicorn"}
+    assert requirements(page) == {"keyturn[asgi]", "httpx2", "uvicorn", "keyturn[wsgi]", "flask"}
 
 
 PAGES = [page for page in ALL_PAGES if python_blocks(page.read_text(encoding="utf-8"))]
