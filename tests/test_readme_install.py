@@ -24,7 +24,8 @@ def install_lines() -> list[str]:
     install = text.split("\n## Install\n", 1)[1].split("\n## ", 1)[0]
     block = re.search(r"```sh\n(.*?)```", install, re.DOTALL)
     assert block is not None, "the Install section has no sh block"
-    return [line.partition("#")[0].strip() for line in block[1].splitlines() if line.strip()]
+    commands = (line.partition("#")[0].strip() for line in block[1].splitlines())
+    return [command for command in commands if command]
 
 
 def test_the_install_section_has_both_ways() -> None:
