@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import posixpath
 import re
+import textwrap
 from pathlib import Path
 from typing import Any, Final
 
@@ -130,18 +131,47 @@ def _role(match: re.Match[str]) -> str:
     return f"[`{shown}`][{ref}]"
 
 
-def _literal_block(text: str) -> str:
-    """reST's ``::`` before an indented block is a colon (or nothing) in Markdown."""
-    text = re.sub(r"(?m)^[ \t]*::[ \t]*$", "", text)
-    text = re.sub(r"(?m)[ \t]+::[ \t]*$", "", text)
-    return re.sub(r"(?m)::[ \t]*$", ":", text)
+def _language(code: str) -> str:
+    """``python`` for a block that parses as Python, else ``text``."""
+    try:
+        ast.parse(code)
+    except SyntaxError:
+        return "text"
+    return "python"
+
+
+def _literal_blocks(text: str) -> str:
+    """reST's ``::`` paragraph ending and the indented block after it, as Markdown: a colon
+    (or nothing, after a space or alone) and a fenced block, highlighted if it is Python."""
+    lines, out, index = text.split("\n"), [], 0
+    while index < len(lines):
+        line = lines[index]
+        index += 1
+        if not line.rstrip().endswith("::"):
+            out.append(line)
+            continue
+        intro = line.rstrip()[:-2]
+        if intro.strip():
+            out.append(intro.rstrip() if intro.endswith(" ") else f"{intro}:")
+        indent = len(line) - len(line.lstrip())
+        block: list[str] = []
+        while index < len(lines) and (
+            not lines[index].strip() or len(lines[index]) - len(lines[index].lstrip()) > indent
+        ):
+            block.append(lines[index])
+            index += 1
+        code = textwrap.dedent("\n".join(block)).strip("\n")
+        fence = " " * indent + "```"
+        out += ["", f"{fence}{_language(code)}", textwrap.indent(code, " " * indent), fence, ""]
+    return "\n".join(out)
 
 
 class ReSTRoles(griffe.Extension):
-    """Sphinx roles become autorefs cross-references; reST titles and ``::`` go."""
+    """Sphinx roles become autorefs cross-references, ``::`` blocks fenced code; reST titles
+    go."""
 
     def on_instance(self, *, obj: griffe.Object, **kwargs: Any) -> None:
         if obj.docstring is None:
             return
         text = _TITLE.sub("", obj.docstring.value) if obj.is_module else obj.docstring.value
-        obj.docstring.value = _literal_block(_ROLE.sub(_role, text))
+        obj.docstring.value = _literal_blocks(_ROLE.sub(_role, text))

@@ -89,6 +89,15 @@ def test_every_public_name_is_in_the_reference(site: Path) -> None:
     assert 'href="../keyturn/#keyturn.Authenticator"' in middleware  # :class:`~keyturn...`
 
 
+def test_docstring_examples_are_highlighted_code(site: Path) -> None:
+    """A docstring's ``::`` block is Python code, highlighted; no ``::`` is left in the text."""
+    middleware = (site / "reference" / "middleware" / "index.html").read_text(encoding="utf-8")
+
+    assert '<span class="nn">keyturn.asgi</span>' in middleware  # the module's usage example
+    for page in (site / "reference").rglob("*.html"):
+        assert "::</p>" not in page.read_text(encoding="utf-8"), page
+
+
 def _break_page(root: Path, text: str) -> None:
     with (root / "docs" / "errors.md").open("a", encoding="utf-8") as page:
         page.write(f"\n{text}\n")
