@@ -11,9 +11,10 @@ warning the reader would see fails too. Pasted into one file, a page's blocks pa
 A block whose info string says ``python no-run`` is skipped; other languages (sh, text, ...)
 are not code.
 
-The WSGI quickstart is also followed the way its text offers: its plain-Werkzeug section
-with only what that section says to install, and its app served by the commands it names
-(``waitress-serve``, ``gunicorn``) from the page's environment.
+The quickstarts are also followed the way their text offers: the WSGI page's
+plain-Werkzeug section with only what that section says to install, and each page's app
+served by the commands it names (``waitress-serve``, ``gunicorn``, ``uvicorn``) from the
+page's environment.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import threading
 import time
 from pathlib import Path
 
+import attrs
 import pytest
 
 from tests.environments import Environments
@@ -276,32 +278,63 @@ def test_wsgi_werkzeug_section_runs_without_flask(
     _run_blocks(python, blocks, tmp_path)
 
 
-SERVERS = {
-    "waitress-serve": lambda port: ["waitress-serve", f"--listen=127.0.0.1:{port}", "module:app"],
-    "gunicorn": lambda port: ["gunicorn", "--bind", f"127.0.0.1:{port}", "module:app"],
+@attrs.frozen
+class Served:
+    """A quickstart's "save both blocks as module.py" and one server command it names."""
+
+    page: str
+    app_section: str  # the section whose first block is the app (section 1 has the key)
+    command: tuple[str, ...]  # {port} is filled in; always on 127.0.0.1
+    organization: str | None  # the x-organization-id the page's key needs
+    owner: str  # the organization the page's app answers with
+
+
+SERVED = {
+    "wsgi, waitress-serve": Served(
+        "quickstart-wsgi.md",
+        "### Flask",
+        ("waitress-serve", "--listen=127.0.0.1:{port}", "module:app"),
+        None,
+        "org_research",
+    ),
+    "wsgi, gunicorn": Served(
+        "quickstart-wsgi.md",
+        "### Flask",
+        ("gunicorn", "--bind", "127.0.0.1:{port}", "module:app"),
+        None,
+        "org_research",
+    ),
+    "asgi, uvicorn": Served(
+        "quickstart-asgi.md",
+        "### Starlette",
+        ("uvicorn", "--host", "127.0.0.1", "--port", "{port}", "module:app"),
+        "default",
+        "org_main",
+    ),
 }
 
 
-@pytest.mark.parametrize("server", sorted(SERVERS))
-def test_wsgi_quickstart_serves_as_the_page_says(
-    server: str, environments: Environments, tmp_path: Path
+@pytest.mark.parametrize("served", sorted(SERVED))
+def test_quickstart_serves_as_the_page_says(
+    served: str, environments: Environments, tmp_path: Path
 ) -> None:
     """The page's "save both blocks as module.py" (with its ``print(key.secret)``) serves
-    under its commands, in the page's environment: 200 with the key, 401 without."""
+    under the commands it names, in the page's environment: 200 with the key, 401 without."""
     import httpx
 
-    text = WSGI_PAGE.read_text(encoding="utf-8")
+    case = SERVED[served]
+    text = (ROOT / "docs" / case.page).read_text(encoding="utf-8")
     python = environments.python(requirements(text))
     both = python_blocks(section(text, "## 1. An Authenticator"))[:1]
-    both += python_blocks(section(text, "### Flask"))[:1]
+    both += python_blocks(section(text, case.app_section))[:1]
     (tmp_path / "module.py").write_text(
         "\n\n".join(code for _, code in both) + "\nprint(key.secret, flush=True)\n",
         encoding="utf-8",
     )
     port = free_port()
-    command = SERVERS[server](port)
+    program, *arguments = (word.format(port=port) for word in case.command)
     process = subprocess.Popen(  # noqa: S603 -- the page's command, from the page's environment
-        [python.parent / command[0], *command[1:]],
+        [python.parent / program, *arguments],
         cwd=tmp_path,
         env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
         stdout=subprocess.PIPE,
@@ -322,18 +355,19 @@ def test_wsgi_quickstart_serves_as_the_page_says(
                         break
                     except httpx.TransportError:
                         time.sleep(0.05)
-                ok = client.get(
-                    "/managed-agents/v1/models", headers={"Authorization": f"Bearer {secret}"}
-                )
+                headers = {"Authorization": f"Bearer {secret}"}
+                if case.organization is not None:
+                    headers["x-organization-id"] = case.organization
+                ok = client.get("/managed-agents/v1/models", headers=headers)
     finally:
         if process.poll() is None:
             os.kill(process.pid, signal.SIGTERM)
         errors = process.communicate(timeout=20)[1]  # waits, and closes the pipes
         watchdog.cancel()
 
-    assert refused is not None and ok is not None, f"{server} did not serve:\n{errors[-4000:]}"
+    assert refused is not None and ok is not None, f"{served} did not serve:\n{errors[-4000:]}"
     assert refused.status_code == 401
     assert refused.json()["error"]["code"] == "unauthorized"
     assert ok.status_code == 200
-    assert ok.json() == {"items": [{"id": "agent-small", "owner": "org_research"}]}
-    assert ok.headers["service-organization-id"] == "org_research"
+    assert ok.json() == {"items": [{"id": "agent-small", "owner": case.owner}]}
+    assert ok.headers["service-organization-id"] == case.owner
