@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 DEMO_STAMP := $(VENV)/.demo-installed
+DOCS_STAMP := $(VENV)/.docs-installed
 STAMP  := $(VENV)/.installed
 # A failed install removes the half-built .venv, so the next make starts clean.
 INSTALL = || { rm -rf $(VENV); echo "make: the install failed; .venv was removed, run make again" >&2; exit 1; }
@@ -15,7 +16,7 @@ CDEPS  := $(CVENV)/.dependencies
 CSTAMP := $(CVENV)/.compiled
 CINSTALL = || { rm -rf $(CVENV); echo "make: the compiled install failed; $(CVENV) was removed" >&2; exit 1; }
 
-.PHONY: demo test test-pure test-compiled lint typecheck bench screenshots clean python-version
+.PHONY: demo docs test test-pure test-compiled lint typecheck bench screenshots clean python-version
 
 python-version:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
@@ -37,6 +38,16 @@ $(STAMP): pyproject.toml | $(VENV)/bin/python
 demo: $(DEMO_STAMP)
 	$(BIN)/python -m keyturn.demo
 
+# The docs site, into site/: strict, so a warning, a broken link or anchor fails the build.
+# The docs group needs no keyturn install: the API reference reads src/ as source.
+$(DOCS_STAMP): pyproject.toml | $(VENV)/bin/python
+	$(BIN)/python -m pip install --quiet --upgrade pip $(INSTALL)
+	$(BIN)/python -m pip install --quiet --group docs $(INSTALL)
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -46,7 +57,7 @@ typecheck: $(STAMP)
 
 # Both builds run the whole suite: the pure-Python package (the reference), then the
 # compiled one, unless KEYTURN_SKIP_COMPILED=1 or the machine has no C compiler.
-test: test-pure
+test: docs test-pure
 	@if [ -n "$$KEYTURN_SKIP_COMPILED" ]; then echo "make: compiled build skipped (KEYTURN_SKIP_COMPILED)"; \
 	elif ! command -v "$${CC:-cc}" >/dev/null 2>&1; then echo "make: no C compiler: compiled build skipped"; \
 	else $(MAKE) --no-print-directory test-compiled; fi

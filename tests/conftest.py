@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.environments import Environments
+from tests.skip_summary import pytest_terminal_summary  # noqa: F401 -- a hook: pytest finds it here
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,11 @@ warning the reader would see fails too. Pasted into one file, a page's blocks pa
 
 A block whose info string says ``python no-run`` is skipped; other languages (sh, text, ...)
 are not code.
+
+The quickstarts are also followed the way their text offers: the WSGI page's
+plain-Werkzeug section with only what that section says to install, and each page's app
+served by the commands it names (``waitress-serve``, ``gunicorn``, ``uvicorn``) from the
+page's environment.
 """
 
 from __future__ import annotations
@@ -17,10 +22,15 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import signal
+import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
+import attrs
 import pytest
 
 from tests.environments import Environments
@@ -29,6 +39,12 @@ ROOT = Path(__file__).resolve().parents[1]
 ALL_PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})\s*(?P<info>.*)$")
 PIP_INSTALL = re.compile(r"pip install ([^`\n#]+)")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def python_blocks(text: str, *, no_run: bool = False) -> list[tuple[int, str]]:
@@ -57,14 +73,19 @@ def python_blocks(text: str, *, no_run: bool = False) -> list[tuple[int, str]]:
     return blocks
 
 
+# Options whose next word is their value, not a package (``--find-links dist``).
+VALUED_OPTIONS = frozenset({"-f", "--find-links", "-i", "--index-url", "--extra-index-url"})
+
+
 def requirements(text: str) -> set[str]:
     """What the page tells its reader to ``pip install`` (a source checkout's ``.`` aside)."""
     named: set[str] = set()
     for arguments in PIP_INSTALL.findall(text):
+        words = shlex.split(arguments)
         named.update(
             word
-            for word in shlex.split(arguments)
-            if not word.startswith(("-", ".")) and word != "..."
+            for before, word in zip(["", *words], words, strict=False)
+            if not word.startswith(("-", ".")) and word != "..." and before not in VALUED_OPTIONS
         )
     return named
 
@@ -95,17 +116,19 @@ def test_fences_are_found() -> None:
 
 
 def test_requirements_are_what_the_page_says_to_install() -> None:
-    """Install lines in blocks and inline code count; options and a source checkout do not."""
+    """Install lines in blocks and inline code count; options, their values and a source
+    checkout do not."""
     page = "\n".join(
         [
             "```sh",
             "pip install 'keyturn[asgi]' httpx2   # the test client",
             "```",
             "Serve it: `pip install uvicorn`, or from a checkout `pip install -e '.[asgi]'`.",
+            "A wheel: `pip install --find-links dist 'keyturn[wsgi]' -f wheels flask`.",
         ]
     )
 
-    assert requirements(page) == {"keyturn[asgi]", "httpx2", "uvicorn"}
+    assert requirements(page) == {"keyturn[asgi]", "httpx2", "uvicorn", "keyturn[wsgi]", "flask"}
 
 
 PAGES = [page for page in ALL_PAGES if python_blocks(page.read_text(encoding="utf-8"))]
@@ -181,3 +204,170 @@ def test_code_blocks_pass_mypy_strict(
     )
 
     assert done.returncode == 0, done.stdout[-4000:]
+
+
+# --- The WSGI quickstart, section by section and served -----------------------------------
+
+WSGI_PAGE = ROOT / "docs" / "quickstart-wsgi.md"
+
+
+def section(text: str, heading: str) -> str:
+    """The part of a page from *heading* (a whole heading line) to the next heading at its
+    level or above, outside code blocks; the lines above it are kept blank, so that line
+    numbers still match the page."""
+    lines = text.splitlines()
+    start = lines.index(heading)
+    level = len(heading) - len(heading.lstrip("#"))
+    end, fence = len(lines), ""
+    for number in range(start + 1, len(lines)):
+        line = lines[number]
+        if fence:
+            fence = "" if line.strip().startswith(fence) else fence
+        elif (opening := FENCE.match(line)) is not None:
+            fence = opening["fence"]
+        elif line.startswith("#") and len(line) - len(line.lstrip("#")) <= level:
+            end = number
+            break
+    return "\n" * start + "\n".join(lines[start:end]) + "\n"
+
+
+def test_section_is_cut_at_its_level() -> None:
+    """A section holds its subsections and code, and stops at the next heading of its level."""
+    page = "# Page\n\n## A\n\n```sh\n# a comment\n```\n\n### A.1\n\nb\n\n## B\n\nc\n"
+
+    assert section(page, "## A").strip() == "## A\n\n```sh\n# a comment\n```\n\n### A.1\n\nb"
+    assert section(page, "### A.1").strip() == "### A.1\n\nb"
+    assert section(page, "## B").count("\n") == page.count("\n")  # line numbers kept
+
+
+def _run_blocks(python: Path, blocks: list[tuple[int, str]], tmp_path: Path) -> str:
+    script = tmp_path / "section.py"
+    script.write_text(
+        "\n".join(
+            [
+                f"for _line, _code in {blocks!r}:",
+                '    exec(compile(_code, f"quickstart-wsgi.md:{_line}", "exec"), globals())',
+                "",
+            ]
+        ),
+        encoding="utf-8",
+    )
+    done = subprocess.run(  # noqa: S603 -- our own interpreter and script
+        [python, "-W", "error", script],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return done.stdout
+
+
+def test_wsgi_werkzeug_section_runs_without_flask(
+    environments: Environments, tmp_path: Path
+) -> None:
+    """The plain-Werkzeug section runs after section 1 with only what it says to install."""
+    text = WSGI_PAGE.read_text(encoding="utf-8")
+    werkzeug = section(text, "### Plain Werkzeug, or any WSGI callable")
+    wanted = requirements(werkzeug)
+    assert "flask" not in wanted
+    python = environments.python(wanted)
+
+    blocks = python_blocks(section(text, "## 1. An Authenticator")) + python_blocks(werkzeug)
+    _run_blocks(python, blocks, tmp_path)
+
+
+@attrs.frozen
+class Served:
+    """A quickstart's "save both blocks as module.py" and one server command it names."""
+
+    page: str
+    app_section: str  # the section whose first block is the app (section 1 has the key)
+    command: tuple[str, ...]  # {port} is filled in; always on 127.0.0.1
+    organization: str | None  # the x-organization-id the page's key needs
+    owner: str  # the organization the page's app answers with
+
+
+SERVED = {
+    "wsgi, waitress-serve": Served(
+        "quickstart-wsgi.md",
+        "### Flask",
+        ("waitress-serve", "--listen=127.0.0.1:{port}", "module:app"),
+        None,
+        "org_research",
+    ),
+    "wsgi, gunicorn": Served(
+        "quickstart-wsgi.md",
+        "### Flask",
+        ("gunicorn", "--bind", "127.0.0.1:{port}", "module:app"),
+        None,
+        "org_research",
+    ),
+    "asgi, uvicorn": Served(
+        "quickstart-asgi.md",
+        "### Starlette",
+        ("uvicorn", "--host", "127.0.0.1", "--port", "{port}", "module:app"),
+        "default",
+        "org_main",
+    ),
+}
+
+
+@pytest.mark.parametrize("served", sorted(SERVED))
+def test_quickstart_serves_as_the_page_says(
+    served: str, environments: Environments, tmp_path: Path
+) -> None:
+    """The page's "save both blocks as module.py" (with its ``print(key.secret)``) serves
+    under the commands it names, in the page's environment: 200 with the key, 401 without."""
+    import httpx
+
+    case = SERVED[served]
+    text = (ROOT / "docs" / case.page).read_text(encoding="utf-8")
+    python = environments.python(requirements(text))
+    both = python_blocks(section(text, "## 1. An Authenticator"))[:1]
+    both += python_blocks(section(text, case.app_section))[:1]
+    (tmp_path / "module.py").write_text(
+        "\n\n".join(code for _, code in both) + "\nprint(key.secret, flush=True)\n",
+        encoding="utf-8",
+    )
+    port = free_port()
+    program, *arguments = (word.format(port=port) for word in case.command)
+    process = subprocess.Popen(  # noqa: S603 -- the page's command, from the page's environment
+        [python.parent / program, *arguments],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    watchdog = threading.Timer(60, process.kill)  # no hang, whatever happens
+    watchdog.start()
+    refused = ok = None
+    try:
+        assert process.stdout is not None
+        secret = process.stdout.readline().strip()  # "" when the server died first
+        if secret.startswith("rma_"):
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+                for _ in range(400):  # bounded: about 20 seconds
+                    try:
+                        refused = client.get("/managed-agents/v1/models")
+                        break
+                    except httpx.TransportError:
+                        time.sleep(0.05)
+                headers = {"Authorization": f"Bearer {secret}"}
+                if case.organization is not None:
+                    headers["x-organization-id"] = case.organization
+                ok = client.get("/managed-agents/v1/models", headers=headers)
+    finally:
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGTERM)
+        errors = process.communicate(timeout=20)[1]  # waits, and closes the pipes
+        watchdog.cancel()
+
+    assert refused is not None and ok is not None, f"{served} did not serve:\n{errors[-4000:]}"
+    assert refused.status_code == 401
+    assert refused.json()["error"]["code"] == "unauthorized"
+    assert ok.status_code == 200
+    assert ok.json() == {"items": [{"id": "agent-small", "owner": case.owner}]}
+    assert ok.headers["service-organization-id"] == case.owner

@@ -142,7 +142,7 @@ class SecretVerifier:
 
     Anyone can mint well-formed keys with wrong secrets for a key id they know, and each
     costs an argon2 run. So the checks in flight are bounded three ways, and a check past a
-    bound raises :class:`Overloaded` at once (503) instead of queueing:
+    bound raises ``Overloaded`` at once (a 503) instead of queueing:
 
     - at most *max_pending_per_key* (default 2) distinct checks against one stored hash (one
       key);
