@@ -103,7 +103,12 @@ def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Fil
         relative = posixpath.relpath(site_path, posixpath.dirname(uri) or ".")
         return f"]({relative}{match['anchor'] or ''})"
 
-    return _LINK.sub(relink, markdown)
+    # ``python no-run`` marks a block the docs tests type-check but do not run; to Markdown
+    # the words after the language are no fence it knows, so the marker goes.
+    return _NO_RUN.sub(r"\g<fence>", _LINK.sub(relink, markdown))
+
+
+_NO_RUN: Final = re.compile(r"^(?P<fence>```python) no-run$", re.MULTILINE)
 
 
 # --- Docstrings --------------------------------------------------------------------------
