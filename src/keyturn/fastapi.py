@@ -19,6 +19,8 @@ button that sends both. ::
 
 ``Caller`` is ``Annotated[Principal, Depends(api_key)]``; use ``Depends(api_key)`` where
 you need the dependency itself (``dependencies=[Depends(api_key)]`` on a router).
+:func:`current_principal` (also ``keyturn.asgi.current_principal``) is the same answer
+without the security schemes, for HTTP and WebSocket routes alike.
 
 The middleware decides; this dependency only reads its answer. It does not read the
 ``Authorization`` header (the middleware removes it before the app), and a route that
@@ -34,13 +36,14 @@ from typing import Annotated, Final
 try:
     from fastapi import Depends, Request, Security
     from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+    from starlette.requests import HTTPConnection
 except ImportError as exc:
     raise ImportError("keyturn.fastapi needs FastAPI: pip install 'keyturn[fastapi]'") from exc
 
 from keyturn._model import Principal
-from keyturn.asgi import principal
+from keyturn._web import principal_in
 
-__all__ = ["BEARER", "ORGANIZATION", "Caller", "api_key"]
+__all__ = ["BEARER", "ORGANIZATION", "Caller", "api_key", "current_principal"]
 
 BEARER: Final = HTTPBearer(
     scheme_name="apiKey",
@@ -65,7 +68,17 @@ async def api_key(
 
     :raises MissingPrincipal: the middleware did not authenticate this request.
     """
-    return principal(request)
+    return principal_in(request.get("state"))
+
+
+def current_principal(connection: HTTPConnection) -> Principal:
+    """:func:`keyturn.asgi.principal` as a FastAPI dependency: ``Depends(current_principal)``.
+
+    FastAPI passes the request (or the WebSocket) by this parameter's annotation.
+
+    :raises MissingPrincipal: the middleware did not authenticate this request.
+    """
+    return principal_in(connection.get("state"))
 
 
 Caller = Annotated[Principal, Depends(api_key)]

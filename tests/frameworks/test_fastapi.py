@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
-from fastapi import FastAPI, HTTPException
+from fastapi import Depends, FastAPI, HTTPException
 from fastapi.testclient import TestClient
 
-from keyturn import Authenticator, CreatedKey, KeyManager, MissingPrincipal, Scope
-from keyturn.asgi import ApiKeyMiddleware
+from keyturn import Authenticator, CreatedKey, KeyManager, MissingPrincipal, Principal, Scope
+from keyturn.asgi import ApiKeyMiddleware, current_principal
 from keyturn.fastapi import Caller
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 
@@ -129,3 +129,25 @@ def test_expiry_header_through_add_middleware() -> None:
     assert gone_reply.status_code == 410
     assert gone_reply.headers["service-key-expires-at"] == ok.headers["service-key-expires-at"]
     assert refused.status_code == 401 and "service-key-expires-at" not in refused.headers
+
+
+def test_current_principal_is_a_dependency_fastapi_reads(
+    world: tuple[TestClient, CreatedKey],
+) -> None:
+    """``keyturn.asgi.current_principal`` in ``Depends`` gets the request and its caller."""
+    client, key = world
+    app = client.app
+    assert isinstance(app, FastAPI)
+
+    @app.get("/managed-agents/v1/me")
+    async def me(caller: Annotated[Principal, Depends(current_principal)]) -> dict[str, Any]:
+        return {"account": caller.account_id, "organization": caller.organization_id}
+
+    reply = client.get(
+        "/managed-agents/v1/me",
+        headers={"Authorization": f"Bearer {key.secret}", "x-organization-id": "default"},
+    )
+
+    assert reply.status_code == 200
+    assert reply.json() == {"account": "alice", "organization": "org_main"}
+    assert "connection" not in client.get("/openapi.json").text  # not read as a query field

@@ -29,12 +29,11 @@ from keyturn.console._page import (
     LIFETIME_CHOICES,
     Console,
     ConsoleSetupError,
-    Page,
     Preview,
-    Visit,
     local_time,
     preview,
 )
+from keyturn.console._visit import Page, Visit
 
 __all__ = [
     "LIFETIME_CHOICES",

@@ -1,6 +1,6 @@
 """The console's WSGI edge: a WSGI app over :class:`~keyturn.console.Console`. Decides nothing.
 
-It reads the request (at most :data:`~keyturn.console._page.MAX_FORM_BYTES` of body), asks the
+It reads the request (at most :data:`~keyturn.console._visit.MAX_FORM_BYTES` of body), asks the
 host's ``signed_in`` with a Werkzeug :class:`~werkzeug.wrappers.Request`, and writes the
 page layer's answer back.
 """
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from werkzeug.wrappers import Request
 
-from keyturn.console._page import MAX_FORM_BYTES, Console, Page, Visit, fields
+from keyturn.console._visit import MAX_FORM_BYTES, Page, Pages, Visit, fields
 
 if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIEnvironment
@@ -24,7 +24,7 @@ __all__ = ["ConsoleWSGI"]
 class ConsoleWSGI:
     """``DispatcherMiddleware(app.wsgi_app, {"/console": console.wsgi()})`` in Flask."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Pages) -> None:
         self.console = console
 
     def __repr__(self) -> str:
