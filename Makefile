@@ -9,14 +9,7 @@ STAMP  := $(VENV)/.installed
 # A failed install removes the half-built .venv, so the next make starts clean.
 INSTALL = || { rm -rf $(VENV); echo "make: the install failed; .venv was removed, run make again" >&2; exit 1; }
 
-# The compiled build (hatch_build.py, mypyc) has a venv of its own; it needs a C compiler.
-CVENV  := .venv-compiled
-CBIN   := $(CVENV)/bin
-CDEPS  := $(CVENV)/.dependencies
-CSTAMP := $(CVENV)/.compiled
-CINSTALL = || { rm -rf $(CVENV); echo "make: the compiled install failed; $(CVENV) was removed" >&2; exit 1; }
-
-.PHONY: demo docs test test-pure test-compiled lint typecheck bench screenshots clean python-version
+.PHONY: demo docs test lint typecheck bench screenshots clean python-version
 
 python-version:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
@@ -55,39 +48,14 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy src
 
-# Both builds run the whole suite: the pure-Python package (the reference), then the
-# compiled one, unless KEYTURN_SKIP_COMPILED=1 or the machine has no C compiler.
-test: docs test-pure
-	@if [ -n "$$KEYTURN_SKIP_COMPILED" ]; then echo "make: compiled build skipped (KEYTURN_SKIP_COMPILED)"; \
-	elif ! command -v "$${CC:-cc}" >/dev/null 2>&1; then echo "make: no C compiler: compiled build skipped"; \
-	else $(MAKE) --no-print-directory test-compiled; fi
-
-test-pure: lint typecheck
+test: docs lint typecheck
 	$(BIN)/python -m pytest --cov --cov-report=term $(PYTEST_ARGS)
-
-$(CDEPS): pyproject.toml | python-version
-	rm -rf $(CVENV)
-	$(PYTHON) -m venv $(CVENV) $(CINSTALL)
-	$(CBIN)/python -m pip install --quiet --upgrade pip $(CINSTALL)
-	$(CBIN)/python -m pip install --quiet '.[asgi,wsgi,postgres,demo,console,django,fastapi,client]' --group dev hatchling setuptools $(CINSTALL)
-	touch $(CDEPS)
-
-# Reinstalled, compiled, whenever a source file changes (a wheel, not the source tree).
-$(CSTAMP): $(CDEPS) hatch_build.py $(wildcard src/keyturn/*.py)
-	KEYTURN_COMPILE=1 $(CBIN)/python -m pip install --quiet --no-build-isolation --no-deps --force-reinstall . $(CINSTALL)
-	touch $(CSTAMP)
-
-test-compiled: $(CSTAMP)
-	KEYTURN_TEST_COMPILED=1 $(CBIN)/python -m pytest -p no:cacheprovider $(PYTEST_ARGS)
 
 screenshots: $(STAMP)
 	$(BIN)/python -m tests.console.screenshots
 
-# Both builds: the compiled one is built first where a C compiler is present.
 bench: $(STAMP)
-	@if command -v "$${CC:-cc}" >/dev/null 2>&1; then $(MAKE) --no-print-directory $(CSTAMP); \
-	else echo "make: no C compiler: the benchmarks measure the pure-Python build only"; fi
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) $(CVENV) build .mypy_cache .pytest_cache .ruff_cache .coverage .hypothesis
+	rm -rf $(VENV) build .mypy_cache .pytest_cache .ruff_cache .coverage .hypothesis

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any, Final
 
 __all__ = [
-    "COMPILED_ENV",
     "FULL",
     "QUICK",
     "SMOKE",
@@ -35,11 +34,8 @@ __all__ = [
     "Settings",
     "Table",
     "Target",
-    "compiled_here",
-    "compiled_python",
     "machine",
     "paired",
-    "per_build",
     "ratio",
     "run_batch",
     "run_module",
@@ -266,25 +262,20 @@ class Bar:
 
 @dataclass(frozen=True)
 class Target:
-    """One row of the headline table: a ratio measured in this run, against its targets.
+    """One row of the headline table: a ratio measured in this run, against its target.
 
-    *sense* is ``"<="`` or ``"<"`` (lower is better) or ``">="`` (higher is better); a target of
-    ``None`` means the row has none for that build. The distance is how far the measured
-    value is from the pure-Python target (or the compiled one, when only that is set).
+    *sense* is ``"<="`` or ``"<"`` (lower is better) or ``">="`` (higher is better); a *goal*
+    of ``None`` means the row has no target and is there for information.
     """
 
     name: str
     value: float
     sense: str
-    pure: float | None = None
-    compiled: float | None = None
+    goal: float | None = None
     detail: str = ""
 
-    def _target(self, value: float | None) -> str:
-        return "-" if value is None else f"{self.sense} {value:.2f}x"
-
     def distance(self) -> str:
-        goal = self.pure if self.pure is not None else self.compiled
+        goal = self.goal
         if goal is None or self.value != self.value:
             return "(info)"
         met = {"<=": self.value <= goal, "<": self.value < goal, ">=": self.value >= goal}
@@ -295,24 +286,11 @@ class Target:
         return f"{goal / self.value:.2f}x below" if self.value > 0 else "n/a"
 
     def cells(self) -> list[str]:
-        return [
-            self.name,
-            times(self.value),
-            self._target(self.pure),
-            self._target(self.compiled),
-            self.distance(),
-            self.detail,
-        ]
+        target = "-" if self.goal is None else f"{self.sense} {self.goal:.2f}x"
+        return [self.name, times(self.value), target, self.distance(), self.detail]
 
 
-TARGET_COLUMNS: Final = [
-    "row",
-    "measured",
-    "target, pure Python",
-    "target, compiled",
-    "distance (to the first target)",
-    "detail",
-]
+TARGET_COLUMNS: Final = ["row", "measured", "target", "distance", "detail"]
 
 
 def target_table(title: str, targets: Iterable[Target]) -> Table:
@@ -366,28 +344,6 @@ def machine() -> str:
 
 
 ROOT: Final = Path(__file__).resolve().parents[1]
-COMPILED_ENV: Final = "KEYTURN_BENCH_COMPILED_PYTHON"
-COMPILED_VENV: Final = ROOT / ".venv-compiled" / "bin" / "python"
-PURE: Final = "pure Python"
-COMPILED: Final = "compiled"
-
-
-def compiled_python() -> tuple[str | None, str]:
-    """The interpreter of the compiled build and a note; ``None`` (and why) where there is none.
-
-    ``make bench`` builds it (``.venv-compiled``, as ``make test-compiled`` does) where a C
-    compiler is present; ``$KEYTURN_BENCH_COMPILED_PYTHON`` names another.
-    """
-    python = os.environ.get(COMPILED_ENV) or str(COMPILED_VENV)
-    if not os.path.exists(python):
-        return None, "no compiled build (.venv-compiled is missing: make test-compiled builds it)"
-    probe = "import keyturn._decision as d; print(d.__file__)"
-    done = subprocess.run(  # noqa: S603 - the compiled build's own interpreter
-        [python, "-c", probe], capture_output=True, text=True, timeout=60, check=False
-    )
-    if done.returncode != 0 or done.stdout.strip().endswith(".py"):
-        return None, f"{os.path.relpath(python)} does not import a compiled keyturn"
-    return python, f"compiled build: {os.path.relpath(python)}"
 
 
 def run_module(
@@ -399,8 +355,8 @@ def run_module(
 ) -> dict[str, Any]:
     """Run ``python -m module args`` from the project root (behind *before*, e.g. valgrind).
 
-    This is how a benchmark reaches the other build: its interpreter imports this same
-    ``bench`` package. Returns the one JSON line the module printed last.
+    This is how a benchmark runs a part in a process of its own (under valgrind, say): the
+    module imports this same ``bench`` package. Returns the one JSON line it printed last.
     """
     env = {**os.environ, "PYTHONHASHSEED": "0"}  # two runs execute the same instructions
     done = subprocess.run(  # noqa: S603 - our own interpreter and module
@@ -416,30 +372,3 @@ def run_module(
         raise RuntimeError(f"{python} -m {module} {' '.join(args)} failed: {tail}")
     said: dict[str, Any] = json.loads(done.stdout.decode("utf-8").strip().splitlines()[-1])
     return said
-
-
-def compiled_here() -> bool:
-    """Whether this interpreter imports the compiled build of keyturn."""
-    import keyturn._decision
-
-    return not (keyturn._decision.__file__ or "").endswith(".py")
-
-
-def per_build(
-    module: str, measure: Callable[[int, int], dict[str, Any]], settings: Settings
-) -> tuple[dict[str, dict[str, Any]], str]:
-    """*measure(reps, batch)* for each build: here, and in the compiled build's interpreter.
-
-    The compiled build runs ``python -m module REPS BATCH`` (the section's ``__main__``
-    prints what *measure* returned), so each build's variants are paired within its own
-    process; figures of the two builds come from two processes run one after the other.
-    Returns build -> what *measure* returned, and a note saying which builds ran.
-    """
-    here = COMPILED if compiled_here() else PURE
-    results = {here: measure(settings.reps, settings.batch)}
-    if here == COMPILED:
-        return results, "this interpreter imports the compiled build: no pure-Python rows"
-    python, note = compiled_python()
-    if python is not None:
-        results[COMPILED] = run_module(python, module, str(settings.reps), str(settings.batch))
-    return results, note

@@ -5,37 +5,19 @@ scope and a receive / send that do nothing, so what differs between variants is 
 sits in front of it. keyturn's key has been verified once before timing (its token is in
 the cache), so this is the path every request but a key's first takes. The garbage
 collector stays on. Section 0 counts the same variants in instructions.
-
-Both builds are timed: the pure-Python one in this process, the compiled one (where
-``.venv-compiled`` holds it) by its own interpreter running this module, each build's
-variants paired within its process.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from bench._apps import asgi_batch, asgi_call
-from bench._core import (
-    PURE,
-    Batch,
-    Paired,
-    Report,
-    Settings,
-    Table,
-    Target,
-    paired,
-    per_build,
-    times,
-    us,
-)
+from bench._core import Batch, Paired, Report, Settings, Table, Target, paired, times, us
 from bench._variants import LABELS, Variant, base_of, build, world
 
-__all__ = ["check", "measure", "overhead_table", "run", "timed_builds"]
+__all__ = ["check", "measure", "overhead_table", "run", "timed"]
 
 NAME: Final = "asgi"
 TITLE: Final = "1. ASGI in process: warm path, paired wall time (GC on)"
@@ -96,72 +78,61 @@ def measure(reps: int, batch: int) -> dict[str, Any]:
     return {"samples": result.samples, "argon2_runs": w.authenticator.verifier.runs - runs}
 
 
-def timed_builds(
+def timed(
     report: Report,
-    module: str,
     measure: Callable[[int, int], dict[str, Any]],
     settings: Settings,
     versus: Mapping[str, str],
-) -> Iterator[tuple[str, str, Paired]]:
-    """Each build's name, facts suffix and result; its table and argon2 count go in *report*."""
-    builds, note = per_build(module, measure, settings)
-    report.notes.append(note)
-    for which, said in builds.items():
-        result, suffix = Paired(said["samples"]), "" if which == PURE else "@" + which
-        report.facts["warm.argon2_runs_while_timed" + suffix] = said["argon2_runs"]
-        title = f"{which}: per request, {settings.reps} paired repetitions x {settings.batch}"
-        report.tables.append(overhead_table(f"{title} requests, GC on", result, versus))
-        yield which, suffix, result
+) -> Paired:
+    """The section's paired result; its table and argon2 count go in *report*."""
+    said = measure(settings.reps, settings.batch)
+    result = Paired(said["samples"])
+    report.facts["warm.argon2_runs_while_timed"] = said["argon2_runs"]
+    title = f"per request, {settings.reps} paired repetitions x {settings.batch} requests, GC on"
+    report.tables.append(overhead_table(title, result, versus))
+    return result
 
 
 def run(settings: Settings) -> Report:
     report = Report(NAME, TITLE)
-    for which, suffix, result in timed_builds(report, __name__, measure, settings, VERSUS):
-        for kind, tenant in (("organization key", ""), ("tenant key", "+tenant")):
-            name, base = f"starlette.keyturn{tenant}", f"starlette.bare{tenant}"
-            floor, auth = f"starlette.floor{tenant}", f"starlette.auth{tenant}"
-            versus_floor = result.ratio(name, floor, base)
-            versus_auth = result.ratio(name, auth, base)
-            report.facts[f"{name}{suffix}/{floor}"] = versus_floor
-            report.facts[f"{name}{suffix}/{auth}"] = versus_auth
-            mine = us(result.overhead(name, base))
-            report.targets.append(
-                Target(
-                    f"ASGI warm overhead / floor, paired wall time (GC on), {kind}, {which}",
-                    versus_floor,
-                    "<=",
-                    None,
-                    2.0,
-                    f"{mine} vs {us(result.overhead(floor, base))} us",
-                )
-            )
-            report.targets.append(
-                Target(
-                    f"ASGI / Starlette AuthenticationMiddleware same work, time, {kind}, {which}",
-                    versus_auth,
-                    "<",
-                    None,
-                    1.0,
-                    f"{mine} vs {us(result.overhead(auth, base))} us",
-                )
-            )
-        on_fastapi = result.ratio("fastapi.keyturn", "fastapi.bearer", "fastapi.bare")
-        report.facts["fastapi.keyturn" + suffix + "/fastapi.bearer"] = on_fastapi
+    result = timed(report, measure, settings, VERSUS)
+    for kind, tenant in (("organization key", ""), ("tenant key", "+tenant")):
+        name, base = f"starlette.keyturn{tenant}", f"starlette.bare{tenant}"
+        floor, auth = f"starlette.floor{tenant}", f"starlette.auth{tenant}"
+        versus_floor = result.ratio(name, floor, base)
+        versus_auth = result.ratio(name, auth, base)
+        report.facts[f"{name}/{floor}"] = versus_floor
+        report.facts[f"{name}/{auth}"] = versus_auth
+        mine = us(result.overhead(name, base))
         report.targets.append(
             Target(
-                f"FastAPI: keyturn / HTTPBearer dependency same work, time, org key, {which}",
-                on_fastapi,
+                f"ASGI warm overhead / floor, paired wall time (GC on), {kind}",
+                versus_floor,
                 "<=",
-                detail=f"{us(result.overhead('fastapi.keyturn', 'fastapi.bare'))} vs "
-                f"{us(result.overhead('fastapi.bearer', 'fastapi.bare'))} us",
+                detail=f"{mine} vs {us(result.overhead(floor, base))} us",
             )
         )
+        report.targets.append(
+            Target(
+                f"ASGI / Starlette AuthenticationMiddleware same work, time, {kind}",
+                versus_auth,
+                "<",
+                detail=f"{mine} vs {us(result.overhead(auth, base))} us",
+            )
+        )
+    on_fastapi = result.ratio("fastapi.keyturn", "fastapi.bearer", "fastapi.bare")
+    report.facts["fastapi.keyturn/fastapi.bearer"] = on_fastapi
+    report.targets.append(
+        Target(
+            "FastAPI: keyturn / HTTPBearer dependency same work, time, org key",
+            on_fastapi,
+            "<=",
+            detail=f"{us(result.overhead('fastapi.keyturn', 'fastapi.bare'))} vs "
+            f"{us(result.overhead('fastapi.bearer', 'fastapi.bare'))} us",
+        )
+    )
     report.notes.append(
         "same work: the header scan, sha256 + dict lookup, the organization rule and the two "
         "service headers; trivial: the lookup only (the frameworks' trivial rows add no headers)"
     )
     return report
-
-
-if __name__ == "__main__":  # the compiled build's half of the section (bench._core.per_build)
-    print(json.dumps(measure(int(sys.argv[1]), int(sys.argv[2]))), flush=True)

@@ -6,9 +6,7 @@ empty call's loop. Under ``valgrind --tool=callgrind`` (one run, ``python -m
 bench.breakdown N``) a marker call between pieces dumps the counts, so each piece's part
 holds its loop alone; callgrind's own per-function view does not help here, since every
 Python function runs inside the interpreter's one evaluation loop. Without valgrind, the
-same pieces are timed in nanoseconds instead (noisy on a shared machine). Where the
-compiled build is installed (``.venv-compiled``), its interpreter runs the same pieces under
-callgrind for a second column.
+same pieces are timed in nanoseconds instead (noisy on a shared machine).
 
 THIS is the one benchmark file that reaches into keyturn's internals (the header scan, the
 path guard, the decision's helpers, the driver): when they move, update :func:`pieces`
@@ -30,16 +28,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from bench._apps import MODELS, asgi_batch
-from bench._core import (
-    COMPILED,
-    PURE,
-    Report,
-    Settings,
-    Table,
-    compiled_here,
-    compiled_python,
-    run_batch,
-)
+from bench._core import Report, Settings, Table, run_batch
 from bench._variants import build, world
 from bench._world import ACCOUNT, ORGANIZATION
 
@@ -275,10 +264,10 @@ def _count_main(n: int) -> None:
     print(json.dumps({"pieces": list(found), "missing": missing, "n": n}), flush=True)
 
 
-def _instructions(n: int, python: str = sys.executable) -> tuple[dict[str, float], list[str]]:
+def _instructions(n: int) -> tuple[dict[str, float], list[str]]:
     from bench.instructions import callgrind
 
-    said, parts = callgrind("bench.breakdown", str(n), python=python)
+    said, parts = callgrind("bench.breakdown", str(n))
     names: list[str] = said["pieces"]
     if sorted(parts) != list(range(1, len(names) + 3)):
         raise RuntimeError(f"expected {len(names) + 2} callgrind parts, got {sorted(parts)}")
@@ -352,40 +341,29 @@ def _pieces(per_call: dict[str, float]) -> dict[str, float]:
 
 
 def run(settings: Settings) -> Report:
-    """Counted for the pure-Python build, and for the compiled one where it is built."""
     report = Report(NAME, TITLE)
     n = max(20, settings.count_requests)
     counted = shutil.which("valgrind") is not None
-    here = COMPILED if compiled_here() else PURE
-    measured: dict[str, tuple[dict[str, float], list[str]]] = {
-        here: _instructions(n) if counted else _nanoseconds(settings.batch)
-    }
-    compiled, note = compiled_python()
-    if counted and here == PURE and compiled is not None:
-        measured[COMPILED] = _instructions(n, compiled)
-    elif counted:
-        report.notes.append(note)
+    found, missing = _instructions(n) if counted else _nanoseconds(settings.batch)
     unit = "instructions" if counted else "ns (valgrind not installed: timed instead)"
-    empties = ", ".join(f"{which} {found[EMPTY]:,.0f}" for which, (found, _) in measured.items())
-    rows = {which: _pieces(found) for which, (found, _) in measured.items()}
+    rows = _pieces(found)
     table = Table(
-        f"{unit} per call, {n} calls per piece, minus an empty call's loop ({empties})",
-        ["piece", *(f"{unit.split()[0]}, {which}" for which in rows)],
+        f"{unit} per call, {n} calls per piece, minus an empty call's loop ({found[EMPTY]:,.0f})",
+        ["piece", unit.split()[0]],
     )
-    for name in rows[here]:
-        table.add(name, *(f"{pieces.get(name, float('nan')):,.0f}" for pieces in rows.values()))
+    for name, value in rows.items():
+        table.add(name, f"{value:,.0f}")
     report.tables.append(table)
-    missing = sorted({text for _, lost in measured.values() for text in lost})
     report.facts.update(
-        pieces=len(rows[here]) - 3,
+        pieces=len(rows) - 3,
         missing=len(missing),
         counted=int(counted),
-        keyturn_over_bare=rows[here].get(
+        keyturn_over_bare=rows.get(
             "request: keyturn, organization key, over bare Starlette", float("nan")
         ),
-        adapter=rows[here][ADAPTER],
+        adapter=rows[ADAPTER],
     )
-    report.notes += [f"missing piece (internal moved): {text}" for text in missing]
+    report.notes += [f"missing piece (internal moved): {text}" for text in sorted(set(missing))]
     return report
 
 

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final
 
-from bench._core import Report, Settings, Table, Target, compiled_python, run_module, times
+from bench._core import Report, Settings, Table, Target, run_module, times
 from bench._variants import LABELS, base_of
 
 __all__ = ["callgrind", "count", "run", "valgrind_missing"]
@@ -54,9 +54,7 @@ def _parts(directory: Path) -> dict[int, int]:
     return parts
 
 
-def callgrind(
-    module: str, *args: str, python: str = sys.executable
-) -> tuple[dict[str, Any], dict[int, int]]:
+def callgrind(module: str, *args: str) -> tuple[dict[str, Any], dict[int, int]]:
     """Run ``python -m module args`` under callgrind, cutting parts at each ``os.getppid()``.
 
     Returns what the module printed last (one JSON line) and its parts' instruction counts.
@@ -69,16 +67,13 @@ def callgrind(
             "--dump-before=getppid",
             f"--callgrind-out-file={out / 'callgrind.out'}",
         ]
-        said = run_module(python, module, *args, before=valgrind, timeout=TIMEOUT)
+        said = run_module(sys.executable, module, *args, before=valgrind, timeout=TIMEOUT)
         return said, _parts(out)
 
 
-COMPILED: Final = "@compiled"  # suffix of a variant run by the compiled build
-
-
-def count(variant: str, n: int, python: str = sys.executable) -> float:
+def count(variant: str, n: int) -> float:
     """Instructions per warm request of *variant*, from one valgrind run of *n* requests."""
-    said, parts = callgrind("bench._count", variant, str(n), python=python)
+    said, parts = callgrind("bench._count", variant, str(n))
     if said != {"variant": variant, "n": n, "status": 200}:
         raise RuntimeError(f"callgrind run of {variant} said {said}")
     if sorted(parts) != [1, 2, 3]:
@@ -87,8 +82,8 @@ def count(variant: str, n: int, python: str = sys.executable) -> float:
 
 
 def _over(counts: dict[str, float], name: str) -> float:
-    """*name*'s instructions over its bare app's (the same bare app for both builds)."""
-    return counts[name] - counts[base_of(name.removesuffix(COMPILED))]
+    """*name*'s instructions over its bare app's."""
+    return counts[name] - counts[base_of(name)]
 
 
 def _ratio(counts: dict[str, float], name: str, other: str) -> float:
@@ -112,81 +107,56 @@ def run(settings: Settings) -> Report:
         if base_of(name) not in names:
             names.append(base_of(name))
     n = settings.count_requests
-    compiled, note = compiled_python()
-    report.notes.append(note)
-    runs = [(name, sys.executable) for name in names]
-    if compiled is not None:  # keyturn's variants again, compiled (the bare apps are the same)
-        runs += [(name, compiled) for name in names if ".keyturn" in name]
 
-    def one(run: tuple[str, str]) -> float:
-        return count(run[0], n, run[1])
+    def one(name: str) -> float:
+        return count(name, n)
 
     jobs = max(1, min(2, os.cpu_count() or 1))  # counts do not depend on sharing the cores
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        counted = list(pool.map(one, runs))
-    counts = {
-        name + ("" if python == sys.executable else COMPILED): value
-        for (name, python), value in zip(runs, counted, strict=True)
-    }
+        counts = dict(zip(names, pool.map(one, names), strict=True))
 
     table = Table(
         f"instructions per warm request, {n} requests per variant, one valgrind run each",
         ["variant", "instructions/req", "over bare", "overhead / same-work floor's"],
     )
-    order = [name + build for name in LABELS for build in ("", COMPILED) if name + build in counts]
-    for name in order:
-        plain = name.removesuffix(COMPILED)
-        base = base_of(plain)
-        floor = plain.split(".")[0] + (".floor+tenant" if plain.endswith("+tenant") else ".floor")
+    for name in (name for name in LABELS if name in counts):
+        base = base_of(name)
+        floor = name.split(".")[0] + (".floor+tenant" if name.endswith("+tenant") else ".floor")
         over = "-" if name == base else f"{_over(counts, name):,.0f}"
         versus = (
             times(_ratio(counts, name, floor))
             if name != base and floor in counts and name != floor
             else "-"
         )
-        label = LABELS[plain] + (" (compiled)" if name.endswith(COMPILED) else "")
-        table.add(label, f"{counts[name]:,.0f}", over, versus)
+        table.add(LABELS[name], f"{counts[name]:,.0f}", over, versus)
         report.facts[f"{name}.instructions"] = counts[name]
     report.tables.append(table)
 
-    def target(
-        label: str, name: str, other: str, pure: float | None, compiled: float | None
-    ) -> None:
-        for build in ("", COMPILED):
-            if name + build in counts and other in counts:
-                over, theirs = _over(counts, name + build), _over(counts, other)
-                value = _ratio(counts, name + build, other)
-                report.facts[f"{name}{build}/{other}"] = value
-                report.targets.append(
-                    Target(
-                        label + (", compiled" if build else ", pure Python"),
-                        value,
-                        "<=",
-                        None if build else pure,  # each build against its own target
-                        compiled,
-                        f"{over:,.0f} vs {theirs:,.0f} instr",
-                    )
-                )
+    def target(label: str, name: str, other: str, goal: float | None) -> None:
+        if name in counts and other in counts:
+            over, theirs = _over(counts, name), _over(counts, other)
+            value = _ratio(counts, name, other)
+            report.facts[f"{name}/{other}"] = value
+            report.targets.append(
+                Target(label, value, "<=", goal, f"{over:,.0f} vs {theirs:,.0f} instr")
+            )
 
     target(
         "ASGI warm overhead / floor, instructions, organization key",
         "starlette.keyturn",
         "starlette.floor",
         2.3,
-        1.5,
     )
     target(
         "ASGI warm overhead / floor, instructions, tenant key",
         "starlette.keyturn+tenant",
         "starlette.floor+tenant",
         2.3,
-        1.5,
     )
     target(
         "ASGI / Starlette AuthenticationMiddleware same work, instructions, org key",
         "starlette.keyturn",
         "starlette.auth",
-        None,
         None,
     )
     target(
@@ -194,21 +164,18 @@ def run(settings: Settings) -> Report:
         "starlette.keyturn+tenant",
         "starlette.auth+tenant",
         None,
-        None,
     )
     target(
         "WSGI warm overhead / floor, instructions, organization key",
         "flask.keyturn",
         "flask.floor",
         2.5,
-        1.5,
     )
     target(
         "WSGI warm overhead / floor, instructions, tenant key",
         "flask.keyturn+tenant",
         "flask.floor+tenant",
         2.5,
-        1.5,
     )
     target(
         "FastAPI: middleware + Caller / HTTPBearer dependency same work, instructions",

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import IO, Final
 
 from bench._apps import MODELS
-from bench._core import Report, Settings, Table, Target, compiled_python
+from bench._core import Report, Settings, Table, Target
 from bench._server import HTTP, LOOP, VARIANTS
 
 __all__ = ["Load", "Server", "run"]
@@ -59,12 +59,12 @@ def _taskset(cpu: int | None) -> list[str]:
 class Server:
     """One ``python -m bench._server <variant>`` process."""
 
-    def __init__(self, variant: str, cpu: int | None, python: str = sys.executable) -> None:
+    def __init__(self, variant: str, cpu: int | None) -> None:
         self.variant = variant
         self._log: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop()
         pin = [] if cpu is None else [str(cpu)]
         self.process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-            [python, "-m", "bench._server", variant, *pin],
+            [sys.executable, "-m", "bench._server", variant, *pin],
             cwd=ROOT,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -240,24 +240,15 @@ def _median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-COMPILED: Final = "keyturn (compiled)"
-
-
 def run(settings: Settings) -> Report:
     report = Report(NAME, TITLE)
     server_cpu, load_cpu = cores()
-    compiled, note = compiled_python()
-    report.notes.append(note)
-    # label -> (variant, interpreter): keyturn a second time, compiled, where it is built
-    runs = {variant: (variant, sys.executable) for variant in VARIANTS}
-    if compiled is not None:
-        runs[COMPILED] = ("keyturn", compiled)
-    labels = list(runs)
+    labels = list(VARIANTS)
     servers: dict[str, Server] = {}
     samples: dict[str, list[Load]] = {label: [] for label in labels}
     try:
-        for label, (variant, python) in runs.items():
-            servers[label] = Server(variant, server_cpu, python)
+        for label in labels:
+            servers[label] = Server(label, server_cpu)
         for server in servers.values():  # keyturn's one cold verification, and warm caches
             warm = load(server, clients=1, requests=300, seconds=WARMUP_SECONDS, cpu=load_cpu)
             if warm.failed or not warm.requests:
@@ -291,7 +282,7 @@ def run(settings: Settings) -> Report:
             "server CPU busy",
         ],
     )
-    for variant, loads in samples.items():  # the variant's label
+    for variant, loads in samples.items():
         busy = _median([load.cpu_ns / load.elapsed_ns for load in loads if load.elapsed_ns])
         table.add(
             f"uvicorn + starlette: {variant}",
@@ -329,41 +320,16 @@ def run(settings: Settings) -> Report:
         pinned=int(server_cpu is not None),
     )
     report.targets += [
-        Target("Real HTTP throughput / bare, keyturn pure Python", keyturn_throughput, ">=", 0.78),
+        Target("Real HTTP throughput / bare, keyturn", keyturn_throughput, ">=", 0.78),
         Target("Real HTTP throughput / bare, same-work floor", floor_throughput, ">="),
         Target(
-            "Extra server CPU per request, keyturn pure Python / floor's",
+            "Extra server CPU per request, keyturn / floor's",
             cpu_ratio,
             "<=",
             1.5,
-            None,
             f"+{keyturn_cpu / 1000:.1f} us vs floor +{floor_cpu / 1000:.1f} us",
         ),
     ]
-    if COMPILED in samples:
-        compiled_cpu = paired_median(COMPILED, extra_cpu)
-        compiled_ratio = compiled_cpu / floor_cpu if floor_cpu > 0 else float("inf")
-        compiled_throughput = paired_median(COMPILED, throughput)
-        report.facts.update(
-            compiled_throughput_ratio=compiled_throughput, compiled_extra_cpu_ns=compiled_cpu
-        )
-        report.targets += [
-            Target(
-                "Real HTTP throughput / bare, keyturn compiled",
-                compiled_throughput,
-                ">=",
-                None,
-                0.85,
-            ),
-            Target(
-                "Extra server CPU per request, keyturn compiled / floor's",
-                compiled_ratio,
-                "<=",
-                None,
-                1.5,
-                f"+{compiled_cpu / 1000:.1f} us vs floor +{floor_cpu / 1000:.1f} us",
-            ),
-        ]
     pinning = (
         f"server pinned to core {server_cpu}, load to core {load_cpu}"
         if server_cpu is not None

@@ -2,20 +2,17 @@
 
 Each variant (``bench._variants``) calls the app with a prepared environ and a
 ``start_response`` that does nothing, consumes the returned iterable and closes it, as a
-WSGI server would. Section 0 counts the same variants in instructions. Both builds are
-timed, as in section 1 (``bench._core.per_build``).
+WSGI server would. Section 0 counts the same variants in instructions.
 """
 
 from __future__ import annotations
 
-import json
-import sys
 from typing import Any, Final
 
 from bench._apps import wsgi_batch, wsgi_call
 from bench._core import Batch, Report, Settings, Target, paired, us
 from bench._variants import LABELS, build, world
-from bench.asgi_warm import check, timed_builds
+from bench.asgi_warm import check, timed
 
 __all__ = ["measure", "run"]
 
@@ -47,37 +44,33 @@ def measure(reps: int, batch: int) -> dict[str, Any]:
 
 def run(settings: Settings) -> Report:
     report = Report(NAME, TITLE)
-    for which, suffix, result in timed_builds(report, __name__, measure, settings, VERSUS):
-        for kind, tenant in (("organization key", ""), ("tenant key", "+tenant")):
-            name, base = f"flask.keyturn{tenant}", f"flask.bare{tenant}"
-            floor, httpauth = f"flask.floor{tenant}", f"flask.httpauth{tenant}"
-            versus_floor = result.ratio(name, floor, base)
-            versus_httpauth = result.ratio(name, httpauth, base)
-            report.facts[f"{name}{suffix}/{floor}"] = versus_floor
-            report.facts[f"{name}{suffix}/{httpauth}"] = versus_httpauth
-            mine = us(result.overhead(name, base))
-            report.targets.append(
-                Target(
-                    f"WSGI warm overhead / floor, paired wall time (GC on), {kind}, {which}",
-                    versus_floor,
-                    "<=",
-                    detail=f"{mine} vs {us(result.overhead(floor, base))} us",
-                )
+    result = timed(report, measure, settings, VERSUS)
+    for kind, tenant in (("organization key", ""), ("tenant key", "+tenant")):
+        name, base = f"flask.keyturn{tenant}", f"flask.bare{tenant}"
+        floor, httpauth = f"flask.floor{tenant}", f"flask.httpauth{tenant}"
+        versus_floor = result.ratio(name, floor, base)
+        versus_httpauth = result.ratio(name, httpauth, base)
+        report.facts[f"{name}/{floor}"] = versus_floor
+        report.facts[f"{name}/{httpauth}"] = versus_httpauth
+        mine = us(result.overhead(name, base))
+        report.targets.append(
+            Target(
+                f"WSGI warm overhead / floor, paired wall time (GC on), {kind}",
+                versus_floor,
+                "<=",
+                detail=f"{mine} vs {us(result.overhead(floor, base))} us",
             )
-            report.targets.append(
-                Target(
-                    f"WSGI / Flask-HTTPAuth same work, time, {kind}, {which}",
-                    versus_httpauth,
-                    "<=",
-                    detail=f"{mine} vs {us(result.overhead(httpauth, base))} us",
-                )
+        )
+        report.targets.append(
+            Target(
+                f"WSGI / Flask-HTTPAuth same work, time, {kind}",
+                versus_httpauth,
+                "<=",
+                detail=f"{mine} vs {us(result.overhead(httpauth, base))} us",
             )
+        )
     report.notes.append(
         "Flask-HTTPAuth runs inside the Flask view (after routing) and adds the headers in an "
         "after_request hook; the floor and keyturn run in front of Flask"
     )
     return report
-
-
-if __name__ == "__main__":  # the compiled build's half of the section (bench._core.per_build)
-    print(json.dumps(measure(int(sys.argv[1]), int(sys.argv[2]))), flush=True)

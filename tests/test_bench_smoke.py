@@ -27,7 +27,7 @@ import pytest
 from bench import DEFAULT, SECTIONS, breakdown, run_section
 from bench import __main__ as bench_main
 from bench._apps import asgi_call, wsgi_call
-from bench._core import COMPILED, PURE, SMOKE, Report, compiled_here, compiled_python
+from bench._core import SMOKE, Report
 from bench._count import main as count_main
 from bench._databases import postgres_unavailable
 from bench._variants import LABELS, base_of, build, world
@@ -61,38 +61,21 @@ def test_sections_are_all_listed() -> None:
     assert set(SECTIONS) == set(DEFAULT)
 
 
-def _builds() -> list[str]:
-    """The builds the timed sections measure here: this interpreter's, and the compiled one."""
-    if compiled_here():
-        return [COMPILED]
-    return [PURE] if compiled_python()[0] is None else [PURE, COMPILED]
-
-
 def test_asgi_warm_path_runs_no_argon2() -> None:
-    """Each build's timed ASGI variants run no argon2, and each build states its targets."""
+    """The timed ASGI variants run no argon2, and the section states its rows."""
     report = smoke("asgi")
     names = {target.name for target in report.targets}
-    for which in _builds():
-        suffix = "" if which == PURE else "@" + which
-        assert report.facts["warm.argon2_runs_while_timed" + suffix] == 0
-        assert (
-            f"ASGI warm overhead / floor, paired wall time (GC on), organization key, {which}"
-            in names
-        )
-        assert (
-            f"ASGI / Starlette AuthenticationMiddleware same work, time, tenant key, {which}"
-            in names
-        )
-    assert len(report.tables) == len(_builds())
+    assert report.facts["warm.argon2_runs_while_timed"] == 0
+    assert "ASGI warm overhead / floor, paired wall time (GC on), organization key" in names
+    assert "ASGI / Starlette AuthenticationMiddleware same work, time, tenant key" in names
+    assert len(report.tables) == 1
 
 
 def test_wsgi_warm_path_runs_no_argon2() -> None:
-    """Each build's timed WSGI variants run no argon2."""
+    """The timed WSGI variants run no argon2."""
     report = smoke("wsgi")
-    for which in _builds():
-        suffix = "" if which == PURE else "@" + which
-        assert report.facts["warm.argon2_runs_while_timed" + suffix] == 0
-        assert f"flask.keyturn{suffix}/flask.httpauth" in report.facts
+    assert report.facts["warm.argon2_runs_while_timed"] == 0
+    assert "flask.keyturn/flask.httpauth" in report.facts
 
 
 SAME_WORK = [

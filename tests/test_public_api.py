@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from keyturn import KeyManager, Lifetime, Scope, ScopeNotReachable, describe_secret
+from keyturn import KeyManager, Lifetime, Scope, ScopeNotReachable, describe_secret, errors
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 
 
@@ -115,3 +115,15 @@ def test_generated_methods_read_as_written() -> None:
     assert KeyManager.create.__doc__ == AsyncKeyManager.create.__doc__
     assert "shown once" in (KeyManager.create.__doc__ or "")
     assert inspect.iscoroutinefunction(AsyncKeyManager.revoke)
+
+
+def test_errors_lists_every_error_it_defines() -> None:
+    """``keyturn.errors.__all__`` names every class the module defines, and nothing else."""
+    defined = {
+        name
+        for name, value in vars(errors).items()
+        if isinstance(value, type) and value.__module__ == errors.__name__
+    }
+
+    assert set(errors.__all__) == defined
+    assert errors.__all__ == sorted(errors.__all__)

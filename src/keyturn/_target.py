@@ -3,9 +3,10 @@
 Rules of this file (keep them):
 
 1. It decides one thing -- whether a request is ours to authenticate, and under which path
-   -- and nothing else. No I/O, no framework: text in, a verdict out. Both adapters call
-   :meth:`Paths.read` with what their server delivered (``root_path`` and ``path``;
-   ``SCRIPT_NAME`` and ``PATH_INFO``).
+   -- and nothing else. No I/O, no framework: text in, a verdict out. Every middleware
+   (ASGI, WSGI, Django) calls :meth:`Paths.read` with what its server delivered
+   (``root_path`` and ``path``; ``SCRIPT_NAME`` and ``PATH_INFO``), and so does
+   :mod:`keyturn.leaks`, to tell whether a path is under the API's prefix.
 2. **Fail closed.** Servers and routers read a target differently: Werkzeug adds a missing
    leading slash and drops repeated ones, some routers collapse runs of slashes or resolve
    dot segments, some decode percent-escapes the server left in place, some servers keep

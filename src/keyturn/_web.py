@@ -1,8 +1,9 @@
-"""What the ASGI and WSGI middleware share: configuration, header names, rendering.
+"""What the ASGI, WSGI and Django middlewares share: options, header names, rendering.
 
 Nothing here decides whether a request passes (that is ``_decision.py``) or which requests
-are guarded (``_target.py``): this module holds the one header vocabulary of both adapters,
-checks their configuration once, and renders an outcome identically for both.
+are guarded (``_target.py``): this module holds the one header vocabulary of the adapters,
+checks their options once, renders an outcome identically for each, and reads back the
+principal an adapter stored for the app.
 """
 
 from __future__ import annotations
@@ -10,13 +11,15 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Final, Generic, TypeVar
+from typing import Any, Final
 
 from keyturn._decision import AuthRequest
+from keyturn._model import Principal
 from keyturn._target import Paths, PublicPaths
 from keyturn.authenticator import Authenticator
-from keyturn.errors import InvalidRequest, Reason, Refusal
+from keyturn.errors import InvalidRequest, MissingPrincipal, Reason, Refusal
 
 __all__ = [
     "AUTHORIZATION_HEADER",
@@ -29,10 +32,11 @@ __all__ = [
     "SERVICE_HEADER_NAMES",
     "SERVICE_ORGANIZATION_HEADER",
     "SERVICE_TENANT_HEADER",
-    "MiddlewareConfig",
     "Paths",
     "PublicPaths",
+    "check_options",
     "expiry_headers",
+    "principal_in",
     "refusal",
     "service_headers",
     "unreadable",
@@ -55,49 +59,30 @@ RESERVED_HEADER_NAMES: Final = SERVICE_HEADER_NAMES | {KEY_EXPIRES_HEADER}
 # The realm sits inside a quoted string of WWW-Authenticate: printable ASCII but '"' and '\'.
 _REALM: Final = re.compile(r"[ !#-\[\]-~]+")
 
-App = TypeVar("App")
 
-
-class MiddlewareConfig(Generic[App]):
-    """The configuration both middlewares share; each adds its own ``__call__``.
-
-    Everything is checked here, at startup, rather than as a 500 on the first request.
-
-    :param app: the application to wrap.
-    :param authenticator: the :class:`~keyturn.Authenticator` that decides; its options
-        carry the store, the membership provider, the role policy and the audit hook.
-    :param prefix: the path prefix to protect (the bare prefix without ``/`` included).
-    :param public_paths: exact paths, or a predicate on the path, exempt under the prefix.
-    :param realm: the realm of ``WWW-Authenticate: Bearer realm="..."``.
-    :param strip_authorization: remove the ``Authorization`` header before the app sees it.
-    :param expiry_header: add ``service-key-expires-at`` (when the key stops working) to
-        every response to an accepted request; never to a refusal.
+def check_options(authenticator: Authenticator, realm: str) -> None:
+    """The options every middleware takes, checked at startup rather than as a 500 on the
+    first request.
     """
+    if not isinstance(authenticator, Authenticator):
+        raise TypeError(
+            "authenticator must be a keyturn.Authenticator, e.g. "
+            f"Authenticator(db.keys, db.membership); got {type(authenticator).__name__}"
+        )
+    if not _REALM.fullmatch(realm):
+        raise ValueError(f"realm must be printable ASCII without '\"' or '\\', got {realm!r}")
 
-    def __init__(
-        self,
-        app: App,
-        *,
-        authenticator: Authenticator,
-        prefix: str = DEFAULT_PREFIX,
-        public_paths: PublicPaths = (),
-        realm: str = DEFAULT_REALM,
-        strip_authorization: bool = True,
-        expiry_header: bool = False,
-    ) -> None:
-        if not isinstance(authenticator, Authenticator):
-            raise TypeError(
-                "authenticator must be a keyturn.Authenticator, e.g. "
-                f"Authenticator(db.keys, db.membership); got {type(authenticator).__name__}"
-            )
-        if not _REALM.fullmatch(realm):
-            raise ValueError(f"realm must be printable ASCII without '\"' or '\\', got {realm!r}")
-        self.app = app
-        self.authenticator = authenticator
-        self.paths = Paths(prefix, public_paths)
-        self.realm = realm
-        self.strip_authorization = strip_authorization
-        self.expiry_header = expiry_header
+
+def principal_in(stored: Mapping[str, Any] | None) -> Principal:
+    """The :class:`~keyturn.Principal` a middleware stored under :data:`PRINCIPAL_KEY` in
+    *stored* (an ASGI scope's state, a WSGI environ, Django's ``request.META``).
+
+    :raises MissingPrincipal: no middleware authenticated this request.
+    """
+    found = (stored or {}).get(PRINCIPAL_KEY)
+    if not isinstance(found, Principal):
+        raise MissingPrincipal
+    return found
 
 
 def refusal(error: Refusal, realm: str, method: str = "GET") -> tuple[list[tuple[str, str]], bytes]:

@@ -83,22 +83,28 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from keyturn._decision import AuthRequest
-from keyturn._dependency import asgi_attribute
 from keyturn._model import Principal
-from keyturn._target import UNREADABLE
+from keyturn._target import UNREADABLE, Paths, PublicPaths
 from keyturn._web import (
     AUTHORIZATION_HEADER,
+    DEFAULT_PREFIX,
+    DEFAULT_REALM,
     ORGANIZATION_ID_HEADER,
     PRINCIPAL_KEY,
     RESERVED_HEADER_NAMES,
     SERVICE_ORGANIZATION_HEADER,
     SERVICE_TENANT_HEADER,
-    MiddlewareConfig,
+    check_options,
     expiry_headers,
+    principal_in,
     refusal,
     unreadable,
 )
-from keyturn.errors import MissingPrincipal, Refusal
+from keyturn.authenticator import Authenticator
+from keyturn.errors import Refusal
+
+if TYPE_CHECKING:
+    from keyturn.fastapi import current_principal as current_principal
 
 __all__ = ["ApiKeyMiddleware", "current_principal", "principal"]
 
@@ -126,11 +132,40 @@ _SERVICE_ORGANIZATION: Final = SERVICE_ORGANIZATION_HEADER.encode("ascii")
 _SERVICE_TENANT: Final = SERVICE_TENANT_HEADER.encode("ascii")
 
 
-class ApiKeyMiddleware(MiddlewareConfig[ASGIApp]):
+class ApiKeyMiddleware:
     """Authenticate requests under *prefix* with personal API keys.
 
-    Takes the arguments of :class:`~keyturn._web.MiddlewareConfig`; *app* is an ASGI app.
+    Everything is checked here, at startup, rather than as a 500 on the first request.
+
+    :param app: the ASGI application to wrap.
+    :param authenticator: the :class:`~keyturn.Authenticator` that decides; its options
+        carry the store, the membership provider, the role policy and the audit hook.
+    :param prefix: the path prefix to protect (the bare prefix without ``/`` included).
+    :param public_paths: exact paths, or a predicate on the path, exempt under the prefix.
+    :param realm: the realm of ``WWW-Authenticate: Bearer realm="..."``.
+    :param strip_authorization: remove the ``Authorization`` header before the app sees it.
+    :param expiry_header: add ``service-key-expires-at`` (when the key stops working) to
+        every response to an accepted request; never to a refusal.
     """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        authenticator: Authenticator,
+        prefix: str = DEFAULT_PREFIX,
+        public_paths: PublicPaths = (),
+        realm: str = DEFAULT_REALM,
+        strip_authorization: bool = True,
+        expiry_header: bool = False,
+    ) -> None:
+        check_options(authenticator, realm)
+        self.app = app
+        self.authenticator = authenticator
+        self.paths = Paths(prefix, public_paths)
+        self.realm = realm
+        self.strip_authorization = strip_authorization
+        self.expiry_header = expiry_header
 
     async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -225,13 +260,13 @@ class ApiKeyMiddleware(MiddlewareConfig[ASGIApp]):
         await send({"type": f"{kind}.body", "body": body})
 
 
-def _read(scope: ASGIScope, path: str) -> tuple[AuthRequest, Any]:
+def _read(scope: ASGIScope, path: str) -> tuple[AuthRequest, Header | None]:
     """The decision's input, and the (first) raw ``Authorization`` line, to hide from the app
     (the very object the server sent: it is removed by identity).
     """
     authorization: tuple[str, ...] = ()
     organization: tuple[str, ...] = ()
-    credentials: Any = None  # not a typed tuple: a compiled build would rebuild it
+    credentials: Header | None = None
     for line in scope["headers"]:
         # Servers may pass the client's spelling of a name through: compare lower-cased.
         name = line[0]
@@ -279,17 +314,16 @@ def principal(request_or_scope: Mapping[str, Any]) -> Principal:
 
     :raises MissingPrincipal: the middleware did not authenticate this request.
     """
-    found = (request_or_scope.get("state") or {}).get(PRINCIPAL_KEY)
-    if not isinstance(found, Principal):
-        raise MissingPrincipal
-    return found
+    return principal_in(request_or_scope.get("state"))
 
 
-# current_principal is for FastAPI, which finds the request to pass by the parameter's
-# annotation: Starlette is imported when it is asked for, not with this module. The hook
-# lives in an interpreted module and is installed by assignment: FastAPI cannot read a
-# compiled function's signature, and a compiled module cannot define ``__getattr__``.
-if TYPE_CHECKING:
-    current_principal: Callable[[Mapping[str, Any]], Principal]
+def __getattr__(name: str) -> Any:
+    """``current_principal``, the FastAPI dependency (:mod:`keyturn.fastapi`), imported on
+    first use: FastAPI finds the request to pass it by a Starlette annotation, and importing
+    this module imports no framework.
+    """
+    if name == "current_principal":
+        from keyturn.fastapi import current_principal
 
-globals()["__getattr__"] = asgi_attribute
+        return current_principal
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

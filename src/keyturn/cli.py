@@ -3,13 +3,17 @@
 ``keyturn --help`` shows examples (:func:`_examples`); ``docs/cli.md`` is the guide.
 
 The store is ``--store URL``, else ``$KEYTURN_STORE_URL``, else
-``sqlite:///keyturn.sqlite3`` (see :func:`keyturn.stores.open_database`). Every command but
-``db init`` needs an initialized store. ``--as ACCOUNT`` names the account the console
-would act for, with the console's rules (a user lists and revokes only their own keys).
+``sqlite:///keyturn.sqlite3`` (see :func:`keyturn.stores.open_database`). The store
+commands (``db``, ``org``, ``member``, ``keys``) work on an initialized store, but
+``db init``, which makes one; ``scan`` opens no store, and ``demo`` hands ``--store`` to
+the demo. ``--as ACCOUNT`` names the account the console would act for, with the console's
+rules (a user lists and revokes only their own keys).
 
 Rules of this file:
 
-1. A command is a function ``(db, args)``; the parser is the table of contents.
+1. A store command is a function ``(db, args)``, run on an open store by :func:`_in_store`;
+   a command without one (``demo``, ``scan``) is a function ``(args)`` that returns the exit
+   status. The parser (:func:`build_parser`) is the table of contents.
 2. The library's own errors (:class:`~keyturn.errors.KeyturnError`) and the database
    drivers' are the operator's to fix: one line on stderr and an exit status (2 for an
    invalid value, else 1). Anything else is a bug, and its traceback shows.

@@ -63,20 +63,21 @@ except ImportError as exc:
 
 from keyturn._decision import AuthRequest
 from keyturn._model import Principal
-from keyturn._target import UNREADABLE
+from keyturn._target import UNREADABLE, Paths
 from keyturn._web import (
     DEFAULT_PREFIX,
     DEFAULT_REALM,
     PRINCIPAL_KEY,
     RESERVED_HEADER_NAMES,
-    MiddlewareConfig,
+    check_options,
     expiry_headers,
+    principal_in,
     refusal,
     service_headers,
     unreadable,
 )
 from keyturn.authenticator import Authenticator
-from keyturn.errors import MissingPrincipal, Refusal
+from keyturn.errors import Refusal
 
 __all__ = ["ApiKeyMiddleware", "principal"]
 
@@ -96,8 +97,13 @@ _SETTINGS: Final = frozenset(
 _built: dict[str, Authenticator] = {}  # STORE_URL -> its Authenticator, one per process
 
 
-class ApiKeyMiddleware(MiddlewareConfig[GetResponse]):
-    """Authenticate requests under ``settings.KEYTURN["PREFIX"]`` with personal API keys."""
+class ApiKeyMiddleware:
+    """Authenticate requests under ``settings.KEYTURN["PREFIX"]`` with personal API keys.
+
+    Django builds it with the next handler, *get_response*; its options are the
+    ``KEYTURN`` setting's (this module's docstring lists them), checked here, when Django
+    builds its middleware chain: a mistake is an ``ImproperlyConfigured`` at startup.
+    """
 
     sync_capable = True
     async_capable = True
@@ -110,17 +116,18 @@ class ApiKeyMiddleware(MiddlewareConfig[GetResponse]):
                 f"unknown KEYTURN settings {sorted(unknown)}; known: {sorted(_SETTINGS)}"
             )
         try:
-            super().__init__(
-                get_response,
-                authenticator=_authenticator(config),
-                prefix=config.get("PREFIX", DEFAULT_PREFIX),
-                public_paths=config.get("PUBLIC_PATHS", ()),
-                realm=config.get("REALM", DEFAULT_REALM),
-                strip_authorization=bool(config.get("STRIP_AUTHORIZATION", True)),
-                expiry_header=bool(config.get("EXPIRY_HEADER", False)),
-            )
+            authenticator = _authenticator(config)
+            realm = config.get("REALM", DEFAULT_REALM)
+            check_options(authenticator, realm)
+            paths = Paths(config.get("PREFIX", DEFAULT_PREFIX), config.get("PUBLIC_PATHS", ()))
         except (TypeError, ValueError) as exc:
             raise ImproperlyConfigured(f"KEYTURN: {exc}") from exc
+        self.app = get_response
+        self.authenticator = authenticator
+        self.paths = paths
+        self.realm: str = realm
+        self.strip_authorization = bool(config.get("STRIP_AUTHORIZATION", True))
+        self.expiry_header = bool(config.get("EXPIRY_HEADER", False))
         self.is_async = iscoroutinefunction(get_response)
         if self.is_async:
             markcoroutinefunction(self)
@@ -243,7 +250,4 @@ def principal(request: HttpRequest) -> Principal:
 
     :raises MissingPrincipal: the middleware did not authenticate this request.
     """
-    found = request.META.get(PRINCIPAL_KEY)
-    if not isinstance(found, Principal):
-        raise MissingPrincipal
-    return found
+    return principal_in(request.META)

@@ -12,8 +12,9 @@ Two families, and only the second are exceptions:
   ``isinstance(outcome, Principal)``.
 - :class:`KeyturnError` is the base of every exception keyturn raises. Each also subclasses
   the builtin a caller would naturally catch (``ValueError``, ``LookupError``,
-  ``PermissionError``, ``RuntimeError``): the console errors raised by
-  :class:`~keyturn.KeyManager`, and the store errors raised by :mod:`keyturn.stores`.
+  ``PermissionError``, ``RuntimeError``, ``ConnectionError``, ``TimeoutError``): the console
+  errors raised by :class:`~keyturn.KeyManager`, the store errors raised by
+  :mod:`keyturn.stores`, and :class:`MissingPrincipal` from the principal accessors.
 
 No message ever contains a secret or text taken from a request.
 """
@@ -48,6 +49,7 @@ __all__ = [
     "SchemaTooNew",
     "ScopeNotReachable",
     "ServiceUnavailable",
+    "StoreTimeout",
     "StoreUnreachable",
     "Unauthorized",
     "UnknownOrganization",

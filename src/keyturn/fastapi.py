@@ -52,9 +52,9 @@ except ImportError as exc:
     raise ImportError("keyturn.fastapi needs FastAPI: pip install 'keyturn[fastapi]'") from exc
 
 from keyturn._model import Principal
-from keyturn.asgi import principal
+from keyturn._web import principal_in
 
-__all__ = ["ERROR_RESPONSES", "Caller", "api_key", "document"]
+__all__ = ["ERROR_RESPONSES", "Caller", "api_key", "current_principal", "document"]
 
 KEY_SCHEME: Final = "apiKey"
 ORGANIZATION_SCHEME: Final = "organization"
@@ -143,7 +143,7 @@ class _ApiKey(SecurityBase):
 
         :raises MissingPrincipal: the middleware did not authenticate this request.
         """
-        return principal(connection)
+        return principal_in(connection.get("state"))
 
     def __repr__(self) -> str:
         return "keyturn.fastapi.api_key"
@@ -153,6 +153,18 @@ api_key: Final = _ApiKey()
 """The dependency: ``Depends(api_key)``. Declares the bearer key on the operations using it."""
 
 Caller = Annotated[Principal, Depends(api_key)]
+
+
+# async: FastAPI runs a plain def in its thread pool, a hop on every request.
+async def current_principal(connection: HTTPConnection) -> Principal:
+    """:func:`keyturn.asgi.principal` as a FastAPI dependency: ``Depends(current_principal)``,
+    for HTTP and WebSocket routes alike, without the security schemes.
+
+    FastAPI passes the request (or the WebSocket) by this parameter's annotation.
+
+    :raises MissingPrincipal: the middleware did not authenticate this request.
+    """
+    return principal_in(connection.get("state"))
 
 
 def document(app: FastAPI, *, organization_header: bool = True) -> None:

@@ -11,10 +11,11 @@ hint -- never the secret -- so that the key can be revoked in the console::
 
 Rules of this file:
 
-1. Only regular files are read, at most :data:`MAX_FILE_BYTES` of each: a symlink to
-   ``/dev/zero`` or a named pipe is skipped, never read or waited on.
+1. Only regular files are read, and only those of at most :data:`MAX_FILE_BYTES`: a larger
+   file is skipped after reading one byte more than that, and a symlink to ``/dev/zero``
+   or a named pipe is skipped, never read or waited on.
 2. Text is UTF-8, or UTF-16 when a byte order mark says so or the NUL bytes fall every other
-   byte; anything else holding NUL bytes is binary and skipped.
+   byte; anything else with a NUL byte in its first 8 KiB is binary and skipped.
 3. A finding prints its place escaped, so a file name cannot hide it with terminal codes.
 4. Work is linear in the size of the text, however many keys it holds.
 5. In a diff (:func:`find_added_keys`), only added lines count: a commit that removes a

@@ -81,19 +81,23 @@ from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 from keyturn._decision import AuthRequest
 from keyturn._model import Principal
-from keyturn._target import UNREADABLE
+from keyturn._target import UNREADABLE, Paths, PublicPaths
 from keyturn._web import (
     AUTHORIZATION_HEADER,
+    DEFAULT_PREFIX,
+    DEFAULT_REALM,
     ORGANIZATION_ID_HEADER,
     PRINCIPAL_KEY,
     RESERVED_HEADER_NAMES,
-    MiddlewareConfig,
+    check_options,
     expiry_headers,
+    principal_in,
     refusal,
     service_headers,
     unreadable,
 )
-from keyturn.errors import MissingPrincipal, Refusal
+from keyturn.authenticator import Authenticator
+from keyturn.errors import Refusal
 
 if TYPE_CHECKING:
     from _typeshed import OptExcInfo
@@ -114,11 +118,40 @@ _AUTHORIZATION: Final = _environ_key(AUTHORIZATION_HEADER)
 _ORGANIZATION_ID: Final = _environ_key(ORGANIZATION_ID_HEADER)
 
 
-class ApiKeyMiddleware(MiddlewareConfig[WSGIApplication]):
+class ApiKeyMiddleware:
     """Authenticate requests under *prefix* with personal API keys.
 
-    Takes the arguments of :class:`~keyturn._web.MiddlewareConfig`; *app* is a WSGI app.
+    Everything is checked here, at startup, rather than as a 500 on the first request.
+
+    :param app: the WSGI application to wrap.
+    :param authenticator: the :class:`~keyturn.Authenticator` that decides; its options
+        carry the store, the membership provider, the role policy and the audit hook.
+    :param prefix: the path prefix to protect (the bare prefix without ``/`` included).
+    :param public_paths: exact paths, or a predicate on the path, exempt under the prefix.
+    :param realm: the realm of ``WWW-Authenticate: Bearer realm="..."``.
+    :param strip_authorization: remove ``HTTP_AUTHORIZATION`` before the app sees it.
+    :param expiry_header: add ``service-key-expires-at`` (when the key stops working) to
+        every response to an accepted request; never to a refusal.
     """
+
+    def __init__(
+        self,
+        app: WSGIApplication,
+        *,
+        authenticator: Authenticator,
+        prefix: str = DEFAULT_PREFIX,
+        public_paths: PublicPaths = (),
+        realm: str = DEFAULT_REALM,
+        strip_authorization: bool = True,
+        expiry_header: bool = False,
+    ) -> None:
+        check_options(authenticator, realm)
+        self.app = app
+        self.authenticator = authenticator
+        self.paths = Paths(prefix, public_paths)
+        self.realm = realm
+        self.strip_authorization = strip_authorization
+        self.expiry_header = expiry_header
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         # PATH_INFO and SCRIPT_NAME hold the raw bytes as latin-1 (PEP 3333); apps route on
@@ -220,7 +253,4 @@ def principal(request_or_environ: _HasEnviron | Mapping[str, Any]) -> Principal:
         if isinstance(request_or_environ, Mapping)
         else request_or_environ.environ
     )
-    found = environ.get(PRINCIPAL_KEY)
-    if not isinstance(found, Principal):
-        raise MissingPrincipal
-    return found
+    return principal_in(environ)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, WebSocket
@@ -294,3 +294,25 @@ def test_the_example_app_documents_the_key_and_the_refusals() -> None:
     assert paths[MODELS]["get"]["security"] == [{"apiKey": [], "organization": []}]
     assert {"400", "401", "403", "404", "503"} <= set(paths[MODELS]["get"]["responses"])
     assert "security" not in paths["/healthz"]["get"]
+
+
+def test_current_principal_is_a_dependency_fastapi_reads(
+    world: tuple[TestClient, CreatedKey],
+) -> None:
+    """``keyturn.asgi.current_principal`` in ``Depends`` gets the request and its caller."""
+    client, key = world
+    app = client.app
+    assert isinstance(app, FastAPI)
+
+    @app.get("/managed-agents/v1/me")
+    async def me(caller: Annotated[Principal, Depends(current_principal)]) -> dict[str, Any]:
+        return {"account": caller.account_id, "organization": caller.organization_id}
+
+    reply = client.get(
+        "/managed-agents/v1/me",
+        headers={"Authorization": f"Bearer {key.secret}", "x-organization-id": "default"},
+    )
+
+    assert reply.status_code == 200
+    assert reply.json() == {"account": "alice", "organization": "org_main"}
+    assert "connection" not in client.get("/openapi.json").text  # not read as a query field

@@ -30,13 +30,11 @@ Werkzeug). See ``docs/console.md``.
 from keyturn.console._page import (
     LIFETIME_CHOICES,
     Console,
-    ConsoleSetupError,
-    Page,
     Preview,
-    Visit,
     local_time,
     preview,
 )
+from keyturn.console._visit import ConsoleSetupError, Page, Visit
 
 __all__ = [
     "LIFETIME_CHOICES",

@@ -4,10 +4,13 @@ Rules of this file:
 
 1. The edges (:mod:`keyturn.console.asgi`, :mod:`keyturn.console.wsgi`,
    :mod:`keyturn.console.django`) turn their server's request into a :class:`Visit` and write
-   the :class:`Page` back. They decide nothing, so all serve the same pages byte for byte
-   (Django's says ``Referrer-Policy: same-origin``, which its CSRF check needs).
-2. Every page carries the same :data:`HEADERS`: no caching, no inline script, no framing,
-   no referrer.
+   the :class:`Page` back (both from :mod:`keyturn.console._visit`, so the ASGI and WSGI
+   edges never import this file). They decide nothing about keys or pages -- only their
+   server's plumbing: a mount point without its slash is redirected to it, a HEAD gets no
+   body -- so all serve the same pages byte for byte (Django's says
+   ``Referrer-Policy: same-origin``, which its CSRF check needs).
+2. Every page carries :data:`HEADERS`: no caching, no inline script, no framing, no
+   referrer. The two static files alone may be kept, revalidated on each use (``no-cache``).
 3. A request carrying an API key (``Authorization: Bearer rma_...``) is refused before
    anything else: a key can never create, list or revoke keys (spec section 1).
 4. Every POST passes two checks before it acts: it comes from this origin (``Origin``,
@@ -17,8 +20,11 @@ Rules of this file:
    a second key.
 5. The secret of a new key appears in exactly one place: the body of the POST that created
    it (or rotated it). Never in a URL, a redirect, a cookie, a header or a log line.
-6. Every rule about names, lifetimes and dates is the library's (:mod:`keyturn._lifecycle`):
-   this file turns its errors into messages, it does not restate them.
+6. The rules about names, lifetimes and dates are the library's (:mod:`keyturn._lifecycle`,
+   :class:`~keyturn.Lifetime`): this file labels the lifetime choices
+   (:data:`LIFETIME_CHOICES`), asks the library for a custom date's bounds and a choice's
+   expiry, and turns its errors into messages. It sets no bound on a name, a lifetime or a
+   date itself.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from functools import partial
 from importlib import resources
 from pathlib import Path
 from typing import Any, Final, Literal
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import urlencode
 from zoneinfo import TZPATH, ZoneInfo, available_timezones
 
 import anyio.from_thread
@@ -48,13 +54,13 @@ import markupsafe
 
 from keyturn._lifecycle import MAX_NAME_LENGTH, custom_date_bounds, expiry_for, validate_name
 from keyturn._model import CreatedKey, CustomDate, KeyInfo, Lifetime, Organization, Scope, Status
+from keyturn.console._visit import MAX_FORM_BYTES, ConsoleSetupError, Page, Visit, fields
 from keyturn.errors import (
     InvalidExpiry,
     InvalidKeyName,
     KeyNotFound,
     KeyNotRevocable,
     KeyNotRotatable,
-    KeyturnError,
     ScopeNotReachable,
 )
 from keyturn.manager import AsyncKeyManager, KeyManager
@@ -64,7 +70,6 @@ _log = logging.getLogger("keyturn.console")
 StartOn = Literal["tenant", "organization"]
 Header = tuple[str, str]
 
-MAX_FORM_BYTES: Final = 16 * 1024
 FORM_TOKEN_TTL: Final = 12 * 3600  # seconds a form stays usable
 LIFETIME_CHOICES: Final[Sequence[tuple[str, str, Lifetime | None]]] = (
     ("3h", "3 hours", Lifetime.HOURS_3),
@@ -140,37 +145,6 @@ _TEXTS: Final = {  # the message pages' texts, by title
         "your list before creating it again."
     ),
 }
-
-
-class ConsoleSetupError(KeyturnError, TypeError):
-    """The console was built with something it cannot work with; the message says what."""
-
-
-@attrs.frozen(kw_only=True)
-class Visit:
-    """One request, as an edge hands it over."""
-
-    method: str  # upper case; HEAD is answered as GET, the edge drops the body
-    path: str  # below the mount point: "/" is the key list
-    base: str  # the mount point with a trailing slash, e.g. "/console/"
-    origin: str  # this server as the browser names it: "http://127.0.0.1:8000"
-    query: Mapping[str, str] = attrs.field(factory=dict)  # fields(raw query string)
-    body: bytes = b""  # read up to MAX_FORM_BYTES + 1 bytes
-    content_type: str = ""
-    headers: Mapping[str, str] = attrs.field(factory=dict)  # lower-case names
-    account_id: str | None = None
-    organization: str | None = None  # where the host says the user is (current_organization)
-    form_fields: Mapping[str, str] = attrs.field(factory=dict)  # the host's, in every POST form
-    csrf_refused: bool = False  # the host's own CSRF check (Django's) refused this POST
-
-
-@attrs.frozen
-class Page:
-    """A response: status, headers, body."""
-
-    status: int
-    headers: tuple[tuple[str, str], ...]
-    body: bytes
 
 
 @attrs.frozen(kw_only=True)
@@ -711,15 +685,6 @@ class Console:
         """A message page: *title*, and its text from :data:`_TEXTS` unless *context* has one."""
         context = {"title": title, "text": _TEXTS.get(title), **context}
         return self._render(visit, "message.html", status, context, *extra)
-
-
-def fields(body: bytes) -> dict[str, str]:
-    """The fields of a form body or a query string; the first of a repeated name wins."""
-    try:
-        pairs = parse_qsl(body.decode(), keep_blank_values=True, max_num_fields=20)
-    except ValueError:  # not UTF-8, or too many fields: no token either, so it is refused
-        return {}
-    return dict(reversed(pairs))
 
 
 def _sentence(message: str) -> str:

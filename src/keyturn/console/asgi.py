@@ -1,6 +1,6 @@
 """The console's ASGI edge: an ASGI app over :class:`~keyturn.console.Console`. Decides nothing.
 
-It reads the request (at most :data:`~keyturn.console._page.MAX_FORM_BYTES` of body), asks the
+It reads the request (at most :data:`~keyturn.console._visit.MAX_FORM_BYTES` of body), asks the
 host's ``signed_in`` (and ``current_organization``) with a Starlette
 :class:`~starlette.requests.Request` (a coroutine function is awaited, a plain one runs in a
 worker thread), and runs the page layer -- which calls the key store -- in a worker thread,
@@ -18,7 +18,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from keyturn.console._page import MAX_FORM_BYTES, Console, Page, Visit, fields
+from keyturn.console._visit import MAX_FORM_BYTES, Page, Pages, Visit, fields
 
 __all__ = ["ConsoleASGI"]
 
@@ -26,7 +26,7 @@ __all__ = ["ConsoleASGI"]
 class ConsoleASGI:
     """``Mount("/console", app=console.asgi())`` in Starlette, ``app.mount(...)`` in FastAPI."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Pages) -> None:
         self.console = console
 
     def __repr__(self) -> str:

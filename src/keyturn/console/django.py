@@ -17,7 +17,7 @@ In a project's ``urls.py``::
     urlpatterns = [..., path("console/", include(console_urls(console)))]
 
 One view answers every page below the mount point. It reads the request (at most
-:data:`~keyturn.console._page.MAX_FORM_BYTES` of body), asks the host's ``signed_in`` (and
+:data:`~keyturn.console._visit.MAX_FORM_BYTES` of body), asks the host's ``signed_in`` (and
 ``current_organization``) with Django's ``HttpRequest``, and writes the page layer's answer
 back as an ``HttpResponse``. Django's own CSRF check guards every POST, whatever
 ``MIDDLEWARE`` says: its token rides in every form the console renders, and a POST it
@@ -48,7 +48,8 @@ except ImportError as exc:
         "keyturn.console.django needs Django: pip install 'keyturn[console,django]'"
     ) from exc
 
-from keyturn.console._page import MAX_FORM_BYTES, Console, ConsoleSetupError, Page, Visit, fields
+from keyturn.console._page import Console
+from keyturn.console._visit import MAX_FORM_BYTES, ConsoleSetupError, Page, Visit, fields
 from keyturn.manager import AsyncKeyManager
 
 __all__ = ["console_urls", "username"]

@@ -1,6 +1,6 @@
 """The console's WSGI edge: a WSGI app over :class:`~keyturn.console.Console`. Decides nothing.
 
-It reads the request (at most :data:`~keyturn.console._page.MAX_FORM_BYTES` of body), asks the
+It reads the request (at most :data:`~keyturn.console._visit.MAX_FORM_BYTES` of body), asks the
 host's ``signed_in`` (and ``current_organization``) with a Werkzeug
 :class:`~werkzeug.wrappers.Request`, and writes the page layer's answer back. It serves a
 :class:`~keyturn.KeyManager` only: a WSGI server has no event loop for an async one.
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from werkzeug.wrappers import Request
 
-from keyturn.console._page import MAX_FORM_BYTES, Console, ConsoleSetupError, Page, Visit, fields
+from keyturn.console._visit import MAX_FORM_BYTES, ConsoleSetupError, Page, Pages, Visit, fields
 from keyturn.manager import AsyncKeyManager
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ __all__ = ["ConsoleWSGI"]
 class ConsoleWSGI:
     """``DispatcherMiddleware(app.wsgi_app, {"/console": console.wsgi()})`` in Flask."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Pages) -> None:
         if isinstance(console.manager, AsyncKeyManager):
             raise ConsoleSetupError(
                 "a WSGI server has no event loop for an AsyncKeyManager: serve this console "

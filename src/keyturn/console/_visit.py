@@ -1,0 +1,70 @@
+"""What a console edge and the page layer exchange: a :class:`Visit` in, a :class:`Page` out.
+
+The edges (:mod:`keyturn.console.asgi`, :mod:`keyturn.console.wsgi`) import this module and
+not the page layer, which imports them when asked for an app (``Console.asgi()``): so the
+layers import one way only. An edge knows the console only as :class:`Pages`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Final, Protocol
+from urllib.parse import parse_qsl
+
+import attrs
+
+from keyturn.errors import KeyturnError
+
+__all__ = ["MAX_FORM_BYTES", "ConsoleSetupError", "Page", "Pages", "Visit", "fields"]
+
+MAX_FORM_BYTES: Final = 16 * 1024
+
+
+@attrs.frozen(kw_only=True)
+class Visit:
+    """One request, as an edge hands it over."""
+
+    method: str  # upper case; HEAD is answered as GET, the edge drops the body
+    path: str  # below the mount point: "/" is the key list
+    base: str  # the mount point with a trailing slash, e.g. "/console/"
+    origin: str  # this server as the browser names it: "http://127.0.0.1:8000"
+    query: Mapping[str, str] = attrs.field(factory=dict)  # fields(raw query string)
+    body: bytes = b""  # read up to MAX_FORM_BYTES + 1 bytes
+    content_type: str = ""
+    headers: Mapping[str, str] = attrs.field(factory=dict)  # lower-case names
+    account_id: str | None = None
+    organization: str | None = None  # where the host says the user is (current_organization)
+    form_fields: Mapping[str, str] = attrs.field(factory=dict)  # the host's, in every POST form
+    csrf_refused: bool = False  # the host's own CSRF check (Django's) refused this POST
+
+
+@attrs.frozen
+class Page:
+    """A response: status, headers, body."""
+
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+
+
+class ConsoleSetupError(KeyturnError, TypeError):
+    """The console was built with something it cannot work with; the message says what."""
+
+
+class Pages(Protocol):
+    """What an edge needs of the console: the host's hooks, its manager, and the pages."""
+
+    signed_in: Callable[[Any], Any]
+    current_organization: Callable[[Any], Any] | None
+    manager: Any
+
+    def handle(self, visit: Visit) -> Page: ...
+
+
+def fields(body: bytes) -> dict[str, str]:
+    """The fields of a form body or a query string; the first of a repeated name wins."""
+    try:
+        pairs = parse_qsl(body.decode(), keep_blank_values=True, max_num_fields=20)
+    except ValueError:  # not UTF-8, or too many fields: no token either, so it is refused
+        return {}
+    return dict(reversed(pairs))
