@@ -85,7 +85,7 @@ from typing import TYPE_CHECKING, Any, Final
 from keyturn._decision import AuthRequest
 from keyturn._dependency import asgi_attribute
 from keyturn._model import Principal
-from keyturn._target import UNREADABLE
+from keyturn._target import Unreadable
 from keyturn._web import (
     AUTHORIZATION_HEADER,
     ORGANIZATION_ID_HEADER,
@@ -144,9 +144,10 @@ class ApiKeyMiddleware(MiddlewareConfig[ASGIApp]):
         if kind not in _AUTHENTICATED:  # no way to authenticate it, nor to answer it
             log.warning("refused an ASGI %r scope under the protected prefix", kind)
             return
-        if path is UNREADABLE:
+        if isinstance(path, Unreadable):
             error = unreadable(
                 self.authenticator,
+                path,
                 scope.get("method", "GET"),
                 scope.get("root_path", ""),
                 scope.get("path", ""),

@@ -63,7 +63,7 @@ except ImportError as exc:
 
 from keyturn._decision import AuthRequest
 from keyturn._model import Principal
-from keyturn._target import UNREADABLE
+from keyturn._target import Unreadable
 from keyturn._web import (
     DEFAULT_PREFIX,
     DEFAULT_REALM,
@@ -168,8 +168,9 @@ class ApiKeyMiddleware(MiddlewareConfig[GetResponse]):
         """The canonical path to guard the request under (see ``_target``), or ``None``."""
         root = request.META.get("SCRIPT_NAME", "")
         path = self.paths.read(root, request.path_info)
-        if path is UNREADABLE:
-            return unreadable(self.authenticator, request.method or "GET", root, request.path_info)
+        if isinstance(path, Unreadable):
+            method = request.method or "GET"
+            return unreadable(self.authenticator, path, method, root, request.path_info)
         return path
 
     def _with_service_headers(

@@ -81,7 +81,7 @@ from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 from keyturn._decision import AuthRequest
 from keyturn._model import Principal
-from keyturn._target import UNREADABLE
+from keyturn._target import Unreadable
 from keyturn._web import (
     AUTHORIZATION_HEADER,
     ORGANIZATION_ID_HEADER,
@@ -127,9 +127,9 @@ class ApiKeyMiddleware(MiddlewareConfig[WSGIApplication]):
         if path is None:
             return self.app(environ, start_response)
         method = environ.get("REQUEST_METHOD", "GET")
-        if path is UNREADABLE:
+        if isinstance(path, Unreadable):
             root, raw = _text(environ, "SCRIPT_NAME"), _text(environ, "PATH_INFO")
-            error = unreadable(self.authenticator, method, root, raw)
+            error = unreadable(self.authenticator, path, method, root, raw)
             return _refuse(error, self.realm, method, start_response)
 
         # The tuple's own __new__, not the named tuple's Python one: the same record, cheaper.
