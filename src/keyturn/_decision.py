@@ -430,6 +430,10 @@ def decide(
     # 4. The application's own rule on roles, if it has one. Its 403 names the organization
     # the request reached, so the response carries the service headers (D16).
     if rules.policy is not None:
+        # The policy may raise, and error trackers send the locals of a traceback's frames:
+        # from here on, neither this frame nor the policy holds any part of the key.
+        request = AuthRequest((), request.organization, request.method, request.path)
+        values, line, token, secret, parsed_header = (), "", "", "", ""
         # Read as any object: the check below is the decision's, with its message, in
         # both builds (a compiled build would otherwise reject a non-bool on its own).
         policy: Callable[[Principal, AuthRequest], object] = rules.policy
