@@ -502,10 +502,10 @@ def scan(args: argparse.Namespace) -> int:
         raise CommandError("--staged and --diff take no PATH", 2)
     if args.staged:
         try:
-            findings = list(scan.find_added_keys(scan.staged_diff()))
+            findings = list(scan.find_staged_keys())
         except (OSError, subprocess.CalledProcessError) as exc:
-            reason = getattr(exc, "stderr", b"").decode(errors="replace").strip() or str(exc)
-            raise CommandError(f"git diff --cached failed: {reason}", 2) from None
+            reason = (getattr(exc, "stderr", b"") or b"").decode(errors="replace").strip()
+            raise CommandError(f"git diff --cached failed: {reason or exc}", 2) from None
     elif args.diff:
         findings = list(scan.find_added_keys(_read(args.diff)))
     else:
