@@ -27,6 +27,8 @@ Rules of this file (keep them):
 
 from __future__ import annotations
 
+import binascii
+import contextlib
 import functools
 import inspect
 import re
@@ -60,6 +62,7 @@ __all__ = [
     "Step",
     "WrongAnswer",
     "decide",
+    "holds_key",
     "reach_question",
     "unavailable",
 ]
@@ -274,6 +277,22 @@ def bearer_token(values: Sequence[str]) -> str | Reason:
     if scheme.lower() != "bearer" or not token:
         return Reason.NOT_BEARER
     return token
+
+
+def holds_key(values: Sequence[str]) -> bool:
+    """Whether any ``Authorization`` line holds something keyed like a key, in any scheme or
+    none: every line read whole (``Bearer<TAB>rma_...``, ``Token rma_...``), and a ``Basic``
+    line's credentials once base64-decoded. The console refuses such a request (D30).
+    """
+    for line in values:
+        texts = [line]
+        parts = line.split(None, 1)
+        if len(parts) == 2 and parts[0].lower() == "basic":
+            with contextlib.suppress(binascii.Error, ValueError):  # no base64: the line is read
+                texts.append(binascii.a2b_base64(parts[1].strip() + "==").decode("latin-1"))
+        if any(_token.PREFIX in text.lower() for text in texts):
+            return True
+    return False
 
 
 def organization_header(values: Sequence[str], pattern: re.Pattern[str]) -> str | Reason | None:

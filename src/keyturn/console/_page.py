@@ -7,8 +7,10 @@ Rules of this file:
    both serve the same pages byte for byte.
 2. Every page carries the same :data:`HEADERS`: no caching, no inline script, no framing,
    no referrer.
-3. A request carrying an API key (``Authorization: Bearer rma_...``) is refused before
-   anything else: a key can never create, list or revoke keys (spec section 1).
+3. A request carrying an API key is refused before anything else: a key can never create,
+   list or revoke keys (spec section 1). Carrying means in any ``Authorization`` line, in any
+   scheme (the gate's own reading, :func:`keyturn._decision.holds_key`), or having been
+   authenticated by the API middleware, which strips the key before the console sees it.
 4. Every POST passes two checks before it acts: it comes from this origin (``Origin``,
    ``Sec-Fetch-Site``) and it carries a form token issued to the same account. The create
    form's token and the rotate form's work once, so a reload, a back-and-resubmit or a
@@ -41,6 +43,7 @@ import attrs
 import jinja2
 import markupsafe
 
+from keyturn._decision import holds_key
 from keyturn._lifecycle import MAX_NAME_LENGTH, custom_date_bounds, expiry_for, validate_name
 from keyturn._model import CustomDate, KeyInfo, Lifetime, Organization, Scope, Status
 from keyturn.errors import (
@@ -132,6 +135,8 @@ class Visit:
     content_type: str = ""
     headers: Mapping[str, str] = attrs.field(factory=dict)  # lower-case names
     account_id: str | None = None
+    authorization: tuple[str, ...] = ()  # every Authorization line, as sent
+    by_key: bool = False  # the API middleware authenticated this request with a key
 
 
 @attrs.frozen
@@ -368,8 +373,8 @@ class Console:
 
     def handle(self, visit: Visit) -> Page:
         """Answer one visit. Never raises for bad input: it answers with a page."""
-        scheme, _, credentials = visit.headers.get("authorization", "").strip().partition(" ")
-        if scheme.lower() == "bearer" and credentials.strip().lower().startswith("rma_"):
+        lines = (*visit.authorization, visit.headers.get("authorization", ""))
+        if visit.by_key or holds_key(lines):
             return self._message(visit, 403, "API keys cannot manage keys", account=None)
         method = "GET" if visit.method == "HEAD" else visit.method
         if visit.path in _STATIC and method == "GET":
@@ -398,8 +403,11 @@ class Console:
             # forms, so "null" is accepted only where Sec-Fetch-Site vouches for the origin.
             origin = visit.headers.get("origin")
             site = visit.headers.get("sec-fetch-site")
+            # A form with neither header is not from a browser that says where it comes
+            # from: refused, so the check fails closed.
             if (
-                (origin is not None and origin not in (visit.origin, "null"))
+                (origin is None and site is None)
+                or (origin is not None and origin not in (visit.origin, "null"))
                 or (origin == "null" and site is None)
                 or (site is not None and site not in ("same-origin", "none"))
             ):

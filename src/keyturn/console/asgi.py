@@ -15,7 +15,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from keyturn.console._page import MAX_FORM_BYTES, Console, Page, Visit, fields
+from keyturn._web import PRINCIPAL_KEY
+from keyturn.console._page import HEADERS, MAX_FORM_BYTES, Console, Page, Visit, fields
 
 __all__ = ["ConsoleASGI"]
 
@@ -43,7 +44,7 @@ class ConsoleASGI:
         if root and path.startswith(root):
             path = path[len(root) :]
         if path == "":
-            page = Page(308, (("Location", root + "/"),), b"")
+            page = Page(308, (*HEADERS, ("Location", root + "/")), b"")
         else:
             page = await run_in_threadpool(self.console.handle, await _visit(self, request, path))
         await send(
@@ -89,4 +90,6 @@ async def _visit(edge: ConsoleASGI, request: Request, path: str) -> Visit:
             if name in headers
         },
         account_id=account if isinstance(account, str) and account else None,
+        authorization=tuple(headers.getlist("authorization")),
+        by_key=PRINCIPAL_KEY in (request.scope.get("state") or {}),
     )

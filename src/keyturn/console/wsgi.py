@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 from werkzeug.wrappers import Request
 
-from keyturn.console._page import MAX_FORM_BYTES, Console, Page, Visit, fields
+from keyturn._web import PRINCIPAL_KEY
+from keyturn.console._page import HEADERS, MAX_FORM_BYTES, Console, Page, Visit, fields
 
 if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIEnvironment
@@ -34,7 +35,7 @@ class ConsoleWSGI:
         request = Request(environ)
         root = request.script_root
         if request.path == "/" and not environ.get("PATH_INFO"):
-            page = Page(308, (("Location", root + "/"),), b"")
+            page = Page(308, (*HEADERS, ("Location", root + "/")), b"")
         else:
             page = self.console.handle(_visit(self, request))
         headers = [*page.headers, ("Content-Length", str(len(page.body)))]
@@ -62,4 +63,6 @@ def _visit(edge: ConsoleWSGI, request: Request) -> Visit:
             if (value := headers.get(name)) is not None
         },
         account_id=account if isinstance(account, str) and account else None,
+        authorization=tuple(headers.getlist("authorization")),
+        by_key=PRINCIPAL_KEY in request.environ,
     )
