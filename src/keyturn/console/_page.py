@@ -118,6 +118,23 @@ _TEXTS: Final = {  # the message pages' texts, by title
 }
 
 
+def from_own_origin(headers: Mapping[str, str], origin: str) -> bool:
+    """Whether a form POST says it comes from *origin* (``Origin``, ``Sec-Fetch-Site``;
+    *headers* with lower-case names). A POST with neither header is refused: fail closed.
+    """
+    sent = headers.get("origin")
+    site = headers.get("sec-fetch-site")
+    if sent is None and site is None:
+        return False
+    # Under Referrer-Policy: no-referrer a browser sends "Origin: null" with its own forms,
+    # so "null" is accepted only where Sec-Fetch-Site vouches for the origin.
+    if sent is not None and sent not in (origin, "null"):
+        return False
+    if sent == "null" and site is None:
+        return False
+    return site is None or site in ("same-origin", "none")
+
+
 class ConsoleSetupError(KeyturnError, TypeError):
     """The console was built with something it cannot work with; the message says what."""
 
@@ -399,18 +416,7 @@ class Console:
             allow = ("Allow", ", ".join(sorted({*handlers, "HEAD"})))
             return self._message(visit, 405, "Method not allowed", allow, account=None)
         if method == "POST":
-            # Under Referrer-Policy: no-referrer a browser sends "Origin: null" with its own
-            # forms, so "null" is accepted only where Sec-Fetch-Site vouches for the origin.
-            origin = visit.headers.get("origin")
-            site = visit.headers.get("sec-fetch-site")
-            # A form with neither header is not from a browser that says where it comes
-            # from: refused, so the check fails closed.
-            if (
-                (origin is None and site is None)
-                or (origin is not None and origin not in (visit.origin, "null"))
-                or (origin == "null" and site is None)
-                or (site is not None and site not in ("same-origin", "none"))
-            ):
+            if not from_own_origin(visit.headers, visit.origin):
                 return self._message(visit, 403, "Refused: another site sent this form")
             if len(visit.body) > MAX_FORM_BYTES:
                 return self._message(visit, 413, "Form too large", account=None)
