@@ -32,6 +32,7 @@ from datetime import UTC, date, datetime, timedelta
 from functools import partial
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import unquote
 from zoneinfo import ZoneInfo
 
 from keyturn import _token
@@ -390,11 +391,24 @@ def _rotation(old: KeyInfo, infos: Sequence[KeyInfo]) -> str:
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-    """Aligned columns; the last one, free text, is not padded."""
+    """Aligned columns; the last one, free text, is not padded. Every cell is shown escaped:
+    an id from the store cannot send the operator's terminal control sequences.
+    """
+    rows = [[_shown(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
     for row in [header, *rows]:
         cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
         print("  ".join([*cells, row[-1]]))
+
+
+def _shown(text: str) -> str:
+    """*text* with every unprintable character (escapes, newlines, C1 controls) as ``\\x..``."""
+    if text.isprintable():
+        return text
+    return "".join(
+        c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode("ascii")
+        for c in text
+    )
 
 
 def _local_time_zone() -> str:
@@ -415,6 +429,12 @@ _SQLITE: Final = "sqlite:///"
 def _open(url: str, *, init: bool) -> Database:
     """The store at *url*; unless *init*, one that ``db init`` prepared (none is created)."""
     if "://" not in url and not url.startswith("sqlite:"):
+        if "=" in url:  # a libpq key=value string: never echoed, it may hold a password
+            raise CommandError(
+                "the store is a URL, not a key=value connection string: write it as "
+                "postgresql://USER@HOST:PORT/DBNAME (the password in $PGPASSWORD or ~/.pgpass)",
+                2,
+            )
         raise CommandError(
             f"the store is a URL, not a file name: for a SQLite file, sqlite:///{url}", 2
         )
@@ -457,8 +477,23 @@ def _reach_postgres(url: str) -> None:
     try:
         psycopg.connect(url, **timeout).close()  # type: ignore[arg-type]
     except psycopg.Error as exc:
-        reason = " ".join(str(exc).split())
+        reason = _without_secrets(" ".join(str(exc).split()), url)
+        if isinstance(exc, psycopg.ProgrammingError):
+            # libpq could not parse the URL, and quotes the part it stopped at, which may be
+            # the password: only the kind of error is said.
+            reason = reason.partition(":")[0] + " (check the URL's %-escapes and quoting)"
         raise CommandError(f"cannot connect to the store {redact_url(url)}: {reason}") from None
+
+
+def _without_secrets(text: str, url: str) -> str:
+    """*text* with every password of *url* (as written and percent-decoded) replaced."""
+    userinfo = url.partition("://")[2].rpartition("@")[0]
+    secrets = [userinfo.partition(":")[2]] if ":" in userinfo else []
+    secrets += re.findall(r"(?:^|[?&])(?:ssl)?password=([^&]*)", url.partition("?")[2])
+    for secret in sorted({*secrets, *map(unquote, secrets)}, key=len, reverse=True):
+        if secret:
+            text = text.replace(secret, "***")
+    return text
 
 
 def _driver_errors() -> tuple[type[Exception], ...]:

@@ -667,3 +667,64 @@ def test_rotate_failures_say_what_to_do(ready: Run) -> None:
     assert ready("keys", "revoke", "--as", "alice", key_id)[0] == 0
     status, out, err = ready("keys", "rotate", "--as", "alice", key_id)
     assert (status, out) == (1, "") and "create a new key instead" in err
+
+
+@pytest.mark.parametrize(
+    "store",
+    [
+        "host=127.0.0.1 password=hunter2 dbname=app user=app",
+        "dbname=app password='hun ter2'",
+        "password=hunter2",
+    ],
+)
+def test_a_key_value_connection_string_is_refused_unechoed(
+    store: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A libpq key=value string is no store URL: refused with the URL form to use, and
+    never printed back, since it may hold a password.
+    """
+    assert main(["--store", store, "org", "list"]) == 2
+    err = capsys.readouterr().err
+    assert "hun" not in err and "ter2" not in err
+    assert "postgresql://USER@HOST:PORT/DBNAME" in err
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://app:hun%zzter2@127.0.0.1:{port}/app",
+        "postgresql://app@127.0.0.1:{port}/app?password=hun%zzter2",
+        "postgresql://app@127.0.0.1:{port}/app?sslmode=disable&password=hun%zzter2",
+    ],
+    ids=["in the user info", "in the query", "in the query, second"],
+)
+def test_libpq_quoting_a_password_in_its_error_is_not_printed(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """libpq's own error on a bad %-escape quotes the password: the command says what kind
+    of error it is, and prints no part of the password.
+    """
+    pytest.importorskip("psycopg")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    assert main(["--store", url.format(port=port), "org", "list"]) == 1
+    err = capsys.readouterr().err
+    assert "zzter" not in err and "hun%" not in err
+    assert "invalid percent-encoded token" in err
+
+
+def test_ids_are_printed_escaped_in_tables(ready: Run) -> None:
+    """An organization or account id holding terminal control sequences is shown escaped
+    in org list and member list: nothing reaches the operator's terminal raw.
+    """
+    assert ready("org", "add", "org_\x1b[2J\x1b]0;pwned\x07", "--tenant", "acme")[0] == 0
+    assert ready("member", "add", "eve\x1b[31m\u009b1m", "org_default", "--role", "admin")[0] == 0
+
+    orgs = ready("org", "list")[1]
+    members = ready("member", "list", "org_default")[1]
+
+    for out in (orgs, members):
+        assert "\x1b" not in out and "\x07" not in out and "\u009b" not in out
+    assert "org_\\x1b[2J\\x1b]0;pwned\\x07" in orgs
+    assert "eve\\x1b[31m\\x9b1m" in members
