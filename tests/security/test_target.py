@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
@@ -253,3 +254,10 @@ def test_prefix_must_be_canonical() -> None:
     """A prefix no router would route to is refused at startup."""
     with pytest.raises(ValueError, match="canonical"):
         Paths("/managed-agents//v1/", ())
+
+
+def test_every_reason_a_path_is_unreadable_is_documented() -> None:
+    """docs/errors.md lists the 400's message for each thing that can be wrong with a path."""
+    errors = (Path(__file__).resolve().parents[2] / "docs" / "errors.md").read_text()
+    for why in Unreadable:
+        assert f"The request path has no single reading: {why.value}." in errors
