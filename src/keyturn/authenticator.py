@@ -64,6 +64,7 @@ from keyturn.protocols import AsyncKeyStore, AsyncMembershipProvider, KeyStore, 
 __all__ = ["AuditEvent", "AuditHook", "Authenticator"]
 
 log: Final = logging.getLogger("keyturn")
+_DROPPED: Final = AuthRequest()  # what a driver's frame holds once the decision has the key
 
 
 @attrs.frozen(kw_only=True)
@@ -337,7 +338,8 @@ class Authenticator:
         flow = decide(request, self.clock(), self.cache, self.rules)
         # A store, provider, policy or audit hook may raise, and error trackers send the
         # locals of a traceback's frames: only the decision holds the key from here on.
-        del request
+        # (Rebound, not deleted: a compiled coroutine cannot delete a local.)
+        request = _DROPPED
         deadline = None if answers.timeout is None else time.monotonic() + answers.timeout
         answer: Any = None
         here = answers.here
@@ -368,7 +370,8 @@ class Authenticator:
         flow = decide(request, self.clock(), self.cache, self.rules)
         # A store, provider, policy or audit hook may raise, and error trackers send the
         # locals of a traceback's frames: only the decision holds the key from here on.
-        del request
+        # (Rebound, not deleted: a compiled coroutine cannot delete a local.)
+        request = _DROPPED
         deadline = None if answers.timeout is None else time.monotonic() + answers.timeout
         answer: Any = None
         here = answers.here_in_loop
