@@ -208,7 +208,7 @@ def pieces() -> tuple[dict[str, Loop], list[str], Callable[[], None]]:
     add("usage.seen (no write due)", usage)
     add(
         "_finish (usage, no audit hook)",
-        lambda: _repeat(lambda: authenticator._finish(request, principal)),
+        lambda: _repeat(lambda: authenticator._finish(request.method, request.path, principal)),
     )
 
     def encode() -> Loop:
