@@ -104,7 +104,8 @@ def pieces() -> tuple[dict[str, Loop], list[str], Callable[[], None]]:
 
     def read() -> Loop:
         scan = _internal("keyturn.asgi", "_read")
-        return _repeat(lambda: scan(scope, MODELS))
+        # strip=False: the scope is reused, and the strip is the middleware's, not the scan's
+        return _repeat(lambda: scan(scope, MODELS, False))
 
     add("header scan into AuthRequest (asgi._read)", read)
     add(
@@ -196,7 +197,7 @@ def pieces() -> tuple[dict[str, Loop], list[str], Callable[[], None]]:
     add("usage.seen (no write due)", usage)
     add(
         "_finish (usage, no audit hook)",
-        lambda: _repeat(lambda: authenticator._finish(request, principal)),
+        lambda: _repeat(lambda: authenticator._finish(request.method, request.path, principal)),
     )
 
     def encode() -> Loop:

@@ -29,6 +29,19 @@ SECRET = re.compile(r"rma_[A-Za-z0-9]{46}")
 MODELS = "/managed-agents/v1/models"
 
 
+# What a console page does when its signed-in user creates a key.
+CREATE_KEY = """
+import os, sys
+from keyturn import KeyManager, Scope
+from keyturn.stores import open_database
+with open_database(os.environ["KEYTURN_STORE_URL"]) as db:
+    created = KeyManager(db.keys, db.membership).create(
+        "alice", name=sys.argv[1], scope=Scope.tenant("acme")
+    )
+print(created.secret)
+"""
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -89,16 +102,15 @@ def test_missing_extras_name_what_to_install(newcomer: Newcomer) -> None:
 
 
 def test_walk(newcomer: Newcomer) -> None:
-    """Store, organization, member, two keys, a revoke, a scan; then the example serves them."""
+    """Store, organization, member, two keys, an emergency revoke, a scan; then the example
+    serves them.
+    """
     newcomer.keyturn("db", "init")
     newcomer.keyturn("org", "add", "org_acme", "--tenant", "acme", "--default")
     newcomer.keyturn("member", "add", "alice", "org_acme", "--role", "admin")
-    created = [
-        newcomer.keyturn(
-            "keys", "create", "--as", "alice", "--name", name, "--tenant", "acme"
-        ).stdout
-        for name in ("CI", "laptop")
-    ]
+    # Keys are made in the console, for the signed-in user: here, by KeyManager, as a host's
+    # console page would (the command creates no key).
+    created = [newcomer.run("python", "-c", CREATE_KEY, name).stdout for name in ("CI", "laptop")]
     kept, leaked = (SECRET.findall(output)[-1] for output in created)
     kept_id, leaked_id = kept[4:16], leaked[4:16]
     assert set(newcomer.keys("alice")) == {kept_id, leaked_id}
@@ -108,7 +120,7 @@ def test_walk(newcomer: Newcomer) -> None:
     scan = newcomer.keyturn("scan", ".", expect=1)
     assert leaked_id in scan.stdout
     assert leaked not in scan.stdout + scan.stderr
-    newcomer.keyturn("keys", "revoke", "--as", "alice", leaked_id)
+    newcomer.keyturn("keys", "revoke", "--as", "alice", leaked_id, "--reason", "in settings.env")
     assert newcomer.keys("alice")[leaked_id]["status"] == "Revoked"
 
     # The example, copied as a user would, served as it is by the standard library's server.

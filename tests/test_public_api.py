@@ -6,7 +6,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from keyturn import KeyManager, Lifetime, Scope, ScopeNotReachable, describe_secret, errors
+from keyturn import (
+    InvalidExpiry,
+    KeyManager,
+    KeyturnError,
+    Lifetime,
+    NotAKey,
+    Scope,
+    ScopeNotReachable,
+    describe_secret,
+    errors,
+)
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 
 
@@ -36,10 +46,12 @@ def test_describe_secret_refuses_a_typo_without_echoing_it(manager: KeyManager) 
     secret = manager.create("alice", name="CI", scope=Scope.tenant("acme")).secret
     typo = secret[:-1] + ("A" if secret[-1] != "A" else "B")
 
-    with pytest.raises(ValueError, match="checksum") as raised:
+    with pytest.raises(NotAKey, match="checksum") as raised:
         describe_secret(typo)
 
     assert typo not in str(raised.value)
+    assert isinstance(raised.value, KeyturnError)
+    assert isinstance(raised.value, ValueError)
 
 
 MESSAGES = {
@@ -54,7 +66,7 @@ def test_describe_secret_never_echoes_its_input(text: str) -> None:
     message = None
     try:
         described = describe_secret(text)
-    except ValueError as error:
+    except NotAKey as error:
         message = str(error)
     if message is None:
         assert text.startswith("rma_" + described.key_id)
@@ -71,8 +83,10 @@ def test_lifetime_parse_round_trips() -> None:
         "30d": Lifetime.DAYS_30,
         "90d": Lifetime.DAYS_90,
     }
-    with pytest.raises(ValueError, match="3h, 1d, 7d, 30d, 90d"):
+    with pytest.raises(InvalidExpiry, match="3h, 1d, 7d, 30d, 90d") as raised:
         Lifetime.parse("2d")
+    assert isinstance(raised.value, KeyturnError)
+    assert isinstance(raised.value, ValueError)
 
 
 def test_create_with_organization_alone(manager: KeyManager) -> None:

@@ -27,6 +27,8 @@ Rules of this file (keep them):
 
 from __future__ import annotations
 
+import binascii
+import contextlib
 import functools
 import inspect
 import re
@@ -61,6 +63,7 @@ __all__ = [
     "Step",
     "WrongAnswer",
     "decide",
+    "holds_key",
     "reach_question",
     "unavailable",
 ]
@@ -304,6 +307,22 @@ def bearer_token(values: Sequence[str]) -> str | Reason:
     return token
 
 
+def holds_key(values: Sequence[str]) -> bool:
+    """Whether any ``Authorization`` line holds something keyed like a key, in any scheme or
+    none: every line read whole (``Bearer<TAB>rma_...``, ``Token rma_...``), and a ``Basic``
+    line's credentials once base64-decoded. The console refuses such a request (D30).
+    """
+    for line in values:
+        texts = [line]
+        parts = line.split(None, 1)
+        if len(parts) == 2 and parts[0].lower() == "basic":
+            with contextlib.suppress(binascii.Error, ValueError):  # no base64: the line is read
+                texts.append(binascii.a2b_base64(parts[1].strip() + "==").decode("latin-1"))
+        if any(_token.PREFIX in text.lower() for text in texts):
+            return True
+    return False
+
+
 def organization_header(values: Sequence[str], pattern: re.Pattern[str]) -> str | Reason | None:
     """The organization named by ``x-organization-id``, ``None`` if absent, or why not (D8)."""
     if isinstance(values, str):
@@ -470,6 +489,10 @@ def decide(
     # 4. The application's own rule on roles, if it has one. Its 403 names the organization
     # the request reached, so the response carries the service headers (D16).
     if rules.policy is not None:
+        # The policy may raise, and error trackers send the locals of a traceback's frames:
+        # from here on, neither this frame nor the policy holds any part of the key.
+        request = AuthRequest((), request.organization, request.method, request.path)
+        values, line, token, secret, parsed_header = (), "", "", "", ""
         # Read as any object: the check below is the decision's, with its message, in
         # both builds (a compiled build would otherwise reject a non-bool on its own).
         policy: Callable[[Principal, AuthRequest], object] = rules.policy

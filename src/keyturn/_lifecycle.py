@@ -42,12 +42,14 @@ _FORBIDDEN_CATEGORIES: Final = {
     "Zl": "a line separator",
     "Zp": "a paragraph separator",
 }
-# Whitespace and Unicode's Default_Ignorable_Code_Point ranges (DerivedCoreProperties.txt):
-# characters a display may show as nothing. A name made only of them names nothing.
+# Whitespace and Unicode's Default_Ignorable_Code_Point ranges (DerivedCoreProperties.txt),
+# and the visible characters that are drawn blank (U+2800 BRAILLE PATTERN BLANK, the Khitan
+# filler U+16FE4, U+1D159 MUSICAL SYMBOL NULL NOTEHEAD): characters a display may show as
+# nothing. A name made only of them names nothing.
 _INVISIBLE: Final = re.compile(
     "[\\s\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
-    "\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8\U0001bca0-\U0001bca3"
-    "\U0001d173-\U0001d17a\U000e0000-\U000e0fff]+"
+    "\u2060-\u206f\u2800\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8\U00016fe4"
+    "\U0001bca0-\U0001bca3\U0001d159\U0001d173-\U0001d17a\U000e0000-\U000e0fff]+"
 )
 
 

@@ -15,6 +15,8 @@ from zoneinfo import ZoneInfo
 
 import attrs
 
+from keyturn.errors import InvalidExpiry
+
 __all__ = [
     "ApiKey",
     "Clock",
@@ -263,13 +265,13 @@ class Lifetime(enum.Enum):
     def parse(cls, text: str) -> Lifetime:
         """The lifetime a short form names: ``Lifetime.parse("30d")``, as the command takes it.
 
-        :raises ValueError: *text* names none of the console's lifetimes.
+        :raises InvalidExpiry: (a ``ValueError``) *text* names none of the console's lifetimes.
         """
         for lifetime in cls:
             if lifetime.label == str(text).strip().lower():
                 return lifetime
         choices = ", ".join(lifetime.label for lifetime in cls)
-        raise ValueError(f"a lifetime is one of {choices}, got {text!r}")
+        raise InvalidExpiry(f"a lifetime is one of {choices}, got {text!r}")
 
 
 @attrs.frozen

@@ -9,24 +9,29 @@ Rules of this file (keep them):
    :mod:`keyturn.leaks`, to tell whether a path is under the API's prefix.
 2. **Fail closed.** Servers and routers read a target differently: Werkzeug adds a missing
    leading slash and drops repeated ones, some routers collapse runs of slashes or resolve
-   dot segments, some decode percent-escapes the server left in place, some servers keep
-   the ``http://host`` of an absolute-form target in the path. A request is guarded when
-   *any* of these readings puts it under the prefix, either on the full path (mount prefix
-   included) or on the path the app routes on (mount prefix removed).
+   dot segments, some decode percent-escapes the server left in place, and servers pass on
+   every form of target RFC 3986 allows, which routers read as a URI (Quart routes
+   ``http:/managed-agents/v1/models`` to ``/managed-agents/v1/models``) or as a path. A
+   request is guarded when *any* of these readings puts it under the prefix, either on the
+   full path (mount prefix included) or on the path the app routes on (mount prefix
+   removed).
 3. Where the readings disagree about a path under the prefix (it climbs out with ``..``,
-   or still holds percent-escapes after the server decoded it), there is no one path to
-   authenticate, so the request is refused: :data:`UNREADABLE`, never passed.
+   still holds percent-escapes after the server decoded it, or reads as two different paths
+   under the prefix), there is no one path to authenticate, so the request is refused with
+   an :class:`Unreadable` verdict that says what was wrong, never passed.
 4. A guarded request is authenticated under its canonical path (slashes collapsed, dot
    segments resolved, leading slash present): the path the role policy sees and the public
    paths are matched against.
 
-The canonical reading, step by step:
+The readings of a target, each made canonical (a missing leading slash added, runs of
+slashes collapsed, ``.`` and ``..`` resolved, never above the root):
 
-- drop the scheme and authority of an absolute-form target (``http://host/x`` is ``/x``);
-- add a missing leading slash (``managed-agents/v1`` is ``/managed-agents/v1``);
-- collapse runs of slashes; resolve ``.`` and ``..`` (never above the root);
-- and, as a second reading, the same after percent-decoding (``%2F``, ``%2E``, ``%25``...)
-  until nothing is left to decode.
+- as a path: the text as it is (``http:/x`` is the path ``/http:/x``);
+- as a URI with a scheme (``http://host/x``, ``http:/x``, ``http:x``, any case): the scheme,
+  and the authority after ``//``, dropped;
+- as a network-path reference (``//host/x``): the authority dropped;
+- and each of these again after percent-decoding (``%2F``, ``%2E``, ``%25``...) until nothing
+  is left to decode.
 """
 
 from __future__ import annotations
@@ -34,32 +39,39 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Callable, Collection
-from typing import Final, Literal
+from typing import Final
 from urllib.parse import unquote
 
-__all__ = ["UNREADABLE", "Paths", "PublicPaths", "Unreadable", "canonical", "decoded"]
+__all__ = ["Paths", "PublicPaths", "Unreadable", "canonical", "decoded", "forms", "readings"]
 
 PublicPaths = Collection[str] | Callable[[str], bool]
 
-# RFC 3986 scheme, then "//" and an authority that ends at the first "/" (or the end).
-_ABSOLUTE: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/]*")
+# RFC 3986 section 3.1: a scheme is a letter, then letters, digits, "+", "-" or ".".
+_SCHEME: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 _MAX_DECODING_ROUNDS: Final = 8  # "%252525..." unwraps one layer a round; more is refused
 
 
 class Unreadable(enum.Enum):
-    """The verdict on a target that cannot be read as one path under the prefix."""
+    """Why a target cannot be read as one path under the prefix; the value says so to the
+    client, in the 400's message (it holds no request text).
+    """
 
-    TARGET = "target"
-
-
-UNREADABLE: Final = Unreadable.TARGET
+    DOT_SEGMENTS = "its '.' or '..' segments lead out of the path it starts with"
+    ESCAPES = (
+        "it holds percent-escapes that change the path once decoded (an escaped '/', '.' or '%')"
+    )
+    NOT_UTF8 = "it holds percent-escapes that are not UTF-8"
+    NESTED_ESCAPES = "its percent-escapes are nested more than 8 deep"
+    TWO_READINGS = (
+        "it reads as two different paths under the prefix "
+        "(a scheme such as 'http:' or a '//host' before the path)"
+    )
 
 
 def canonical(target: str) -> str:
-    """*target* as a path: absolute form dropped, leading slash added, slashes and dots resolved."""
-    absolute = _ABSOLUTE.match(target)
-    if absolute is not None:
-        target = target[absolute.end() :]
+    """*target* read as a path: a missing leading slash added, runs of slashes collapsed, dot
+    segments resolved (never above the root).
+    """
     segments: list[str] = []
     for segment in target.split("/"):
         if segment == "..":
@@ -71,25 +83,53 @@ def canonical(target: str) -> str:
     return "/" + "/".join(segments) + trailing
 
 
-def decoded(target: str) -> tuple[list[str], bool]:
-    """Every layer of percent-decoding of *target*, the last fully decoded; and whether that
-    is clean: the layers end, and each is UTF-8 (a router reads it one way only).
+def _drop_authority(reference: str) -> str:
+    """``//host/x`` is ``/x``; anything else is itself."""
+    if not reference.startswith("//"):
+        return reference
+    end = reference.find("/", 2)
+    return "" if end < 0 else reference[end:]
+
+
+def forms(target: str) -> tuple[str, ...]:
+    """The texts a router may take as the path of *target*, before it resolves anything:
+    the target itself, then the path of it read as a URI (scheme and authority dropped) or
+    as a network-path reference (authority dropped).
+    """
+    scheme = _SCHEME.match(target)
+    if scheme is not None:
+        return target, _drop_authority(target[scheme.end() :])
+    if target.startswith("//"):
+        return target, _drop_authority(target)
+    return (target,)
+
+
+def readings(target: str) -> tuple[str, ...]:
+    """Every canonical path a router may read *target* as (no decoding), distinct, in the
+    order of :func:`forms`.
+    """
+    return tuple(dict.fromkeys(map(canonical, forms(target))))
+
+
+def decoded(target: str) -> tuple[list[str], Unreadable | None]:
+    """Every layer of percent-decoding of *target*, the last fully decoded; and what is
+    wrong with them, if anything: the layers do not end, or one is not UTF-8 (a router
+    reads it in more than one way).
 
     Bytes that are not UTF-8 decode to U+FFFD, as most routers decode them.
     """
     layers = [target]
     for _ in range(_MAX_DECODING_ROUNDS):
         if "%" not in target:
-            return layers, True
+            return layers, None
         plain = unquote(target, errors="replace")
         if plain == target:
-            return layers, True
-        clean = "\ufffd" not in plain or "\ufffd" in target
+            return layers, None
         layers.append(plain)
+        if "\ufffd" in plain and "\ufffd" not in target:
+            return layers, Unreadable.NOT_UTF8
         target = plain
-        if not clean:
-            return layers, False
-    return layers, False
+    return layers, Unreadable.NESTED_ESCAPES
 
 
 class Paths:
@@ -115,9 +155,9 @@ class Paths:
             public_paths if callable(public_paths) else frozenset(public_paths).__contains__
         )
 
-    def read(self, root: str, path: str) -> str | Literal[Unreadable.TARGET] | None:
+    def read(self, root: str, path: str) -> str | Unreadable | None:
         """The canonical path to authenticate the request under; ``None`` if it is not ours
-        (outside the prefix, or public); :data:`UNREADABLE` if it must be refused.
+        (outside the prefix, or public); an :class:`Unreadable` if it must be refused.
 
         *root* is the mount prefix the server or a parent app set (ASGI ``root_path``, WSGI
         ``SCRIPT_NAME``), *path* the rest as delivered (ASGI ``path``, which may or may not
@@ -128,38 +168,45 @@ class Paths:
             return self._verdict(path)
         # ASGI servers differ on whether ``path`` repeats ``root_path``: read it both ways.
         spellings = [path, root + path]
-        if path[:1] != "/":  # and a router may join the two with a slash
+        if path[:1] != "/" or path[:2] == "//":
+            # A router may join the two with a slash, or read the path as a URI first.
             spellings.append(root + "/" + path)
+            spellings += [root + reading for reading in readings(path)[1:]]
         if _starts(path, root):
             spellings.insert(0, path[len(root) :])
         guarded = None
         for spelling in spellings:
             verdict = self._verdict(spelling)
-            if verdict is UNREADABLE:
+            if isinstance(verdict, Unreadable):
                 return verdict
             guarded = guarded or verdict
         return guarded
 
-    def _verdict(self, path: str) -> str | Literal[Unreadable.TARGET] | None:
+    def _verdict(self, path: str) -> str | Unreadable | None:
         # The common case: every reading is the path itself. (Four substring tests inline:
         # a regex alternation, or a call, costs several times more per request.)
         if "//" not in path and "/." not in path and "%" not in path and path[:1] in ("/", ""):
             return path if self._guards(path) else None
-        layers, clean = decoded(path)
-        readings = {canonical(layer) for layer in layers}
-        # A router that matches the prefix on the text as it is (Starlette's Mount) goes in
-        # wherever a literal layer starts with it, whatever its dot segments say.
-        literal = any(
-            self._under_prefix(layer if layer[:1] == "/" else "/" + layer) for layer in layers
-        )
-        if len(readings) > 1 or not clean:
-            if literal or any(map(self._under_prefix, readings)):
-                return UNREADABLE
+        layers, wrong = decoded(path)
+        texts = [text for layer in layers for text in forms(layer)]
+        each = [readings(layer) for layer in layers]
+        under = {reading for found in each for reading in found if self._under_prefix(reading)}
+        # A router that matches the prefix on the text as it is (Starlette's Mount; Quart on
+        # a URI's path; Werkzeug once leading slashes are dropped) goes in wherever a text
+        # starts with it, whatever its dot segments say.
+        literal = any(self._under_prefix("/" + text.lstrip("/")) for text in texts)
+        if not under and not literal:
             return None
-        (reading,) = readings
-        if literal and not self._under_prefix(reading):
-            return UNREADABLE  # a prefix-matching router goes in, the canonical path does not
-        return reading if self._guards(reading) else None
+        if wrong is not None:
+            return wrong
+        if any(found != each[0] for found in each):
+            return Unreadable.ESCAPES
+        if not under:  # a prefix-matching router goes in, no canonical reading does
+            return Unreadable.DOT_SEGMENTS
+        if len(under) > 1:
+            return Unreadable.TWO_READINGS
+        (reading,) = under
+        return None if self._public(reading) else reading
 
     def _under_prefix(self, path: str) -> bool:
         return path.startswith(self._under) or path == self._root

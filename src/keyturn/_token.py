@@ -23,7 +23,7 @@ from typing import Final
 
 import attrs
 
-from keyturn.errors import Reason
+from keyturn.errors import NotAKey, Reason
 
 __all__ = [
     "ALPHABET",
@@ -131,15 +131,15 @@ def describe_secret(secret: str) -> SecretInfo:
     Needs no store: the id is part of the key. The secret itself is neither returned nor
     repeated in the error.
 
-    :raises ValueError: *secret* is not a well-formed key (wrong shape, or a checksum that
-        does not match, as after a typo).
+    :raises NotAKey: (a ``ValueError``) *secret* is not a well-formed key (wrong shape, or a
+        checksum that does not match, as after a typo).
     """
     parsed = parse(secret) if isinstance(secret, str) else Reason.MALFORMED
     if parsed is Reason.MALFORMED:
-        raise ValueError(
+        raise NotAKey(
             f"not a keyturn key: one is {PREFIX!r} and {TOKEN_LENGTH - len(PREFIX)} letters "
             "and digits"
         )
     if isinstance(parsed, Reason):
-        raise ValueError("not a keyturn key: its checksum does not match (a typo?)")
+        raise NotAKey("not a keyturn key: its checksum does not match (a typo?)")
     return SecretInfo(parsed.key_id, parsed.hint)

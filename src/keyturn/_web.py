@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from keyturn._decision import AuthRequest
 from keyturn._model import Principal
-from keyturn._target import Paths, PublicPaths
+from keyturn._target import Paths, PublicPaths, Unreadable
 from keyturn.authenticator import Authenticator
 from keyturn.errors import InvalidRequest, MissingPrincipal, Reason, Refusal
 
@@ -119,13 +119,17 @@ def expiry_headers(expires_at: datetime | None) -> tuple[tuple[str, str], ...]:
     return ((KEY_EXPIRES_HEADER, expires_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")),)
 
 
-def unreadable(authenticator: Authenticator, method: str, root: str, path: str) -> Refusal:
-    """The 400 for a target routers may read as different paths under the prefix (_target);
-    logged and audited as the decision's refusals are, with the target as sent.
+def unreadable(
+    authenticator: Authenticator, why: Unreadable, method: str, root: str, path: str
+) -> Refusal:
+    """The 400 for a target routers may read as different paths under the prefix (_target),
+    saying what is wrong with it; logged and audited as the decision's refusals are, with the
+    target as sent.
     """
     error = InvalidRequest(
         Reason.UNREADABLE_TARGET,
-        "The request path has no single reading: send it with single slashes, "
-        "no '.' or '..' segments and no percent-escapes of its own.",
+        f"The request path has no single reading: {why.value}. Send it as one path that "
+        "starts with a single '/', with no '.' or '..' segments and no percent-escapes of "
+        "its own.",
     )
     return authenticator.record(AuthRequest((), (), method.upper(), root + path), error)

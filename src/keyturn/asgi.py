@@ -84,7 +84,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from keyturn._decision import AuthRequest
 from keyturn._model import Principal
-from keyturn._target import UNREADABLE, Paths, PublicPaths
+from keyturn._target import Paths, PublicPaths, Unreadable
 from keyturn._web import (
     AUTHORIZATION_HEADER,
     DEFAULT_PREFIX,
@@ -179,26 +179,25 @@ class ApiKeyMiddleware:
         if kind not in _AUTHENTICATED:  # no way to authenticate it, nor to answer it
             log.warning("refused an ASGI %r scope under the protected prefix", kind)
             return
-        if path is UNREADABLE:
+        if isinstance(path, Unreadable):
             error = unreadable(
                 self.authenticator,
+                path,
                 scope.get("method", "GET"),
                 scope.get("root_path", ""),
                 scope.get("path", ""),
             )
             await self._refuse(error, scope, send)
             return
-        request, credentials = _read(scope, path)
-        outcome = await self.authenticator.authenticate_async(request)
-        del request  # no frame of ours on the stack while the app runs holds the key
+        # Built in the call: no frame of ours holds the key while anything it calls may
+        # raise, nor while the app runs (error trackers send a traceback's frame locals).
+        outcome = await self.authenticator.authenticate_async(
+            _read(scope, path, self.strip_authorization)
+        )
         if isinstance(outcome, Refusal):
             await self._refuse(outcome, scope, send)
             return
         scope.setdefault("state", {})[PRINCIPAL_KEY] = outcome
-        if self.strip_authorization and credentials is not None:
-            # A request that passed sent exactly one; the server's list is left as is.
-            scope["headers"] = [line for line in scope["headers"] if line is not credentials]
-        del credentials
         # Encoded now, so a provider id that is no header value fails before the app runs.
         service = _encoded_service_headers(outcome.organization_id, outcome.tenant_id)
         extra = service + _encoded_expiry(outcome.expires_at) if self.expiry_header else service
@@ -260,9 +259,9 @@ class ApiKeyMiddleware:
         await send({"type": f"{kind}.body", "body": body})
 
 
-def _read(scope: ASGIScope, path: str) -> tuple[AuthRequest, Header | None]:
-    """The decision's input, and the (first) raw ``Authorization`` line, to hide from the app
-    (the very object the server sent: it is removed by identity).
+def _read(scope: ASGIScope, path: str, strip: bool) -> AuthRequest:
+    """The decision's input; with *strip*, the ``Authorization`` lines are taken out of the
+    scope now, before anything is called (a new list: the server's is left as is).
     """
     authorization: tuple[str, ...] = ()
     organization: tuple[str, ...] = ()
@@ -278,9 +277,16 @@ def _read(scope: ASGIScope, path: str) -> tuple[AuthRequest, Header | None]:
                     credentials = line
             elif name == _ORGANIZATION_ID:
                 organization += (line[1].decode("latin-1"),)
+    if strip and credentials is not None:
+        if len(authorization) == 1:  # the usual request: the line itself, found by identity
+            scope["headers"] = [line for line in scope["headers"] if line is not credentials]
+        else:
+            scope["headers"] = [
+                line for line in scope["headers"] if line[0].lower() != _AUTHORIZATION
+            ]
     # What the router dispatches on: the upper-cased method (a WebSocket handshake is a GET).
     method = scope.get("method", "GET").upper()
-    return _new_request(AuthRequest, (authorization, organization, method, path)), credentials
+    return _new_request(AuthRequest, (authorization, organization, method, path))
 
 
 _name: Final = operator.itemgetter(0)

@@ -64,6 +64,7 @@ from keyturn.protocols import AsyncKeyStore, AsyncMembershipProvider, KeyStore, 
 __all__ = ["AuditEvent", "AuditHook", "Authenticator"]
 
 log: Final = logging.getLogger("keyturn")
+_DROPPED: Final = AuthRequest()  # what a driver's frame holds once the decision has the key
 
 
 @attrs.frozen(kw_only=True)
@@ -280,7 +281,8 @@ class Authenticator:
     :param membership: a :class:`~keyturn.protocols.MembershipProvider` or its async twin.
     :param organization_pattern: what a valid organization id looks like (D8).
     :param policy: ``policy(principal, request) -> bool``; ``False`` refuses with 403. A
-        plain function: an ``async def`` one is refused here.
+        plain function: an ``async def`` one is refused here. *request* holds no
+        ``Authorization`` lines: the key's id is on the principal.
     :param audit: called with an :class:`AuditEvent` after every decision; its failures are
         logged and never change the outcome. A plain function, like the policy.
     :param timeout: seconds the store and provider together may take to answer one request
@@ -350,9 +352,14 @@ class Authenticator:
                 "this Authenticator has an async store or provider: use authenticate_async()"
             )
         started = None if self.audit is None else time.monotonic()  # for the audit event only
+        method, path = request.method, request.path
         if self.closed:
-            return self._finish(request, self._shutting_down(), started)
+            return self._finish(method, path, self._shutting_down(), started)
         flow = decide(request, self.clock(), self.cache, self.rules)
+        # A store, provider, policy or audit hook may raise, and error trackers send the
+        # locals of a traceback's frames: only the decision holds the key from here on.
+        # (Rebound, not deleted: a compiled coroutine cannot delete a local.)
+        request = _DROPPED
         deadline = None if answers.timeout is None else time.monotonic() + answers.timeout
         answer: Any = None
         here = answers.here
@@ -369,17 +376,22 @@ class Authenticator:
                             raise WrongAnswer(step, answer)
                 except Exception as exc:
                     flow.close()
-                    return self._finish(request, self._unavailable(exc), started)
+                    return self._finish(method, path, self._unavailable(exc), started)
         except StopIteration as done:
-            return self._finish(request, done.value, started)
+            return self._finish(method, path, done.value, started)
 
     async def authenticate_async(self, request: AuthRequest) -> Principal | Refusal:
         """Decide *request* without blocking the event loop (argon2 runs in threads)."""
         answers = self._answers
         started = None if self.audit is None else time.monotonic()  # for the audit event only
+        method, path = request.method, request.path
         if self.closed:
-            return self._finish(request, self._shutting_down(), started)
+            return self._finish(method, path, self._shutting_down(), started)
         flow = decide(request, self.clock(), self.cache, self.rules)
+        # A store, provider, policy or audit hook may raise, and error trackers send the
+        # locals of a traceback's frames: only the decision holds the key from here on.
+        # (Rebound, not deleted: a compiled coroutine cannot delete a local.)
+        request = _DROPPED
         deadline = None if answers.timeout is None else time.monotonic() + answers.timeout
         answer: Any = None
         here = answers.here_in_loop
@@ -396,9 +408,9 @@ class Authenticator:
                             raise WrongAnswer(step, answer)
                 except Exception as exc:
                     flow.close()
-                    return self._finish(request, self._unavailable(exc), started)
+                    return self._finish(method, path, self._unavailable(exc), started)
         except StopIteration as done:
-            return self._finish(request, done.value, started)
+            return self._finish(method, path, done.value, started)
 
     # --- shared by both drivers ------------------------------------------------------------
 
@@ -424,11 +436,11 @@ class Authenticator:
         """Log and audit a refusal an adapter made before asking (a target with no single
         reading), as the decision's own are; the refusal.
         """
-        self._finish(request, refusal)
+        self._finish(request.method, request.path, refusal)
         return refusal
 
     def _finish(
-        self, request: AuthRequest, outcome: Principal | Refusal, started: float | None = None
+        self, method: str, path: str, outcome: Principal | Refusal, started: float | None = None
     ) -> Principal | Refusal:
         principal: Principal | None
         error: Refusal | None
@@ -437,8 +449,8 @@ class Authenticator:
             if log.isEnabledFor(logging.INFO):
                 log.info(
                     "refused %s %s with %d: %s (key id %s)",
-                    _loggable(request.method),
-                    _loggable(request.path),
+                    _loggable(method),
+                    _loggable(path),
                     outcome.status,
                     outcome.reason.value,
                     outcome.key_id,
@@ -450,8 +462,8 @@ class Authenticator:
         if self.audit is not None:
             event = AuditEvent(
                 at=self.clock(),
-                method=request.method,
-                path=request.path,
+                method=method,
+                path=path,
                 principal=principal,
                 error=error,
                 elapsed=None if started is None else time.monotonic() - started,

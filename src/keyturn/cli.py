@@ -6,8 +6,11 @@ The store is ``--store URL``, else ``$KEYTURN_STORE_URL``, else
 ``sqlite:///keyturn.sqlite3`` (see :func:`keyturn.stores.open_database`). The store
 commands (``db``, ``org``, ``member``, ``keys``) work on an initialized store, but
 ``db init``, which makes one; ``scan`` opens no store, and ``demo`` hands ``--store`` to
-the demo. ``--as ACCOUNT`` names the account the console would act for, with the console's
-rules (a user lists and revokes only their own keys).
+the demo. ``--as ACCOUNT`` names the account whose keys are listed or revoked.
+
+The command creates and rotates no key: keys are created only in the console, by the
+signed-in user (spec section 1), so no secret ever goes to whoever runs a command. An
+operator's emergency ``keys revoke`` needs ``--reason``; who ran it and why is logged.
 
 Rules of this file:
 
@@ -23,8 +26,9 @@ Rules of this file:
 from __future__ import annotations
 
 import argparse
-import calendar
+import getpass
 import json
+import logging
 import os
 import re
 import sqlite3
@@ -32,21 +36,17 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any, Final
-from zoneinfo import ZoneInfo
+from urllib.parse import unquote
 
 from keyturn import _token
 from keyturn._decision import DEFAULT_ORGANIZATION, DEFAULT_ORGANIZATION_PATTERN
 from keyturn._model import (
-    CreatedKey,
-    CustomDate,
     KeyInfo,
-    Lifetime,
     Organization,
-    Scope,
     ScopeKind,
     Status,
 )
@@ -59,9 +59,9 @@ if TYPE_CHECKING:
 
 __all__ = ["main"]
 
+_log: Final = logging.getLogger("keyturn.cli")
 ENVIRONMENT_VARIABLE: Final = "KEYTURN_STORE_URL"
 DEFAULT_STORE_URL: Final = "sqlite:///keyturn.sqlite3"
-LIFETIMES: Final = {lifetime.label: lifetime for lifetime in Lifetime}
 STATUSES: Final = {status.value.lower(): status for status in Status}
 
 
@@ -145,64 +145,6 @@ def member_remove(db: Database, args: argparse.Namespace) -> None:
         print(f"{account} no longer has a role in {org}.")
 
 
-def keys_create(db: Database, args: argparse.Namespace) -> None:
-    if args.organization is None:
-        scope = Scope.tenant(args.tenant)
-    else:
-        organization = _organization(db, args.organization)
-        scope = Scope.organization(organization.id, tenant_id=organization.tenant_id)
-    expiry: Lifetime | CustomDate = LIFETIMES[args.lifetime]
-    if args.expires_on is not None:
-        expiry = CustomDate(args.expires_on, args.time_zone or _local_time_zone())
-    elif args.time_zone is not None:
-        raise CommandError("--time-zone goes with --expires-on", status=2)
-    created = _manager(db).create(args.account, name=args.name, scope=scope, expiry=expiry)
-    local = ""
-    if isinstance(expiry, CustomDate):  # the zone is valid: create() checked it
-        zone = str(expiry.time_zone)
-        at = created.info.expires_at.astimezone(ZoneInfo(zone))
-        local = f" ({at:%Y-%m-%d %H:%M} in {zone})"
-    _print_created(created, args, local=local)
-
-
-def keys_rotate(db: Database, args: argparse.Namespace) -> None:
-    old_id = _key_id_argument(args.key_id)
-    try:
-        created = _manager(db).rotate(
-            args.account, old_id, revoke_old_on_first_use=args.revoke_old_on_first_use
-        )
-    except KeyNotFound:
-        raise _no_such_key(args.account, old_id) from None
-    advice = "Both keys work now. Deploy the new one; "
-    if args.revoke_old_on_first_use:
-        advice += "the old one is revoked\nwhen the new key's first use is recorded."
-    else:
-        advice += (
-            "once 'keyturn keys list' says the new key\nwas first used, revoke the old one: "
-            f"keyturn keys revoke --as {args.account} {old_id}"
-        )
-    _print_created(created, args, advice=advice)
-
-
-def _print_created(
-    created: CreatedKey, args: argparse.Namespace, *, local: str = "", advice: str = ""
-) -> None:
-    info = created.info
-    if args.json:
-        _json({**_as_json(info), "secret": created.secret})
-        return
-    print(
-        f"Created key {info.key_id} for {args.account}.\n"
-        f"  name     {info.name}\n"
-        f"  scope    {info.scope}\n"
-        f"  hint     {info.hint}\n"
-        f"  expires  {_when(info.expires_at)}{local}\n"
-        + (f"  replaces {info.replaces}\n\n{advice}\n" if info.replaces else "")
-        + "\nSecret -- shown once, it cannot be retrieved later; keep it in a secret store:\n"
-        f"{created.secret}"
-    )
-
-
 def keys_list(db: Database, args: argparse.Namespace) -> None:
     kind = ScopeKind(args.scope) if args.scope in ("tenant", "organization") else None
     infos = _manager(db).list(args.account, status=STATUSES.get(args.status), scope=kind)
@@ -217,15 +159,38 @@ def keys_list(db: Database, args: argparse.Namespace) -> None:
 
 
 def keys_revoke(db: Database, args: argparse.Namespace) -> None:
+    # An operator's emergency revoke: the console is where the creator revokes. Who did it
+    # and why is logged, so the creator can be told.
     _key_id_argument(args.key_id)
+    reason = " ".join(args.reason.split())
+    if not reason:
+        raise CommandError("--reason must say why the key is revoked", status=2)
+    if _token.PREFIX in reason.lower():  # never echoed: it may be the key itself
+        raise CommandError("--reason must not hold a key; give its id as KEY_ID", status=2)
     try:
         info = _manager(db).revoke(args.account, args.key_id)
     except KeyNotFound:
         raise _no_such_key(args.account, args.key_id) from None
-    print(
-        f"Revoked key {info.key_id} ({info.hint}, {info.name!r}) of {args.account}: "
-        "refused from its next request on."
+    operator = _operator()
+    _log.warning(
+        "operator %s revoked key %s of %s: %s",
+        _shown(operator),
+        info.key_id,
+        _shown(args.account),
+        _shown(reason),
     )
+    print(
+        f"Revoked key {info.key_id} ({info.hint}, {info.name!r}) of {_shown(args.account)}: "
+        f"refused from its next request on.\nRevoked by {_shown(operator)}: {_shown(reason)}"
+    )
+
+
+def _operator() -> str:
+    """Who runs the command, as the operating system names them."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no user name for this uid (a bare container)
+        return f"uid {os.getuid()}" if hasattr(os, "getuid") else "an unknown user"
 
 
 def keys_expiring(db: Database, args: argparse.Namespace) -> None:
@@ -394,21 +359,24 @@ def _rotation(old: KeyInfo, infos: Sequence[KeyInfo]) -> str:
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-    """Aligned columns; the last one, free text, is not padded."""
+    """Aligned columns; the last one, free text, is not padded. Every cell is shown escaped:
+    an id from the store cannot send the operator's terminal control sequences.
+    """
+    rows = [[_shown(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
     for row in [header, *rows]:
         cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
         print("  ".join([*cells, row[-1]]))
 
 
-def _local_time_zone() -> str:
-    """The IANA name of this machine's zone: $TZ, else /etc/localtime's target, else UTC."""
-    name = os.environ.get("TZ", "").removeprefix(":")
-    if name:
-        return name
-    target = os.path.realpath("/etc/localtime")
-    _, found, zone = target.partition("/zoneinfo/")
-    return zone if found and zone else "UTC"
+def _shown(text: str) -> str:
+    """*text* with every unprintable character (escapes, newlines, C1 controls) as ``\\x..``."""
+    if text.isprintable():
+        return text
+    return "".join(
+        c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode("ascii")
+        for c in text
+    )
 
 
 # --- opening the store -----------------------------------------------------------------------
@@ -419,6 +387,12 @@ _SQLITE: Final = "sqlite:///"
 def _open(url: str, *, init: bool) -> Database:
     """The store at *url*; unless *init*, one that ``db init`` prepared (none is created)."""
     if "://" not in url and not url.startswith("sqlite:"):
+        if "=" in url:  # a libpq key=value string: never echoed, it may hold a password
+            raise CommandError(
+                "the store is a URL, not a key=value connection string: write it as "
+                "postgresql://USER@HOST:PORT/DBNAME (the password in $PGPASSWORD or ~/.pgpass)",
+                2,
+            )
         raise CommandError(
             f"the store is a URL, not a file name: for a SQLite file, sqlite:///{url}", 2
         )
@@ -461,8 +435,23 @@ def _reach_postgres(url: str) -> None:
     try:
         psycopg.connect(url, **timeout).close()  # type: ignore[arg-type]
     except psycopg.Error as exc:
-        reason = " ".join(str(exc).split())
+        reason = _without_secrets(" ".join(str(exc).split()), url)
+        if isinstance(exc, psycopg.ProgrammingError):
+            # libpq could not parse the URL, and quotes the part it stopped at, which may be
+            # the password: only the kind of error is said.
+            reason = reason.partition(":")[0] + " (check the URL's %-escapes and quoting)"
         raise CommandError(f"cannot connect to the store {redact_url(url)}: {reason}") from None
+
+
+def _without_secrets(text: str, url: str) -> str:
+    """*text* with every password of *url* (as written and percent-decoded) replaced."""
+    userinfo = url.partition("://")[2].rpartition("@")[0]
+    secrets = [userinfo.partition(":")[2]] if ":" in userinfo else []
+    secrets += re.findall(r"(?:^|[?&])(?:ssl)?password=([^&]*)", url.partition("?")[2])
+    for secret in sorted({*secrets, *map(unquote, secrets)}, key=len, reverse=True):
+        if secret:
+            text = text.replace(secret, "***")
+    return text
 
 
 def _driver_errors() -> tuple[type[Exception], ...]:
@@ -506,10 +495,10 @@ def scan(args: argparse.Namespace) -> int:
         raise CommandError("--staged and --diff take no PATH", 2)
     if args.staged:
         try:
-            findings = list(scan.find_added_keys(scan.staged_diff()))
+            findings = list(scan.find_staged_keys())
         except (OSError, subprocess.CalledProcessError) as exc:
-            reason = getattr(exc, "stderr", b"").decode(errors="replace").strip() or str(exc)
-            raise CommandError(f"git diff --cached failed: {reason}", 2) from None
+            reason = (getattr(exc, "stderr", b"") or b"").decode(errors="replace").strip()
+            raise CommandError(f"git diff --cached failed: {reason or exc}", 2) from None
     elif args.diff:
         findings = list(scan.find_added_keys(_read(args.diff)))
     else:
@@ -525,7 +514,7 @@ def scan(args: argparse.Namespace) -> int:
     if findings:
         print(
             f"keyturn: {len(findings)} API key(s) found: revoke them in the console "
-            "(keyturn keys revoke) and remove them from these files",
+            "and remove them from these files",
             file=sys.stderr,
         )
     return 1 if findings else 0
@@ -545,19 +534,16 @@ def _read(name: str) -> str:
 
 
 def _examples() -> str:
-    in_six_months = (date.today() + timedelta(days=182)).isoformat()
-    return f"""\
+    return """\
 examples:
   keyturn db init
   keyturn org add org_acme --tenant acme --default
   keyturn member add alice org_acme --role admin
-  keyturn keys create --as alice --name "CI deploys" --tenant acme --lifetime 7d
-  keyturn keys create --as alice --name laptop --org org_acme \\
-      --expires-on {in_six_months} --time-zone Europe/Paris
   keyturn keys list --as alice --status active --json
-  keyturn keys revoke --as alice 3fZk8QmPx2Lw
-  keyturn keys rotate --as alice 3fZk8QmPx2Lw --revoke-old-on-first-use
+  keyturn keys revoke --as alice 3fZk8QmPx2Lw --reason "leaked in a build log"
   keyturn scan --staged               # exit 1 if the next commit adds a key
+
+Keys are created and rotated in the key console only, by the signed-in user.
 
 store URLs:
   sqlite:///keyturn.sqlite3        a file, relative to the current directory
@@ -573,22 +559,6 @@ def _nonempty(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("must not be empty")
     return text
-
-
-def _date(text: str) -> date:
-    try:
-        return date.fromisoformat(text)
-    except ValueError:
-        pass
-    shape = re.fullmatch(r"(\d{4})-(\d{2})-(\d{2})", text)
-    if shape is None:
-        raise argparse.ArgumentTypeError(f"not a date in YYYY-MM-DD form: {text!r}")
-    year, month, _ = map(int, shape.groups())
-    if not 1 <= month <= 12:
-        raise argparse.ArgumentTypeError(f"{text} does not exist: there is no month {month}")
-    days = calendar.monthrange(year, month)[1]
-    month_name = calendar.month_name[month]
-    raise argparse.ArgumentTypeError(f"{text} does not exist: {month_name} {year} has {days} days")
 
 
 def _within(text: str) -> timedelta:
@@ -649,7 +619,7 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="ACCOUNT",
             required=True,
             type=_nonempty,
-            help="the signed-in account the console would act for",
+            help="the account whose keys these are",
         )
 
     def as_json(command: argparse.ArgumentParser) -> None:
@@ -683,59 +653,26 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("account", metavar="ACCOUNT", type=_nonempty)
     sub.add_argument("organization", metavar="ORG", type=_nonempty)
 
-    keys = group("keys", "create, list, rotate and revoke personal API keys")
-    sub = keys(
-        "create",
-        keys_create,
-        "create a key; its secret is printed once and cannot be retrieved later",
-        epilog="The key expires after --lifetime (default 30d), or at the end of the day "
-        "given by --expires-on in --time-zone (between tomorrow and one year from today).",
+    keys = group(
+        "keys",
+        "list personal API keys, and revoke one in an emergency (keys are created and "
+        "rotated in the console)",
     )
-    account(sub)
-    sub.add_argument("--name", required=True, help="where the key is used (1-100 characters)")
-    scope = sub.add_mutually_exclusive_group(required=True)
-    scope.add_argument("--tenant", type=_nonempty, help="a tenant-scoped key: every organization")
-    scope.add_argument(
-        "--org",
-        dest="organization",
-        metavar="ORG",
-        type=_nonempty,
-        help="an organization-scoped key",
-    )
-    expiry = sub.add_mutually_exclusive_group()
-    expiry.add_argument("--lifetime", choices=LIFETIMES, default="30d", help="default: 30d")
-    expiry.add_argument("--expires-on", type=_date, metavar="YYYY-MM-DD", help="a custom date")
-    sub.add_argument(
-        "--time-zone",
-        metavar="ZONE",
-        help="IANA zone of --expires-on, e.g. Europe/Paris (default: this machine's)",
-    )
-    sub.add_argument("--json", action="store_true", help="print the key and its secret as JSON")
     sub = keys("list", keys_list, "list the account's own keys, newest first (no secrets)")
     account(sub)
     sub.add_argument("--status", choices=STATUSES, type=str.lower, help="any case")
     sub.add_argument("--scope", help="tenant, organization, or one organization's id")
     as_json(sub)
-    sub = keys("revoke", keys_revoke, "revoke one of the account's keys: immediate, final")
-    account(sub)
-    sub.add_argument("key_id", metavar="KEY_ID", help="as shown by 'keyturn keys list'")
     sub = keys(
-        "rotate",
-        keys_rotate,
-        "replace one of the account's keys with a new key of the same name, scope and "
-        "lifetime; the new secret is printed once",
-        epilog="The old key keeps working until it is revoked: deploy the new key, check "
-        "with 'keyturn keys list' that it was used, then revoke the old one, or let "
-        "--revoke-old-on-first-use do it.",
+        "revoke",
+        keys_revoke,
+        "an operator's emergency revoke of one of the account's keys: immediate, final",
+        epilog="Who ran the command and --reason are logged (logger keyturn.cli) and printed, "
+        "so the key's creator can be told. The creator revokes their own keys in the console.",
     )
     account(sub)
     sub.add_argument("key_id", metavar="KEY_ID", help="as shown by 'keyturn keys list'")
-    sub.add_argument(
-        "--revoke-old-on-first-use",
-        action="store_true",
-        help="revoke the old key once the new key's first use is recorded",
-    )
-    sub.add_argument("--json", action="store_true", help="print the key and its secret as JSON")
+    sub.add_argument("--reason", required=True, help="why the key is revoked, for its creator")
     sub = keys("expiring", keys_expiring, "list the account's keys that expire soon, soonest first")
     account(sub)
     sub.add_argument(
@@ -772,7 +709,7 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument(
         "--staged",
         action="store_true",
-        help="only the lines the next commit adds (a pre-commit check)",
+        help="only the keys the next commit adds, read from the staged files (a pre-commit check)",
     )
     source.add_argument(
         "--diff",

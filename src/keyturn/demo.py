@@ -85,6 +85,12 @@ def seed(store: KeyStore, membership: WritableMembership) -> DemoKeys:
     )
 
 
+# The names a browser on this machine uses for the demo (it listens on 127.0.0.1 only).
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
+_REFUSED_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Refused</title></head>
+<body><p>Refused: another site sent this form.</p></body></html>
+"""
 _SIGN_IN_PAGE = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -100,13 +106,23 @@ user, with no password. A real service mounts the key console behind its own sig
 """
 
 
-def console_routes(store: KeyStore, membership: Any) -> list[Any]:
-    """The key console at ``/console/`` and its demo-only sign-in at ``/demo/sign-in``."""
+def console_routes(
+    store: KeyStore, membership: Any, *, hosts: Sequence[str] = LOOPBACK_HOSTS
+) -> list[Any]:
+    """The key console at ``/console/`` and its demo-only sign-in at ``/demo/sign-in``.
+
+    Both answer only requests whose ``Host`` is one of *hosts* (a page of another site that
+    rebinds its name to 127.0.0.1 sends its own name); the sign-in takes only a form sent by
+    its own page, and no page can be framed.
+    """
+    from starlette.middleware.trustedhost import TrustedHostMiddleware
     from starlette.requests import Request
     from starlette.responses import HTMLResponse, RedirectResponse, Response
     from starlette.routing import Mount, Route
 
     from keyturn.console import Console
+    from keyturn.console._page import from_own_origin
+    from keyturn.console._visit import HEADERS
 
     def signed_in(request: Request) -> str | None:
         account = request.cookies.get(DEMO_COOKIE)
@@ -114,20 +130,39 @@ def console_routes(store: KeyStore, membership: Any) -> list[Any]:
 
     async def sign_in(request: Request) -> Response:
         if request.method == "POST":
+            own = f"{request.url.scheme}://{request.headers.get('host', '')}"
+            if not from_own_origin(request.headers, own):
+                return HTMLResponse(_REFUSED_PAGE, status_code=403, headers=dict(HEADERS))
             form = (await request.body()).decode(errors="replace")
             account = form.partition("account=")[2].partition("&")[0]
             if account == USER:
-                response = RedirectResponse("/console/", status_code=303)
+                response = RedirectResponse("/console/", status_code=303, headers=dict(HEADERS))
                 response.set_cookie(DEMO_COOKIE, account, httponly=True, samesite="strict")
                 return response
-        return HTMLResponse(_SIGN_IN_PAGE)
+        return HTMLResponse(_SIGN_IN_PAGE, headers=dict(HEADERS))
 
     manager = KeyManager(store, membership)
     console = Console(manager, signed_in=signed_in, sign_in_url="/demo/sign-in")
+    allowed = list(hosts)
     return [
-        Mount("/console", app=console.asgi()),
-        Route("/demo/sign-in", sign_in, methods=["GET", "POST"]),
+        Mount("/console", app=TrustedHostMiddleware(console.asgi(), allowed_hosts=allowed)),
+        Route(
+            "/demo/sign-in",
+            TrustedHostMiddleware(_endpoint(sign_in), allowed_hosts=allowed),
+            methods=["GET", "POST"],
+        ),
     ]
+
+
+def _endpoint(handler: Any) -> Any:
+    """*handler* (a request in, a response out) as an ASGI app, to wrap in middleware."""
+    from starlette.requests import Request
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        response = await handler(Request(scope, receive))
+        await response(scope, receive, send)
+
+    return app
 
 
 def create_app(authenticator: Authenticator, *, routes: Sequence[Any] = ()) -> Starlette:

@@ -58,12 +58,13 @@ try:
     from django.core.exceptions import ImproperlyConfigured
     from django.http import HttpRequest, HttpResponse, HttpResponseBase
     from django.utils.module_loading import import_string
+    from django.utils.translation import get_language_from_path
 except ImportError as exc:
     raise ImportError("keyturn.django needs Django: pip install 'keyturn[django]'") from exc
 
 from keyturn._decision import AuthRequest
 from keyturn._model import Principal
-from keyturn._target import UNREADABLE, Paths
+from keyturn._target import Paths, Unreadable
 from keyturn._web import (
     DEFAULT_PREFIX,
     DEFAULT_REALM,
@@ -175,8 +176,13 @@ class ApiKeyMiddleware:
         """The canonical path to guard the request under (see ``_target``), or ``None``."""
         root = request.META.get("SCRIPT_NAME", "")
         path = self.paths.read(root, request.path_info)
-        if path is UNREADABLE:
-            return unreadable(self.authenticator, request.method or "GET", root, request.path_info)
+        if path is None and (language := _language_prefix(request.path_info)):
+            # i18n_patterns routes "/fr/managed-agents/v1/models" as the path below its
+            # language prefix: to the router, that prefix is a mount prefix.
+            path = self.paths.read(root + language, request.path_info[len(language) :])
+        if isinstance(path, Unreadable):
+            method = request.method or "GET"
+            return unreadable(self.authenticator, path, method, root, request.path_info)
         return path
 
     def _with_service_headers(
@@ -199,6 +205,17 @@ class ApiKeyMiddleware:
         for name, value in headers:
             response[name] = value
         return response
+
+
+def _language_prefix(path: str) -> str:
+    """The language prefix ``i18n_patterns`` may route *path* below (``"/fr"``), or ``""``:
+    the first segment, when Django reads a language of ``LANGUAGES`` in it (any variant or
+    case, so the guard reads at least what the router does).
+    """
+    language = get_language_from_path(path)
+    if language is None or not path.startswith("/"):
+        return ""
+    return "/" + path.split("/", 2)[1]
 
 
 def _read(request: HttpRequest, path: str) -> AuthRequest:

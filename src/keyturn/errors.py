@@ -40,6 +40,7 @@ __all__ = [
     "KeyNotRotatable",
     "KeyturnError",
     "MissingPrincipal",
+    "NotAKey",
     "NotAKeyDatabase",
     "NotFound",
     "OrganizationConflict",
@@ -206,6 +207,10 @@ class InvalidKeyName(KeyturnError, ValueError):
 
 class InvalidExpiry(KeyturnError, ValueError):
     """The lifetime or custom expiry date is not one the console allows."""
+
+
+class NotAKey(KeyturnError, ValueError):
+    """The text is not a well-formed key: wrong shape, or a checksum that does not match."""
 
 
 class ScopeNotReachable(KeyturnError, PermissionError):

@@ -18,7 +18,8 @@ What it decides, in order:
     ``Github-Public-Key-Identifier`` / ``Github-Public-Key-Signature`` headers get 401, an
     unknown key or a signature that does not verify (ECDSA P-256, SHA-256) 403.
 -   A body that is not a JSON array of candidates (string ``token``, ``type``, ``url``; a
-    string or absent ``source``): 400, all or nothing.
+    string or absent ``source``), JSON nested deeper than Python's stack included: 400,
+    all or nothing.
 -   Each candidate as the authenticator checks a key: shape and checksum (junk never reaches
     the store), key id in the store, secret against the argon2id hash. A real id with a
     wrong secret is a false positive. The answer is ``200``, one ``{"token_hash",
@@ -229,6 +230,10 @@ def _candidates(body: bytes) -> list[_Candidate]:
         batch = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise _Refusal(400, "invalid_request", "The body is not JSON.") from exc
+    except RecursionError as exc:  # deeper than Python's stack: no batch of candidates is
+        raise _Refusal(
+            400, "invalid_request", "The body nests JSON too deeply: send an array of candidates."
+        ) from exc
     if not isinstance(batch, list):
         raise _Refusal(400, "invalid_request", "The body must be a JSON array of candidates.")
     candidates = []

@@ -96,7 +96,8 @@ class MetricsAudit:
 
     :param meter: where the instruments live; by default the global provider's ``keyturn``
         meter.
-    :param then: another audit hook, called after the counting (an audit log, say).
+    :param then: another audit hook, called after the counting (an audit log, say), and
+        called even when the counting raises (that error is then raised on).
     :param verifier: the authenticator's :class:`~keyturn.SecretVerifier`, to observe its
         argon2 runs.
     :param attributes: extra attributes per event, for a breakdown you know to be bounded.
@@ -147,6 +148,13 @@ class MetricsAudit:
         return f"MetricsAudit(meter={self.meter!r}, then={self.then!r})"
 
     def __call__(self, event: AuditEvent) -> None:
+        try:
+            self._count(event)
+        finally:  # a counting failure (raised on, and logged) never costs the chained hook
+            if self.then is not None:
+                self.then(event)
+
+    def _count(self, event: AuditEvent) -> None:
         method = event.method if event.method in METHODS else "_OTHER"
         attributes: dict[str, str | int] = {"http.request.method": method}
         if event.error is None:
@@ -165,5 +173,3 @@ class MetricsAudit:
         self.decisions.add(1, attributes)
         if event.elapsed is not None:
             self.duration.record(event.elapsed, outcome)
-        if self.then is not None:
-            self.then(event)

@@ -81,7 +81,7 @@ from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 from keyturn._decision import AuthRequest
 from keyturn._model import Principal
-from keyturn._target import UNREADABLE, Paths, PublicPaths
+from keyturn._target import Paths, PublicPaths, Unreadable
 from keyturn._web import (
     AUTHORIZATION_HEADER,
     DEFAULT_PREFIX,
@@ -160,29 +160,29 @@ class ApiKeyMiddleware:
         if path is None:
             return self.app(environ, start_response)
         method = environ.get("REQUEST_METHOD", "GET")
-        if path is UNREADABLE:
+        if isinstance(path, Unreadable):
             root, raw = _text(environ, "SCRIPT_NAME"), _text(environ, "PATH_INFO")
-            error = unreadable(self.authenticator, method, root, raw)
+            error = unreadable(self.authenticator, path, method, root, raw)
             return _refuse(error, self.realm, method, start_response)
 
+        # Built in the call: no frame of ours holds the key while anything it calls may
+        # raise, nor while the app runs (error trackers send a traceback's frame locals).
         # The tuple's own __new__, not the named tuple's Python one: the same record, cheaper.
-        request = _new_request(
-            AuthRequest,
-            (
-                _values(environ, _AUTHORIZATION),
-                _values(environ, _ORGANIZATION_ID),
-                method.upper(),  # what the router dispatches on
-                path,
-            ),
+        outcome = self.authenticator.authenticate(
+            _new_request(
+                AuthRequest,
+                (
+                    _credentials(environ, self.strip_authorization),
+                    _values(environ, _ORGANIZATION_ID),
+                    method.upper(),  # what the router dispatches on
+                    path,
+                ),
+            )
         )
-        outcome = self.authenticator.authenticate(request)
-        del request  # no frame of ours on the stack while the app runs holds the key
         if isinstance(outcome, Refusal):
             return _refuse(outcome, self.realm, method, start_response)
 
         environ[PRINCIPAL_KEY] = outcome
-        if self.strip_authorization:
-            environ.pop(_AUTHORIZATION, None)
         service = service_headers(outcome.organization_id, outcome.tenant_id)
         extra = service + expiry_headers(outcome.expires_at) if self.expiry_header else service
 
@@ -228,6 +228,14 @@ def _text(environ: WSGIEnvironment, key: str) -> str:
     if text.isascii():  # the common case: the same text either way
         return text
     return text.encode("latin-1").decode("utf-8", "replace")
+
+
+def _credentials(environ: WSGIEnvironment, strip: bool) -> tuple[str, ...]:
+    """The ``Authorization`` value; with *strip*, taken out of the environ now, before
+    anything is called.
+    """
+    value = environ.pop(_AUTHORIZATION, None) if strip else environ.get(_AUTHORIZATION)
+    return () if value is None else (value,)
 
 
 def _values(environ: WSGIEnvironment, key: str) -> tuple[str, ...]:

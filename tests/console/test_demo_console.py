@@ -25,28 +25,80 @@ from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 from tests.console.support import expect
 
 
-def test_demo_console_sits_behind_a_demo_only_sign_in() -> None:
-    """/console/ sends a visitor to a sign-in page that says it is for the demo only."""
+def _demo_app() -> Any:
     from starlette.applications import Starlette
 
     membership = MemoryMembership()
     membership.add_organization("acme-main", tenant_id="acme", default=True)
     membership.add_member(USER, "acme-main", role="admin")
-    app = Starlette(routes=console_routes(MemoryKeyStore(), membership))
-    with TestClient(app, follow_redirects=False) as client:
+    return Starlette(routes=console_routes(MemoryKeyStore(), membership))
+
+
+DEMO = "http://127.0.0.1:8000"
+OWN = {"origin": DEMO}
+
+
+def test_demo_console_sits_behind_a_demo_only_sign_in() -> None:
+    """/console/ sends a visitor to a sign-in page that says it is for the demo only."""
+    with TestClient(_demo_app(), base_url=DEMO, follow_redirects=False) as client:
         first = client.get("/console/")
         assert (first.status_code, first.headers["location"]) == (303, "/demo/sign-in")
         page = client.get("/demo/sign-in")
         assert "For this demo only." in page.text
         assert "Sign in as demo-user" in page.text
-        refused = client.post("/demo/sign-in", content=b"account=mallory")
+        refused = client.post("/demo/sign-in", content=b"account=mallory", headers=OWN)
         assert refused.status_code == 200
         assert "keyturn_demo_account" not in refused.headers.get("set-cookie", "")
-        signed = client.post("/demo/sign-in", content=f"account={USER}".encode())
+        signed = client.post("/demo/sign-in", content=f"account={USER}".encode(), headers=OWN)
         assert signed.status_code == 303
         console = client.get("/console/")
         assert console.status_code == 200
         assert f"Signed in as <strong>{USER}</strong>" in console.text
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"origin": "https://evil.example"},
+        {"sec-fetch-site": "cross-site"},
+        {"origin": "null"},
+        {},
+    ],
+    ids=["another origin", "cross-site", "opaque origin alone", "neither header"],
+)
+def test_the_demo_sign_in_refuses_a_form_of_another_site(headers: dict[str, str]) -> None:
+    """Login CSRF: a form another site posts (or one that says nothing of its origin) signs
+    no one in.
+    """
+    with TestClient(_demo_app(), base_url=DEMO, follow_redirects=False) as client:
+        reply = client.post("/demo/sign-in", content=f"account={USER}".encode(), headers=headers)
+
+    assert reply.status_code == 403
+    assert "set-cookie" not in reply.headers
+
+
+def test_the_demo_sign_in_cannot_be_framed() -> None:
+    """The sign-in page forbids framing, as the console's pages do."""
+    with TestClient(_demo_app(), base_url=DEMO) as client:
+        page = client.get("/demo/sign-in")
+
+    assert page.headers["x-frame-options"] == "DENY"
+    assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+
+
+@pytest.mark.parametrize("path", ["/demo/sign-in", "/console/"])
+def test_the_demo_answers_only_its_own_host_names(path: str) -> None:
+    """DNS rebinding: a page whose name now points at 127.0.0.1 sends its own name as Host;
+    neither the sign-in nor the console answers it, so it can neither sign in nor create a key.
+    """
+    rebound = "http://rebound.example:8000"
+    with TestClient(_demo_app(), base_url=rebound, follow_redirects=False) as client:
+        get = client.get(path)
+        post = client.post(path, content=f"account={USER}".encode(), headers={"origin": rebound})
+
+    assert get.status_code == 400
+    assert post.status_code == 400
+    assert "set-cookie" not in post.headers
 
 
 def _free_port() -> int:

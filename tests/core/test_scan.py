@@ -14,7 +14,14 @@ from hypothesis import strategies as st
 
 from keyturn import _token
 from keyturn.cli import main
-from keyturn.scan import find_added_keys, find_keys, scan_paths
+from keyturn.scan import (
+    CHUNK_BYTES,
+    _find,
+    find_added_keys,
+    find_keys,
+    find_staged_keys,
+    scan_paths,
+)
 
 # Text that cannot extend a key: no letters, digits or underscores.
 glue = st.text(alphabet=st.sampled_from(" \t\n\"'=:,;()[]{}<>/\\.-+é🔑"), max_size=20)
@@ -284,3 +291,115 @@ def test_staged_does_not_count_a_renamed_file_as_added(
     git(tmp_path, "mv", "old.py", "new.py")
     monkeypatch.chdir(tmp_path)
     assert main(["scan", "--staged"]) == 0
+
+
+@given(
+    before=glue,
+    after=glue,
+    cuts=st.lists(st.integers(min_value=0, max_value=200), max_size=8),
+)
+def test_a_text_in_pieces_gives_the_findings_of_the_whole(
+    before: str, after: str, cuts: list[int]
+) -> None:
+    """However the text is cut into chunks (inside a key, next to one, into empty pieces),
+    the findings and their places are those of the whole text.
+    """
+    tokens = [_token.generate() for _ in range(3)]
+    first, second, third = (token.token for token in tokens)
+    # The last is glued to an "x": not a key, in any piece.
+    text = f"{before}{first}{after}\n{second} {before} {third} x{first}"
+    bounds = sorted({min(cut, len(text)) for cut in cuts})
+    pieces = [text[a:b] for a, b in zip([0, *bounds], [*bounds, len(text)], strict=True)]
+
+    assert list(_find(pieces, "f")) == list(find_keys(text, "f"))
+    assert len(list(find_keys(text, "f"))) == 3
+
+
+def test_a_file_over_16_mib_is_scanned_to_its_end(tmp_path: Path) -> None:
+    """A key after 17 MiB of text, and one across a chunk boundary, are found at their place."""
+    early, late = _token.generate(), _token.generate()
+    line = "-" * 1023 + "\n"
+    filler = line * (CHUNK_BYTES // len(line))
+    half = len(early.token) // 2
+    text = filler[:-half] + early.token + "\n" + filler * 16 + f"KEY={late.token}\n"
+    (tmp_path / "dump.sql").write_text(text)
+    assert (tmp_path / "dump.sql").stat().st_size > 16 * 1024 * 1024
+
+    done = _scan_in_a_child(str(tmp_path / "dump.sql"))
+
+    assert done.returncode == 1, done.stderr
+    lines = 1024 * 17 + 1
+    assert done.stdout.splitlines() == [
+        f"{tmp_path / 'dump.sql'}:1024:{1025 - half}: {early.hint} (key id {early.key_id})",
+        f"{tmp_path / 'dump.sql'}:{lines}:5: {late.hint} (key id {late.key_id})",
+    ]
+
+
+def _staged(repo: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, int, str]]:
+    monkeypatch.chdir(repo)
+    return [(f.source, f.line, f.column, f.key_id) for f in find_staged_keys()]
+
+
+@pytest.mark.parametrize(
+    ("attributes", "encoding"),
+    [
+        ("", "utf-16"),
+        ("", "utf-16-le"),
+        ("*.cfg binary\n", "utf-8"),
+        ("*.cfg -diff\n", "utf-8"),
+        ("*.cfg -text -diff\n", "utf-16"),
+    ],
+    ids=["UTF-16", "UTF-16 without BOM", "marked binary", "marked -diff", "both"],
+)
+def test_staged_reads_files_git_shows_as_binary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, attributes: str, encoding: str
+) -> None:
+    """A key in a staged UTF-16 file, or one .gitattributes marks binary or -diff (git's diff
+    says only "Binary files differ"), is found as `scan FILE` finds it; the commit that
+    removes it again passes.
+    """
+    token = _token.generate()
+    git(tmp_path, "init", "-q")
+    (tmp_path / ".gitattributes").write_text(attributes)
+    config = tmp_path / "app.cfg"
+    config.write_bytes(f"[app]\nkey = {token.token}\n".encode(encoding))
+    git(tmp_path, "add", ".")
+
+    assert _staged(tmp_path, monkeypatch) == [("app.cfg", 2, 7, token.key_id)]
+    assert [(f.line, f.column) for f in scan_paths([config])] == [(2, 7)]
+    assert main(["scan", "--staged"]) == 1
+
+    git(tmp_path, "commit", "-q", "-m", "leak")
+    config.write_bytes("[app]\nkey = ${KEY}\n".encode(encoding))
+    git(tmp_path, "add", ".")
+    assert main(["scan", "--staged"]) == 0
+
+
+def test_staged_finds_a_key_added_to_a_file_holding_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key already committed is not the commit's; a new one beside it is, and a key in a
+    copied file is not new either.
+    """
+    old, new = _token.generate(), _token.generate()
+    git(tmp_path, "init", "-q")
+    (tmp_path / "a.env").write_text(f"OLD={old.token}\n")
+    git(tmp_path, "add", ".")
+    git(tmp_path, "commit", "-q", "-m", "already there")
+    (tmp_path / "a.env").write_text(f"OLD={old.token}\nNEW={new.token}\n")
+    git(tmp_path, "add", ".")
+
+    assert _staged(tmp_path, monkeypatch) == [("a.env", 2, 5, new.key_id)]
+
+
+def test_staged_scans_a_staged_file_over_16_mib(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A staged file past 16 MiB is read from the index to its end."""
+    token = _token.generate()
+    git(tmp_path, "init", "-q")
+    big = ("y" * 1023 + "\n") * (17 * 1024)
+    (tmp_path / "big.txt").write_text(big + token.token + "\n")
+    git(tmp_path, "add", ".")
+
+    assert _staged(tmp_path, monkeypatch) == [("big.txt", 17 * 1024 + 1, 1, token.key_id)]

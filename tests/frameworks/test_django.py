@@ -315,3 +315,33 @@ def test_a_target_with_no_single_reading_is_refused_and_audited(
     (event,) = events
     assert event.principal is None and event.error is not None
     assert (event.error.reason, event.method) == (Reason.UNREADABLE_TARGET, "GET")
+
+
+I18N = override_settings(
+    ROOT_URLCONF="tests.frameworks.django_i18n_urls",
+    USE_I18N=True,
+    LANGUAGE_CODE="en",
+    LANGUAGES=[("en", "English"), ("fr", "French"), ("pt-br", "Brazilian Portuguese")],
+    MIDDLEWARE=["keyturn.django.ApiKeyMiddleware", "django.middleware.locale.LocaleMiddleware"],
+)
+
+
+@pytest.mark.parametrize(
+    "prefix", ["", "/fr", "/pt-br", "/fr-ca"], ids=["none", "fr", "pt-br", "a variant"]
+)
+def test_a_language_prefix_of_i18n_patterns_is_guarded(
+    world: tuple[Authenticator, CreatedKey], prefix: str
+) -> None:
+    """Under ``i18n_patterns`` a language prefix routes to the API's views: it needs a key
+    there as without it, and with one the view runs as the key's creator.
+    """
+    _, key = world
+    with I18N:
+        anonymous = Client().get(prefix + WHOAMI)
+        keyed = Client().get(prefix + WHOAMI, headers=bearer(key))
+
+    assert anonymous.status_code == 401
+    assert keyed.status_code in (200, 404)  # 404: Django routes no such language prefix
+    if prefix in ("", "/fr"):
+        assert keyed.status_code == 200
+        assert keyed.json()["account"] == "alice"

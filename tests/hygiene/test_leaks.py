@@ -240,6 +240,34 @@ def test_malformed_reports_get_400(body: bytes) -> None:
     assert response.json["error"]["code"] == "invalid_request"
 
 
+@pytest.mark.parametrize("edge", ["wsgi", "asgi"])
+def test_deeply_nested_json_gets_the_documented_400(edge: str) -> None:
+    """A validly signed body of JSON nested far deeper than the stack is a 400 saying so,
+    never a RecursionError (an ASGI 500, or a WSGI app raising).
+    """
+    world = World()
+    body = b"[" * 200_000 + b"]" * 200_000
+    if edge == "wsgi":
+        response = world.post(body)
+        status, error = response.status_code, response.json["error"]
+    else:
+        app = ASGILeakEndpoint(responder=world.responder, path=PATH)
+
+        async def post() -> httpx.Response:
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+                return await client.post(PATH, content=body, headers=signed(body))
+
+        answer = asyncio.run(post())
+        status, error = answer.status_code, answer.json()["error"]
+
+    assert status == 400
+    assert error == {
+        "code": "invalid_request",
+        "message": "The body nests JSON too deeply: send an array of candidates.",
+    }
+
+
 def test_a_bad_candidate_refuses_the_whole_batch() -> None:
     """All or nothing: a real key before a malformed candidate is not recorded."""
     world = World()

@@ -404,3 +404,29 @@ def test_async_store_timeouts_are_counted_and_timed(meters: Meters) -> None:
     assert meters.read()["keyturn.backend.timeouts"] == {frozenset(): 1}
     durations = meters.durations()
     assert [outcome_of(a) for a in durations] == [("refused", "backend_timeout")]
+
+
+def test_the_chained_hook_gets_every_event_when_counting_raises(
+    meters: Meters, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An attributes callback that raises on refusals loses no event of the chained hook;
+    the counting error is logged by the authenticator, and the decisions stand.
+    """
+    world = World()
+    chained: list[AuditEvent] = []
+
+    def attributes(event: AuditEvent) -> dict[str, str]:
+        if event.error is not None:
+            raise RuntimeError("a broken attributes callback")
+        return {}
+
+    audit = MetricsAudit(meters.meter, attributes=attributes, then=chained.append)
+    with Authenticator(world.store, world.membership, audit=audit) as auth:
+        assert isinstance(auth.authenticate(request(world.secret)), Principal)
+        assert auth.authenticate(request(None)).status == 401  # type: ignore[union-attr]
+        assert auth.authenticate(request("rma_junk")).status == 401  # type: ignore[union-attr]
+
+    assert [event.allowed for event in chained] == [True, False, False]
+    assert [r.getMessage() for r in caplog.records].count(
+        "the audit hook failed; the decision stands"
+    ) == 2

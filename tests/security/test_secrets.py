@@ -62,11 +62,13 @@ def test_names_that_display_as_another_text_are_refused(name: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["\u3164", "\u115f\u1160", "\ufe0f", "\u034f \u3164"], ids=str.encode
+    "name",
+    ["\u3164", "\u115f\u1160", "\ufe0f", "\u034f \u3164", "\u2800", "\u2800\u2800 ", "\U0001d159"],
+    ids=str.encode,
 )
 def test_names_empty_once_ignorables_are_removed_are_refused(name: str) -> None:
-    """A name made only of default-ignorable code points (fillers, variation selectors)
-    shows as nothing, and is refused.
+    """A name made only of default-ignorable code points (fillers, variation selectors), or
+    of characters drawn blank (the braille blank U+2800), shows as nothing, and is refused.
     """
     with pytest.raises(InvalidKeyName, match=re.escape("shows as nothing")):
         validate_name(name)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from keyturn._target import UNREADABLE, Paths, canonical, decoded
+from keyturn._target import Paths, Unreadable, canonical, decoded, readings
 
 PREFIX = "/managed-agents/v1/"
 ROOT = "/managed-agents/v1"
@@ -29,6 +30,10 @@ pieces = st.sampled_from(
         "%2e",
         "\\",
         "http://h",
+        "http:",
+        "HTTP:/",
+        "//h",
+        "%3A",
         "?",
         ";",
         "managed-agents",
@@ -54,6 +59,10 @@ prefixes = st.sampled_from(
         "/managed-agents/./v1/",
         "%2Fmanaged-agents/v1",
         "/managed-",
+        "http:/managed-agents/v1",
+        "hTtP:managed-agents/v1",
+        "//host/managed-agents/v1",
+        "h+t.t-p://h:1/managed-agents/v1",
     ]
 )
 near = st.tuples(st.sampled_from(["", "/", "x", ".."]), prefixes, junk).map("".join)
@@ -74,7 +83,7 @@ def test_canonical_is_a_clean_absolute_path(target: str) -> None:
     assert not {"", ".", ".."} & set(path.strip("/").split("/")) or path == "/"
 
 
-@given(near, st.sampled_from(["", "/", "//", "http://host", "https://h:1"]))
+@given(near, st.sampled_from(["", "/", "//", "http://host", "https://h:1", "http:", "//h"]))
 @example("managed-agents/v1/models", "")
 @example("/managed-agents/v1/models", "http://host")
 def test_every_reading_under_the_prefix_is_guarded(target: str, front: str) -> None:
@@ -83,10 +92,10 @@ def test_every_reading_under_the_prefix_is_guarded(target: str, front: str) -> N
     """
     target = front + target
     layers, _ = decoded(target)
-    readings = {canonical(layer) for layer in layers}
+    every = {reading for layer in layers for reading in readings(layer)}
     literals = [layer if layer.startswith("/") else "/" + layer for layer in layers]
     exposed = any(map(under, literals)) or any(
-        under(r) and r != "/managed-agents/v1/public" for r in readings
+        under(r) and r != "/managed-agents/v1/public" for r in every
     )
     if not exposed:
         return
@@ -149,6 +158,24 @@ SEEN = {
     "mounted at the prefix": ("/managed-agents/v1", "/managed-agents/v1/models", "/models"),
     "mount prefix and a path without its slash": ("/managed-agents", "v1/models", "/models"),
     "double slash": ("", "//managed-agents/v1/admin", "/managed-agents/v1/admin"),
+    "scheme and an absolute path (Quart)": (
+        "",
+        "http:/managed-agents/v1/admin",
+        "/managed-agents/v1/admin",
+    ),
+    "scheme and a relative path": ("", "http:managed-agents/v1/admin", "/managed-agents/v1/admin"),
+    "scheme in mixed case": ("", "HtTpS://h/managed-agents/v1/admin", "/managed-agents/v1/admin"),
+    "network-path reference": ("", "//host/managed-agents/v1/admin", "/managed-agents/v1/admin"),
+    "network-path reference, no path after the prefix": (
+        "",
+        "//host/managed-agents/v1",
+        "/managed-agents/v1",
+    ),
+    "scheme under a mount prefix": (
+        "/managed-agents",
+        "http:/v1/admin",
+        "/managed-agents/v1/admin",
+    ),
 }
 
 
@@ -162,19 +189,58 @@ def test_attacks_seen_are_guarded_under_their_canonical_path(
 
 
 UNREADABLE_TARGETS = {
-    "double-encoded slash": "/managed-agents%252Fv1/models",
-    "escape left after decoding": "/managed-agents/v1/%2E%2E/admin",
-    "climbing out of the prefix": "/managed-agents/v1/../healthz",
-    "invalid UTF-8 escape": "/managed-agents/v1/%FF",
-    "climbing out once decoded": "%2Fmanaged-agents%2Fv1%2F..%2Fx",
-    "escapes nested deeper than routers go": "/managed-agents/v1/%" + "25" * 9 + "41",
+    "double-encoded slash": ("/managed-agents%252Fv1/models", Unreadable.ESCAPES),
+    "escape left after decoding": ("/managed-agents/v1/%2E%2E/admin", Unreadable.ESCAPES),
+    "climbing out of the prefix": ("/managed-agents/v1/../healthz", Unreadable.DOT_SEGMENTS),
+    "invalid UTF-8 escape": ("/managed-agents/v1/%FF", Unreadable.NOT_UTF8),
+    "climbing out once decoded": ("%2Fmanaged-agents%2Fv1%2F..%2Fx", Unreadable.ESCAPES),
+    "escapes nested deeper than routers go": (
+        "/managed-agents/v1/%" + "25" * 9 + "41",
+        Unreadable.NESTED_ESCAPES,
+    ),
+    "an escaped scheme": ("http%3A/managed-agents/v1/models", Unreadable.ESCAPES),
+    "climbing out after a scheme (Quart routes it as written)": (
+        "http:/managed-agents/v1/../admin",
+        Unreadable.DOT_SEGMENTS,
+    ),
+    "climbing out after leading slashes (Werkzeug drops them)": (
+        "//managed-agents/v1/../admin",
+        Unreadable.DOT_SEGMENTS,
+    ),
 }
 
 
-@pytest.mark.parametrize("path", UNREADABLE_TARGETS.values(), ids=UNREADABLE_TARGETS.keys())
-def test_paths_with_more_than_one_reading_under_the_prefix_are_refused(path: str) -> None:
-    """A path routers may read as different paths, one under the prefix, is refused."""
-    assert paths.read("", path) is UNREADABLE
+@pytest.mark.parametrize(
+    ("path", "why"), UNREADABLE_TARGETS.values(), ids=UNREADABLE_TARGETS.keys()
+)
+def test_paths_with_more_than_one_reading_under_the_prefix_are_refused(
+    path: str, why: Unreadable
+) -> None:
+    """A path routers may read as different paths, one under the prefix, is refused, and
+    the verdict says what is wrong with it.
+    """
+    assert paths.read("", path) is why
+
+
+def test_a_target_with_two_readings_under_the_prefix_is_refused() -> None:
+    """Where the target read as a path and read as a URI are two paths under the prefix,
+    there is no one path to authenticate.
+    """
+    short = Paths("/v1/", ())
+
+    assert short.read("", "//v1/v1/admin") is Unreadable.TWO_READINGS
+    assert short.read("", "//v1/v1") is Unreadable.TWO_READINGS
+
+
+def test_every_form_of_target_is_read() -> None:
+    """As a path, as a URI with a scheme in any case, as a network-path reference."""
+    assert readings("http:/x") == ("/http:/x", "/x")
+    assert readings("http:x") == ("/http:x", "/x")
+    assert readings("HTTP://host:80/x/") == ("/HTTP:/host:80/x/", "/x/")
+    assert readings("http://host") == ("/http:/host", "/")
+    assert readings("//host/x") == ("/host/x", "/x")
+    assert readings("/x/../y") == ("/y",)
+    assert readings("1http:/x") == ("/1http:/x",)  # a scheme starts with a letter
 
 
 def test_odd_paths_outside_the_prefix_pass() -> None:
@@ -188,3 +254,10 @@ def test_prefix_must_be_canonical() -> None:
     """A prefix no router would route to is refused at startup."""
     with pytest.raises(ValueError, match="canonical"):
         Paths("/managed-agents//v1/", ())
+
+
+def test_every_reason_a_path_is_unreadable_is_documented() -> None:
+    """docs/errors.md lists the 400's message for each thing that can be wrong with a path."""
+    errors = (Path(__file__).resolve().parents[2] / "docs" / "errors.md").read_text()
+    for why in Unreadable:
+        assert f"The request path has no single reading: {why.value}." in errors

@@ -11,8 +11,10 @@ Rules of this file:
    ``Referrer-Policy: same-origin``, which its CSRF check needs).
 2. Every page carries :data:`HEADERS`: no caching, no inline script, no framing, no
    referrer. The two static files alone may be kept, revalidated on each use (``no-cache``).
-3. A request carrying an API key (``Authorization: Bearer rma_...``) is refused before
-   anything else: a key can never create, list or revoke keys (spec section 1).
+3. A request carrying an API key is refused before anything else: a key can never create,
+   list or revoke keys (spec section 1). Carrying means in any ``Authorization`` line, in any
+   scheme (the gate's own reading, :func:`keyturn._decision.holds_key`), or having been
+   authenticated by the API middleware, which strips the key before the console sees it.
 4. Every POST passes two checks before it acts: it comes from this origin (``Origin``,
    ``Sec-Fetch-Site``) and it carries a form token issued to the same account; a host's own
    CSRF check (Django's) that refused it is heard too. The create form's token and the
@@ -52,9 +54,17 @@ import attrs
 import jinja2
 import markupsafe
 
+from keyturn._decision import holds_key
 from keyturn._lifecycle import MAX_NAME_LENGTH, custom_date_bounds, expiry_for, validate_name
 from keyturn._model import CreatedKey, CustomDate, KeyInfo, Lifetime, Organization, Scope, Status
-from keyturn.console._visit import MAX_FORM_BYTES, ConsoleSetupError, Page, Visit, fields
+from keyturn.console._visit import (
+    HEADERS,
+    MAX_FORM_BYTES,
+    ConsoleSetupError,
+    Page,
+    Visit,
+    fields,
+)
 from keyturn.errors import (
     InvalidExpiry,
     InvalidKeyName,
@@ -108,18 +118,6 @@ _STATUS_MARKS: Final = {
     Status.EXPIRED: "○",
     Status.REVOKED: "✕",
 }
-CSP: Final = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
-    "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
-)
-HEADERS: Final = (
-    ("Cache-Control", "no-store"),
-    ("Content-Security-Policy", CSP),
-    ("Referrer-Policy", "no-referrer"),
-    ("X-Content-Type-Options", "nosniff"),
-    ("X-Frame-Options", "DENY"),
-    ("Cross-Origin-Opener-Policy", "same-origin"),
-)
 _STATIC: Final = {
     "/static/console.js": "text/javascript; charset=utf-8",
     "/static/console.css": "text/css; charset=utf-8",
@@ -145,6 +143,23 @@ _TEXTS: Final = {  # the message pages' texts, by title
         "your list before creating it again."
     ),
 }
+
+
+def from_own_origin(headers: Mapping[str, str], origin: str) -> bool:
+    """Whether a form POST says it comes from *origin* (``Origin``, ``Sec-Fetch-Site``;
+    *headers* with lower-case names). A POST with neither header is refused: fail closed.
+    """
+    sent = headers.get("origin")
+    site = headers.get("sec-fetch-site")
+    if sent is None and site is None:
+        return False
+    # Under Referrer-Policy: no-referrer a browser sends "Origin: null" with its own forms,
+    # so "null" is accepted only where Sec-Fetch-Site vouches for the origin.
+    if sent is not None and sent not in (origin, "null"):
+        return False
+    if sent == "null" and site is None:
+        return False
+    return site is None or site in ("same-origin", "none")
 
 
 @attrs.frozen(kw_only=True)
@@ -423,8 +438,8 @@ class Console:
 
     def handle(self, visit: Visit) -> Page:
         """Answer one visit. Never raises for bad input: it answers with a page."""
-        scheme, _, credentials = visit.headers.get("authorization", "").strip().partition(" ")
-        if scheme.lower() == "bearer" and credentials.strip().lower().startswith("rma_"):
+        lines = (*visit.authorization, visit.headers.get("authorization", ""))
+        if visit.by_key or holds_key(lines):
             return self._message(visit, 403, "API keys cannot manage keys", account=None)
         method = "GET" if visit.method == "HEAD" else visit.method
         if visit.path in _STATIC and method == "GET":
@@ -449,15 +464,7 @@ class Console:
             allow = ("Allow", ", ".join(sorted({*handlers, "HEAD"})))
             return self._message(visit, 405, "Method not allowed", allow, account=None)
         if method == "POST":
-            # Under Referrer-Policy: no-referrer a browser sends "Origin: null" with its own
-            # forms, so "null" is accepted only where Sec-Fetch-Site vouches for the origin.
-            origin = visit.headers.get("origin")
-            site = visit.headers.get("sec-fetch-site")
-            if (
-                (origin is not None and origin not in (visit.origin, "null"))
-                or (origin == "null" and site is None)
-                or (site is not None and site not in ("same-origin", "none"))
-            ):
+            if not from_own_origin(visit.headers, visit.origin):
                 return self._message(visit, 403, "Refused: another site sent this form")
             if len(visit.body) > MAX_FORM_BYTES:
                 return self._message(visit, 413, "Form too large", account=None)

@@ -15,9 +15,32 @@ import attrs
 
 from keyturn.errors import KeyturnError
 
-__all__ = ["MAX_FORM_BYTES", "ConsoleSetupError", "Page", "Pages", "Visit", "fields"]
+__all__ = [
+    "CSP",
+    "HEADERS",
+    "MAX_FORM_BYTES",
+    "ConsoleSetupError",
+    "Page",
+    "Pages",
+    "Visit",
+    "fields",
+]
 
 MAX_FORM_BYTES: Final = 16 * 1024
+# Every page's headers, the edges' own redirects' too: no caching, no inline script, no
+# framing, no referrer.
+CSP: Final = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+)
+HEADERS: Final = (
+    ("Cache-Control", "no-store"),
+    ("Content-Security-Policy", CSP),
+    ("Referrer-Policy", "no-referrer"),
+    ("X-Content-Type-Options", "nosniff"),
+    ("X-Frame-Options", "DENY"),
+    ("Cross-Origin-Opener-Policy", "same-origin"),
+)
 
 
 @attrs.frozen(kw_only=True)
@@ -36,6 +59,8 @@ class Visit:
     organization: str | None = None  # where the host says the user is (current_organization)
     form_fields: Mapping[str, str] = attrs.field(factory=dict)  # the host's, in every POST form
     csrf_refused: bool = False  # the host's own CSRF check (Django's) refused this POST
+    authorization: tuple[str, ...] = ()  # every Authorization line, as sent
+    by_key: bool = False  # the API middleware authenticated this request with a key
 
 
 @attrs.frozen

@@ -18,7 +18,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from keyturn.console._visit import MAX_FORM_BYTES, Page, Pages, Visit, fields
+from keyturn._web import PRINCIPAL_KEY
+from keyturn.console._visit import HEADERS, MAX_FORM_BYTES, Page, Pages, Visit, fields
 
 __all__ = ["ConsoleASGI"]
 
@@ -46,7 +47,7 @@ class ConsoleASGI:
         if root and path.startswith(root):
             path = path[len(root) :]
         if path == "":
-            page = Page(308, (("Location", root + "/"),), b"")
+            page = Page(308, (*HEADERS, ("Location", root + "/")), b"")
         else:
             page = await run_in_threadpool(self.console.handle, await _visit(self, request, path))
         await send(
@@ -89,6 +90,8 @@ async def _visit(edge: ConsoleASGI, request: Request, path: str) -> Visit:
         },
         account_id=account if isinstance(account, str) and account else None,
         organization=organization if isinstance(organization, str) else None,
+        authorization=tuple(headers.getlist("authorization")),
+        by_key=PRINCIPAL_KEY in (request.scope.get("state") or {}),
     )
 
 

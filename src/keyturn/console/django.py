@@ -48,6 +48,7 @@ except ImportError as exc:
         "keyturn.console.django needs Django: pip install 'keyturn[console,django]'"
     ) from exc
 
+from keyturn._web import PRINCIPAL_KEY
 from keyturn.console._page import Console
 from keyturn.console._visit import MAX_FORM_BYTES, ConsoleSetupError, Page, Visit, fields
 from keyturn.manager import AsyncKeyManager
@@ -145,6 +146,8 @@ def _visit(console: Console, request: HttpRequest, rest: str) -> Visit:
         organization=organization if isinstance(organization, str) else None,
         form_fields={"csrfmiddlewaretoken": get_token(request)},
         csrf_refused=csrf_refused,
+        authorization=(meta["HTTP_AUTHORIZATION"],) if "HTTP_AUTHORIZATION" in meta else (),
+        by_key=PRINCIPAL_KEY in meta,
     )
 
 

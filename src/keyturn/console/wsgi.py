@@ -14,7 +14,16 @@ from typing import TYPE_CHECKING
 
 from werkzeug.wrappers import Request
 
-from keyturn.console._visit import MAX_FORM_BYTES, ConsoleSetupError, Page, Pages, Visit, fields
+from keyturn._web import PRINCIPAL_KEY
+from keyturn.console._visit import (
+    HEADERS,
+    MAX_FORM_BYTES,
+    ConsoleSetupError,
+    Page,
+    Pages,
+    Visit,
+    fields,
+)
 from keyturn.manager import AsyncKeyManager
 
 if TYPE_CHECKING:
@@ -41,7 +50,7 @@ class ConsoleWSGI:
         request = Request(environ)
         root = request.script_root
         if request.path == "/" and not environ.get("PATH_INFO"):
-            page = Page(308, (("Location", root + "/"),), b"")
+            page = Page(308, (*HEADERS, ("Location", root + "/")), b"")
         else:
             page = self.console.handle(_visit(self, request))
         headers = [*page.headers, ("Content-Length", str(len(page.body)))]
@@ -72,4 +81,6 @@ def _visit(edge: ConsoleWSGI, request: Request) -> Visit:
         },
         account_id=account if isinstance(account, str) and account else None,
         organization=organization if isinstance(organization, str) else None,
+        authorization=tuple(headers.getlist("authorization")),
+        by_key=PRINCIPAL_KEY in request.environ,
     )
