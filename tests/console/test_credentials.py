@@ -18,7 +18,7 @@ from werkzeug.test import Client as WerkzeugClient
 
 from keyturn import Authenticator, Scope
 from keyturn.asgi import ApiKeyMiddleware as AsgiMiddleware
-from keyturn.console._page import HEADERS
+from keyturn.console._visit import HEADERS
 from keyturn.wsgi import ApiKeyMiddleware as WsgiMiddleware
 from tests.console.support import ACCOUNT_COOKIE, EDGES, World, asgi_app, wsgi_app
 

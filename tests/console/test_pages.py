@@ -17,8 +17,7 @@ from hypothesis import strategies as st
 
 from keyturn import KeyManager, Lifetime, Scope, Status
 from keyturn.console import Console, ConsoleSetupError, preview
-from keyturn.console._page import CSP
-from keyturn.console._visit import MAX_FORM_BYTES
+from keyturn.console._visit import CSP, MAX_FORM_BYTES
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 from tests.console.support import SIGN_IN, Client, World, form_token, make_world
 
