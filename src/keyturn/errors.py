@@ -22,10 +22,7 @@ No message ever contains a secret or text taken from a request.
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, ClassVar
-
-if TYPE_CHECKING:
-    from keyturn._model import Principal
+from typing import ClassVar, Protocol
 
 __all__ = [
     "Conflict",
@@ -45,6 +42,7 @@ __all__ = [
     "NotFound",
     "OrganizationConflict",
     "PermissionDenied",
+    "Reached",
     "Reason",
     "Refusal",
     "SchemaTooNew",
@@ -89,6 +87,17 @@ class KeyturnError(Exception):
     """Base of every exception keyturn raises (a :class:`Refusal` is returned, not raised)."""
 
 
+class Reached(Protocol):
+    """Where a refused request had got to: a :class:`~keyturn.Principal` (typed by what the
+    refusal reads, so that this module imports none of the records, which raise its errors)."""
+
+    @property
+    def organization_id(self) -> str: ...
+
+    @property
+    def tenant_id(self) -> str: ...
+
+
 class Refusal:
     """A refused request, ready to be rendered as an HTTP response. Returned, never raised.
 
@@ -107,7 +116,7 @@ class Refusal:
         message: str | None = None,
         *,
         key_id: str | None = None,
-        principal: Principal | None = None,
+        principal: Reached | None = None,
     ) -> None:
         self.reason = reason
         self.message = message or self.default_message
