@@ -10,7 +10,8 @@
 - ``postgres``: the Starlette example over the async PostgreSQL store.
 
 Every app turns on the opt-in expiry header, and mounts the key console at ``/console/``
-(the PostgreSQL app's console runs on the sync twin of its database).
+(the PostgreSQL app's console runs on the sync twin of its database); the Starlette and
+FastAPI apps mount it under the API prefix too, behind the middleware.
 The console's sign-in is a test fixture: the cookie ``matrix_account`` names the account.
 
 The key database is the SQLite file named by ``KEYTURN_MATRIX_DB`` (the PostgreSQL URL in
@@ -36,6 +37,7 @@ from keyturn.stores.sqlite import SQLiteDatabase
 from tests.web.web_support import load_example
 
 CONSOLE = "/console"
+PREFIXED_CONSOLE = "/managed-agents/v1/console"  # behind the middleware, under its prefix
 SIGNED_IN_COOKIE = "matrix_account"  # test fixture: whoever sends it is signed in as it says
 
 
@@ -159,6 +161,7 @@ def _starlette(authenticator: Authenticator, console: Any) -> Any:
     (middleware,) = app.user_middleware
     middleware.kwargs["expiry_header"] = True
     app.router.routes.append(Mount(CONSOLE, app=console.asgi()))
+    app.router.routes.append(Mount(PREFIXED_CONSOLE, app=console.asgi()))
     return app
 
 
@@ -172,7 +175,9 @@ def _fastapi() -> Any:
     app = load_example("fastapi_app").create_app(_authenticator())
     (middleware,) = app.user_middleware
     middleware.kwargs["expiry_header"] = True
-    app.mount(CONSOLE, _console().asgi())
+    console = _console().asgi()
+    app.mount(CONSOLE, console)
+    app.mount(PREFIXED_CONSOLE, console)
     app.router = _AsgiRecorder(app.router)
     return app
 

@@ -431,6 +431,7 @@ MODELS = "/managed-agents/v1/models"
 ADMIN = "/managed-agents/v1/admin"  # only admins, by the role policy of POLICY_APPS
 POLICY_APPS = ("quart", "bare")
 CONSOLE = "/console"
+PREFIXED_CONSOLE = MODELS.rpartition("/")[0] + CONSOLE  # mounted behind the middleware
 ORG = "Bearer {organization}"
 TENANT_KEY = "Bearer {tenant}"
 SIGNED_IN = ("cookie", f"matrix_account={USER}")
@@ -451,9 +452,11 @@ def authorization(*values: str, target: str = MODELS) -> Request:
     return Request("GET", target, tuple(("authorization", value) for value in values))
 
 
-def console(*headers: tuple[str, str], method: str = "GET", body: bytes = b"") -> Request:
+def console(
+    *headers: tuple[str, str], method: str = "GET", body: bytes = b"", target: str = "/console/"
+) -> Request:
     extra = (FORM,) if body else ()
-    return Request(method, "/console/", (SIGNED_IN, *headers, *extra), body=body)
+    return Request(method, target, (SIGNED_IN, *headers, *extra), body=body)
 
 
 CASES: dict[str, tuple[tuple[Request, ...], Check]] = {
@@ -664,6 +667,64 @@ CASES: dict[str, tuple[tuple[Request, ...], Check]] = {
         (Request("GET", MODELS, (("authorization", ORG),), websocket=True),),
         websocket_passed,
     ),
+    # every form of target RFC 3986 allows: scheme:path, scheme:/path, //authority/path (D20)
+    "scheme and one slash": ((Request("GET", "http:/managed-agents/v1/models"),), walled),
+    "scheme and no slash": ((Request("GET", "http:managed-agents/v1/models"),), walled),
+    "scheme in capitals": (
+        (Request("GET", "HTTP://127.0.0.1{port}/managed-agents/v1/models"),),
+        walled,
+    ),
+    "mixed-case scheme and one slash": (
+        (Request("GET", "Http:/managed-agents/v1/models"),),
+        walled,
+    ),
+    "another scheme and one slash": ((Request("GET", "ftp:/managed-agents/v1/models"),), walled),
+    "authority with no scheme": (
+        (Request("GET", "//127.0.0.1{port}/managed-agents/v1/models"),),
+        walled,
+    ),
+    **{
+        f"{name}, with a key": ((org_key(target=target),), guarded)
+        for name, target in [
+            ("scheme and one slash", "http:/managed-agents/v1/models"),
+            ("scheme and no slash", "http:managed-agents/v1/models"),
+            ("authority with no scheme", "//127.0.0.1{port}/managed-agents/v1/models"),
+        ]
+    },
+    "admin route, a member's key, scheme and one slash": (
+        (org_key(target="http:/managed-agents/v1/admin"),),
+        policy_walled,
+    ),
+    # the console reads a key in every form the gate reads, on every line (D30)
+    "console, tab after Bearer": (
+        (console(("authorization", "Bearer\t{organization}")),),
+        console_refused,
+    ),
+    "console, Token scheme": (
+        (console(("authorization", "Token {organization}")),),
+        console_refused,
+    ),
+    "console, Basic with the key": (
+        (console(("authorization", "Basic {basic}")),),
+        console_refused,
+    ),
+    "console, the key with no scheme": (
+        (console(("authorization", "{organization}")),),
+        console_refused,
+    ),
+    "console, a Basic line then the key": (
+        (console(("authorization", "Basic eDp5"), ("authorization", ORG)),),
+        console_refused,
+    ),
+    "console, an empty line then the key": (
+        (console(("authorization", ""), ("authorization", ORG)),),
+        console_refused,
+    ),
+    "console under the prefix, with the key": (
+        (console(("authorization", ORG), target=PREFIXED_CONSOLE + "/"),),
+        console_refused,
+    ),
+    "console under the prefix, no key": ((console(target=PREFIXED_CONSOLE + "/"),), NO_KEY),
     # the key console, signed in (D25, D30)
     "console, signed in": ((console(),), console_lists),
     "console, with the key": ((console(("authorization", ORG)),), console_refused),
@@ -1127,14 +1188,17 @@ def outcome(
     )
 
 
-def skipped(server: Running, requests: tuple[Request, ...]) -> str:
+def skipped(running: Running, requests: tuple[Request, ...]) -> str:
     """Why this server's column has no cell for these requests ("" when it has one)."""
-    if any(r.websocket for r in requests) and not server.server.websocket:
-        return f"{server.name} serves no WebSocket in this matrix"
-    if any("admin" in r.target for r in requests) and server.server.app not in POLICY_APPS:
-        return f"{server.name} serves an app without a role policy"
-    if server.server.http2 and any(r.chunked or r.pipelined for r in requests):
+    if any(r.websocket for r in requests) and not running.server.websocket:
+        return f"{running.name} serves no WebSocket in this matrix"
+    if any("admin" in r.target for r in requests) and running.server.app not in POLICY_APPS:
+        return f"{running.name} serves an app without a role policy"
+    if running.server.http2 and any(r.chunked or r.pipelined for r in requests):
         return "chunked bodies and pipelining are HTTP/1.1's"
+    prefixed = any(r.target.startswith(PREFIXED_CONSOLE) for r in requests)
+    if prefixed and running.server.app not in ("asgi", "fastapi", "postgres"):
+        return f"{running.name} mounts no console under the prefix (the Starlette apps do)"
     return ""
 
 
@@ -1193,7 +1257,11 @@ def test_server_matrix(running: Running, case: str) -> None:
     finally:
         client.close()
     print(f"{running.name} | {case} | {outcomes!r}")  # the recorded row, shown with -rP
-    api = [o for r, o in zip(requests, outcomes, strict=True) if not r.target.startswith(CONSOLE)]
+    api = [
+        o
+        for r, o in zip(requests, outcomes, strict=True)
+        if not r.target.startswith((CONSOLE, PREFIXED_CONSOLE))
+    ]
     assert not any(o.saw_key for o in api), "the app saw a key"
     assert not any(echoed(running.keys, o) for o in outcomes), "a response echoed a secret"
     for o in outcomes:  # where present, the expiry header names a seeded key's expiry
