@@ -176,7 +176,11 @@ def _lag_run(kind: str, where: str, n: int, pause: float) -> dict[str, Any]:
         try:
             for process in processes:
                 process.start()
-            if not _until(lambda: all(ready), SETUP_SECONDS):
+            started = _until(
+                lambda: all(ready) or any(p.exitcode is not None for p in processes),
+                SETUP_SECONDS,
+            )
+            if not (started and all(ready)):
                 raise RuntimeError(f"{kind}: the instances did not start")
             rng = random.Random(n)
             for k, key_id in enumerate(ids):
@@ -190,6 +194,8 @@ def _lag_run(kind: str, where: str, n: int, pause: float) -> dict[str, Any]:
                 said.append(results.get(timeout=60))
         finally:
             for process in processes:
+                if process.pid is None:  # never started
+                    continue
                 process.join(30)
                 if process.is_alive():  # stopped by its PID
                     process.terminate()
