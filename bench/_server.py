@@ -10,7 +10,9 @@ this process's CPU time from ``/proc``, and stops it by its PID.
 The store variants (section 6) serve keyturn on the database named by
 ``$KEYTURN_BENCH_STORE``: ``keyturn-postgres`` on an ``AsyncPostgresDatabase`` (a URL whose
 schema is empty: it is created and seeded here; the pool opens on the server's lifespan
-start-up), ``keyturn-sqlite`` on a ``SQLiteDatabase`` (a path: a new file).
+start-up), ``keyturn-postgres-sync`` on a ``PostgresDatabase`` (the same URL form; the
+middleware answers from its replica in place and sends a miss to a thread),
+``keyturn-sqlite`` on a ``SQLiteDatabase`` (a path: a new file).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from keyturn.asgi import ApiKeyMiddleware
 __all__ = ["HTTP", "LOOP", "STORE_ENV", "STORE_VARIANTS", "VARIANTS", "main"]
 
 VARIANTS: Final = ("bare", "floor", "keyturn")
-STORE_VARIANTS: Final = ("keyturn-postgres", "keyturn-sqlite")
+STORE_VARIANTS: Final = ("keyturn-postgres", "keyturn-postgres-sync", "keyturn-sqlite")
 STORE_ENV: Final = "KEYTURN_BENCH_STORE"
 # The production stack: uvicorn's C-accelerated HTTP parser and event loop.
 HTTP: Final = "httptools"
@@ -65,13 +67,14 @@ def build_store(variant: str, where: str) -> tuple[Any, str]:
     from bench._world import seed
     from keyturn import Authenticator
 
-    if variant == "keyturn-postgres":
+    if variant.startswith("keyturn-postgres"):
         from keyturn.stores.postgres import AsyncPostgresDatabase, PostgresDatabase
 
         with PostgresDatabase(where, replica=False) as seeding:
             seeding.create_schema()
             token = seed(seeding.keys, seeding.membership, tenant_key=False).organization
-        database: Any = AsyncPostgresDatabase(where)
+        sync = variant == "keyturn-postgres-sync"
+        database: Any = PostgresDatabase(where) if sync else AsyncPostgresDatabase(where)
     else:
         from keyturn.stores.sqlite import SQLiteDatabase
 

@@ -15,8 +15,9 @@ This section shows, in one run:
    Authenticator's defaults (``timeout=5``: a blocking store's miss goes to a watchdog
    thread, a replica's answer is taken in place).
 3. **Real HTTP** (uvicorn, uvloop, httptools, wrk): the bare app, keyturn on the memory
-   store, on PostgreSQL (``AsyncPostgresDatabase``, a scratch schema) and on SQLite, each
-   in a server process of its own, in paired rounds: each throughput ÷ the bare app's.
+   store, on PostgreSQL (``AsyncPostgresDatabase``, and the sync ``PostgresDatabase``
+   behind the same ASGI middleware; a scratch schema each) and on SQLite, each in a server
+   process of its own, in paired rounds: each throughput ÷ the bare app's.
 """
 
 from __future__ import annotations
@@ -348,7 +349,9 @@ def _time(run_async: Run, variants: list[Variant], settings: Settings, report: R
 # --- real HTTP ------------------------------------------------------------------------------
 
 
-def _http(settings: Settings, report: Report, postgres_url: str | None, folder: str) -> Table:
+def _http(
+    settings: Settings, report: Report, postgres_urls: tuple[str, str] | None, folder: str
+) -> Table:
     from bench._server import STORE_ENV
     from bench.real_http import Load, Server, cores, generator, load
 
@@ -358,8 +361,12 @@ def _http(settings: Settings, report: Report, postgres_url: str | None, folder: 
         "keyturn, memory store": ("keyturn", {}),
         "keyturn, SQLite": ("keyturn-sqlite", {STORE_ENV: str(Path(folder) / "http.sqlite3")}),
     }
-    if postgres_url is not None:
-        runs["keyturn, PostgreSQL"] = ("keyturn-postgres", {STORE_ENV: postgres_url})
+    if postgres_urls is not None:  # a schema each: each server seeds its own
+        runs["keyturn, PostgreSQL"] = ("keyturn-postgres", {STORE_ENV: postgres_urls[0]})
+        runs["keyturn, PostgreSQL (sync store)"] = (
+            "keyturn-postgres-sync",
+            {STORE_ENV: postgres_urls[1]},
+        )
     labels = list(runs)
     servers: dict[str, Server] = {}
     samples: dict[str, list[Load]] = {label: [] for label in labels}
@@ -455,11 +462,15 @@ def run(settings: Settings) -> Report:
         report.tables.append(_time(run_async, variants, settings, report))
     with ExitStack() as stack:
         folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="keyturn-bench-"))
-        url = None
+        urls = None
         if report.facts["postgres_skipped"] == 0:
-            assert settings.postgres_dsn is not None
-            url = stack.enter_context(postgres_schema(settings.postgres_dsn))
-        report.tables.append(_http(settings, report, url, folder))
+            dsn = settings.postgres_dsn
+            assert dsn is not None
+            urls = (
+                stack.enter_context(postgres_schema(dsn)),
+                stack.enter_context(postgres_schema(dsn)),
+            )
+        report.tables.append(_http(settings, report, urls, folder))
     report.notes.append(
         "SQLite's replica asks the file one PRAGMA data_version per request (it reads the "
         "shared-memory header, no table); PostgreSQL's listener is a connection of its own, "
