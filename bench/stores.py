@@ -410,10 +410,17 @@ def _http(
             "failed",
             "req/s (median)",
             "server CPU us/req (median)",
+            "server CPU busy",
+            "extra CPU us/req (paired)",
             "throughput / bare",
             "/ memory store's ratio",
         ],
     )
+
+    def extra_cpu(label: str) -> float:
+        pairs = zip(samples[label], samples["bare"], strict=True)
+        return median([a.cpu_per_request_ns - b.cpu_per_request_ns for a, b in pairs])
+
     memory_ratio = over_bare("keyturn, memory store")
     for label in labels:
         loads = samples[label]
@@ -428,10 +435,14 @@ def _http(
             sum(x.failed for x in loads),
             f"{median([x.throughput for x in loads]):.0f}",
             f"{median([x.cpu_per_request_ns for x in loads]) / 1000:.1f}",
+            f"{median([x.cpu_ns / x.elapsed_ns for x in loads if x.elapsed_ns]):.0%}",
+            "-" if label == "bare" else f"+{extra_cpu(label) / 1000:.1f}",
             times(ratio),
             versus,
         )
         report.facts[f"http.{label}.over_bare"] = ratio
+        if label != "bare":
+            report.facts[f"http.{label}.extra_cpu_ns"] = extra_cpu(label)
     report.facts["http.failed"] = sum(x.failed for loads in samples.values() for x in loads)
     if "keyturn, PostgreSQL" in samples:
         value = report.facts["http.keyturn, PostgreSQL.over_memory_ratio"]
@@ -444,6 +455,18 @@ def _http(
                 None,
                 f"{report.facts['http.keyturn, PostgreSQL.over_bare']:.2f}x vs "
                 f"{memory_ratio:.2f}x of bare",
+            )
+        )
+        memory_cpu = report.facts["http.keyturn, memory store.extra_cpu_ns"]
+        postgres_cpu = report.facts["http.keyturn, PostgreSQL.extra_cpu_ns"]
+        report.targets.append(
+            Target(
+                "Extra server CPU per request, PostgreSQL store / memory store's",
+                postgres_cpu / memory_cpu if memory_cpu > 0 else float("inf"),
+                "<=",
+                None,
+                None,
+                f"+{postgres_cpu / 1000:.1f} us vs +{memory_cpu / 1000:.1f} us over bare",
             )
         )
     return table
