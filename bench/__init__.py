@@ -23,6 +23,7 @@ SECTIONS: Final = {
     "cold": "bench.cold",
     "http": "bench.real_http",
     "stores": "bench.stores",
+    "lag": "bench.lag",
     "scale": "bench.scale",
     "breakdown": "bench.breakdown",
 }

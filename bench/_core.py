@@ -66,6 +66,7 @@ class Settings:
     cache_entries: int  # entries put in the verified-token cache to weigh it
     count_requests: int = 1000  # warm requests per variant under callgrind
     count_variants: tuple[str, ...] | None = None  # None: every variant
+    revokes: int = 200  # keys revoked one by one in each revocation-lag run
     postgres_dsn: str | None = None
 
     def with_postgres(self, dsn: str | None) -> Settings:
@@ -104,6 +105,7 @@ QUICK: Final = Settings(
     warm_tokens=200,
     cache_entries=20_000,
     count_requests=300,
+    revokes=40,
 )
 # For the smoke test: every code path once, tiny counts, no meaningful timing.
 SMOKE: Final = Settings(
@@ -123,6 +125,7 @@ SMOKE: Final = Settings(
     cache_entries=500,
     count_requests=20,
     count_variants=("starlette.keyturn",),
+    revokes=3,
 )
 
 

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Final
@@ -59,7 +59,9 @@ def _taskset(cpu: int | None) -> list[str]:
 class Server:
     """One ``python -m bench._server <variant>`` process."""
 
-    def __init__(self, variant: str, cpu: int | None) -> None:
+    def __init__(
+        self, variant: str, cpu: int | None, env: Mapping[str, str] | None = None
+    ) -> None:
         self.variant = variant
         self._log: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop()
         pin = [] if cpu is None else [str(cpu)]
@@ -69,6 +71,7 @@ class Server:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=self._log,
+            env=None if env is None else {**os.environ, **env},
         )
         try:
             self.port, self.token = self._handshake()

@@ -1,36 +1,50 @@
-"""Section 6: the warm path through the Authenticator on each store keyturn ships.
+"""Section 6: the warm path on keyturn's SQL stores: statements counted, time, real HTTP.
 
-A warm request reads the key record and the caller's role on every request (so a revoke or
-a removed membership acts on the very next one): two reads. This section shows what those
-cost on the memory, SQLite and PostgreSQL stores, through both drivers:
+keyturn's SQLite and PostgreSQL stores keep an in-process replica of what the decision
+reads, fed by the database's change feed (``docs/stores.md``): a warm request reads
+nothing from the database; with ``replica=False`` it reads everything in one statement.
+This section shows, in one run:
 
-- ``authenticate()`` (the WSGI driver). With the default ``timeout=5`` a blocking store is
-  called through a watchdog thread so the timeout can be enforced, unless it bounds its own
-  calls (SQLite does); ``timeout=None`` calls it in the caller's thread.
-- ``authenticate_async()`` (the ASGI driver): SQLite through one trip to a call thread per
-  read (argon2 has threads of its own), PostgreSQL through its async pool on the event loop.
+1. **Statements per warm request, counted by the drivers**: SQLite's trace callback on
+   every connection the database holds (its pool and the change feed's), a psycopg
+   connection class that counts ``execute`` for PostgreSQL (sync and async pools). Each
+   Authenticator is warmed first (the key's one argon2 run, the replica filled, the
+   PostgreSQL listener in place); then ``count_requests`` warm requests are counted.
+2. **In-process time**, each store ÷ the memory store, through both drivers
+   (``authenticate()`` and ``authenticate_async()``), paired repetitions; with the
+   Authenticator's defaults (``timeout=5``: a blocking store's miss goes to a watchdog
+   thread, a replica's answer is taken in place).
+3. **Real HTTP** (uvicorn, uvloop, httptools, wrk): the bare app, keyturn on the memory
+   store, on PostgreSQL (``AsyncPostgresDatabase``, and the sync ``PostgresDatabase``
+   behind the same ASGI middleware; a scratch schema each) and on SQLite, each in a server
+   process of its own, in paired rounds: each throughput ÷ the bare app's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Coroutine
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from bench._apps import MODELS
-from bench._core import Batch, Report, Settings, Table, paired, times, us
+from bench._core import Batch, Report, Settings, Table, Target, paired, times, us
 from bench._databases import postgres_schema, postgres_unavailable
 from bench._world import memory_world, seed
 from keyturn import Authenticator, AuthRequest, Principal
 
-__all__ = ["run", "sync_batch"]
+__all__ = ["async_batch", "counting_classes", "run", "sync_batch"]
 
 NAME: Final = "stores"
-TITLE: Final = "6. Store cost: warm path per request on memory, SQLite and PostgreSQL"
+TITLE: Final = "6. Stores: statements per warm request, time / memory store, real HTTP"
+GOAL_IN_PROCESS: Final = 1.2  # design, section 5: within 1.2x of the memory store's
+GOAL_HTTP: Final = 0.05  # within 5% of the memory store's throughput ratio
 
 Run = Callable[[Coroutine[Any, Any, Any]], Any]
 
@@ -64,117 +78,425 @@ def async_batch(run: Run, authenticator: Authenticator, requests: list[AuthReque
     return batch
 
 
-def _warm(run: Run, authenticator: Authenticator, request: AuthRequest, sync: bool) -> None:
-    outcome = (
-        authenticator.authenticate(request)
-        if sync
-        else run(authenticator.authenticate_async(request))
-    )
+@dataclass
+class Variant:
+    """One store and driver: its Authenticator, its warm request, and how to count."""
+
+    store: str  # "memory", "sqlite", "postgres"
+    replica: bool
+    sync: bool
+    authenticator: Authenticator
+    request: AuthRequest
+    statements: Callable[[], list[str]] | None  # starts counting; None: no driver
+    untrace: Callable[[], None] | None = None  # stops counting, where that costs time
+    listening: Any = None  # the PostgreSQL database whose listener the replica needs
+
+    @property
+    def label(self) -> str:
+        driver = "authenticate()" if self.sync else "authenticate_async()"
+        if self.store == "memory":
+            return f"memory: {driver}"
+        return f"{self.store}, {'replica' if self.replica else 'replica=False'}: {driver}"
+
+    @property
+    def reference(self) -> str:
+        return "memory: authenticate()" if self.sync else "memory: authenticate_async()"
+
+
+def _warm(run: Run, variant: Variant) -> None:
+    auth, request = variant.authenticator, variant.request
+    outcome = auth.authenticate(request) if variant.sync else run(auth.authenticate_async(request))
     if not isinstance(outcome, Principal):
-        raise RuntimeError(f"the warm-up request was refused: {outcome!r}")
+        raise RuntimeError(f"{variant.label}: the warm-up request was refused: {outcome!r}")
+    if variant.listening is not None:  # the first lookup started the listener
+        _wait_current(variant.listening)
+
+
+def _sqlite_statements(db: Any) -> Callable[[], list[str]]:
+    """Trace every connection *db* holds (its pool and its feed's) into a fresh list."""
+
+    def start() -> list[str]:
+        statements: list[str] = []
+        for connection in _sqlite_connections(db):
+            connection.set_trace_callback(statements.append)
+        return statements
+
+    return start
+
+
+def _sqlite_connections(db: Any) -> list[Any]:
+    connections = list(db._idle)
+    feed = getattr(db, "_feed", None)
+    if feed is not None and feed._connection is not None:
+        connections.append(feed._connection)
+    return connections
+
+
+def _stop_tracing(db: Any) -> None:
+    for connection in _sqlite_connections(db):
+        connection.set_trace_callback(None)
+
+
+def counting_classes(executed: list[str]) -> tuple[Any, Any]:
+    """A sync and an async psycopg connection class whose ``execute`` appends each
+    statement to *executed*, for a pool's ``connection_class``."""
+    import psycopg
+
+    class Counting(psycopg.Connection[Any]):
+        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            executed.append(str(query))
+            return super().execute(query, params, **kwargs)
+
+    class AsyncCounting(psycopg.AsyncConnection[Any]):
+        async def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            executed.append(str(query))
+            return await super().execute(query, params, **kwargs)
+
+    return Counting, AsyncCounting
+
+
+def _wait_current(db: Any, seconds: float = 30.0) -> None:
+    """Wait (bounded) until the PostgreSQL listener is in place and the replica current."""
+    deadline = time.monotonic() + seconds
+    while not (db.replica is not None and db.replica.current):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the PostgreSQL listener did not connect within 30 s")
+        time.sleep(0.01)
+
+
+def _variants(
+    stack: ExitStack, run_async: Run, settings: Settings, report: Report
+) -> list[Variant]:
+    variants: list[Variant] = []
+
+    def authenticator(store: Any, membership: Any, **options: Any) -> Authenticator:
+        made = Authenticator(store, membership, **options)
+        stack.callback(made.close)
+        return made
+
+    def request(token: str) -> AuthRequest:
+        return AuthRequest(authorization=(f"Bearer {token}",), path=MODELS)
+
+    store, membership, keys = memory_world()
+    memory = authenticator(store, membership)
+    for sync in (True, False):
+        variants.append(Variant("memory", False, sync, memory, request(keys.organization), None))
+
+    from keyturn.stores.sqlite import SQLiteDatabase
+
+    folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="keyturn-bench-"))
+    path = Path(folder) / "bench.sqlite3"
+    with SQLiteDatabase(path, replica=False) as seeding:
+        token = seed(seeding.keys, seeding.membership, tenant_key=False).organization
+    for replica in (True, False):
+        db = stack.enter_context(SQLiteDatabase(path, replica=replica))
+        stack.callback(_stop_tracing, db)
+        auth = authenticator(db.keys, db.membership)
+        for sync in (True, False):
+            variants.append(
+                Variant(
+                    "sqlite",
+                    replica,
+                    sync,
+                    auth,
+                    request(token),
+                    _sqlite_statements(db),
+                    lambda db=db: _stop_tracing(db),
+                )
+            )
+
+    skipped = postgres_unavailable(settings.postgres_dsn)
+    report.facts["postgres_skipped"] = float(skipped is not None)
+    if skipped is not None:
+        report.notes.append(f"PostgreSQL skipped: {skipped}")
+        return variants
+    assert settings.postgres_dsn is not None
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+    from keyturn.stores.postgres import AsyncPostgresDatabase, PostgresDatabase
+
+    url = stack.enter_context(postgres_schema(settings.postgres_dsn))
+    with PostgresDatabase(url, replica=False) as seeding:
+        seeding.create_schema()
+        token = seed(seeding.keys, seeding.membership, tenant_key=False).organization
+    for replica in (True, False):
+        executed: list[str] = []
+        sync_class, async_class = counting_classes(executed)
+        pool = ConnectionPool(
+            url,
+            connection_class=sync_class,
+            kwargs={"autocommit": True},
+            min_size=2,
+            max_size=4,
+            open=True,
+        )
+        stack.callback(pool.close)
+        sync_db = PostgresDatabase(pool=pool, replica=replica)
+        stack.callback(sync_db.close)
+        apool = AsyncConnectionPool(
+            url,
+            connection_class=async_class,
+            kwargs={"autocommit": True},
+            min_size=2,
+            max_size=4,
+            open=False,
+        )
+        run_async(apool.open())
+        stack.callback(lambda apool=apool: run_async(apool.close()))
+        async_db = AsyncPostgresDatabase(pool=apool, replica=replica)
+        stack.callback(lambda db=async_db: run_async(db.close()))
+
+        def counted(executed: list[str] = executed) -> list[str]:
+            executed.clear()
+            return executed
+
+        variants.append(
+            Variant(
+                "postgres",
+                replica,
+                True,
+                authenticator(sync_db.keys, sync_db.membership),
+                request(token),
+                counted,
+            )
+        )
+        variants.append(
+            Variant(
+                "postgres",
+                replica,
+                False,
+                authenticator(async_db.keys, async_db.membership),
+                request(token),
+                counted,
+            )
+        )
+        if replica:  # both share the process's replica and its one listener
+            variants[-2].listening = variants[-1].listening = sync_db
+    return variants
+
+
+def _count(run_async: Run, variants: list[Variant], n: int, report: Report) -> Table:
+    table = Table(
+        f"statements per warm request, counted by the driver over {n} warm requests each",
+        ["store and driver", "statements", "per request", "of them SELECT", "what they are"],
+    )
+    for variant in variants:
+        if variant.statements is None:
+            continue
+        _warm(run_async, variant)
+        _warm(run_async, variant)  # a second time: the first may have filled the replica
+        statements = variant.statements()
+        auth, request = variant.authenticator, variant.request
+        for _ in range(n):
+            outcome = (
+                auth.authenticate(request)
+                if variant.sync
+                else run_async(auth.authenticate_async(request))
+            )
+            if not isinstance(outcome, Principal):
+                raise RuntimeError(f"{variant.label}: a warm request was refused: {outcome!r}")
+        counted = list(statements)
+        if variant.untrace is not None:
+            variant.untrace()
+        selects = [s for s in counted if s.lstrip().upper().startswith("SELECT")]
+        kinds = sorted({" ".join(s.split()[:3])[:40] for s in counted})
+        table.add(
+            variant.label,
+            len(counted),
+            f"{len(counted) / n:g}",
+            f"{len(selects) / n:g}",
+            "; ".join(kinds) or "-",
+        )
+        report.facts[f"{variant.label}.statements_per_request"] = len(counted) / n
+        report.facts[f"{variant.label}.selects_per_request"] = len(selects) / n
+    return table
+
+
+def _time(run_async: Run, variants: list[Variant], settings: Settings, report: Report) -> Table:
+    by_label = {variant.label: variant for variant in variants}
+    batches = {
+        label: (
+            sync_batch(v.authenticator, [v.request])
+            if v.sync
+            else async_batch(run_async, v.authenticator, [v.request])
+        )
+        for label, v in by_label.items()
+    }
+    sizes = {
+        label: settings.batch if v.replica or v.store == "memory" else settings.slow_batch
+        for label, v in by_label.items()
+    }
+    result = paired(batches, reps=settings.reps, n=sizes)
+    table = Table(
+        f"warm request in process (organization key), {settings.reps} paired repetitions",
+        ["store and driver", "min us/req", "median us/req", "/ memory (same driver)"],
+    )
+    for label, variant in by_label.items():
+        versus = "-"
+        if label != variant.reference:
+            value = result.ratio(label, variant.reference)
+            versus = times(value)
+            report.facts[f"{label}.over_memory"] = value
+            if variant.replica:
+                report.targets.append(
+                    Target(f"Warm request / memory store, {label}", value, "<=", GOAL_IN_PROCESS)
+                )
+        table.add(label, us(result.min(label)), us(result.median(label)), versus)
+        report.facts[f"{label}.median_ns"] = result.median(label)
+    return table
+
+
+# --- real HTTP ------------------------------------------------------------------------------
+
+
+def _http(
+    settings: Settings, report: Report, postgres_urls: tuple[str, str] | None, folder: str
+) -> Table:
+    from bench._server import STORE_ENV
+    from bench.real_http import Load, Server, cores, generator, load
+
+    server_cpu, load_cpu = cores()
+    runs: dict[str, tuple[str, dict[str, str]]] = {
+        "bare": ("bare", {}),
+        "keyturn, memory store": ("keyturn", {}),
+        "keyturn, SQLite": ("keyturn-sqlite", {STORE_ENV: str(Path(folder) / "http.sqlite3")}),
+    }
+    if postgres_urls is not None:  # a schema each: each server seeds its own
+        runs["keyturn, PostgreSQL"] = ("keyturn-postgres", {STORE_ENV: postgres_urls[0]})
+        runs["keyturn, PostgreSQL (sync store)"] = (
+            "keyturn-postgres-sync",
+            {STORE_ENV: postgres_urls[1]},
+        )
+    labels = list(runs)
+    servers: dict[str, Server] = {}
+    samples: dict[str, list[Load]] = {label: [] for label in labels}
+    try:
+        for label, (variant, env) in runs.items():
+            servers[label] = Server(variant, server_cpu, sys.executable, env=env)
+        for label, server in servers.items():  # the cold verification, the replica filled
+            warm = load(server, clients=1, requests=300, seconds=1.0, cpu=load_cpu)
+            if warm.failed or not warm.requests:
+                raise RuntimeError(f"{label} server failed {warm.failed} warm-up requests")
+        for round_ in range(settings.http_rounds):
+            turn = round_ % len(labels)
+            for label in labels[turn:] + labels[:turn]:
+                samples[label].append(
+                    load(
+                        servers[label],
+                        clients=settings.http_clients,
+                        requests=settings.http_requests,
+                        seconds=settings.http_seconds,
+                        cpu=load_cpu,
+                    )
+                )
+    finally:
+        for server in servers.values():
+            server.stop()
+
+    def median(values: list[float]) -> float:
+        return statistics.median(values) if values else float("nan")
+
+    def over_bare(label: str) -> float:
+        pairs = zip(samples[label], samples["bare"], strict=True)
+        return median([a.throughput / b.throughput for a, b in pairs if b.throughput])
+
+    table = Table(
+        f"real HTTP: uvicorn (httptools, uvloop) + Starlette, {settings.http_rounds} paired "
+        f"rounds of {settings.http_seconds:g} s, {settings.http_clients} connections, "
+        f"load from {generator()}",
+        [
+            "server",
+            "requests",
+            "failed",
+            "req/s (median)",
+            "server CPU us/req (median)",
+            "server CPU busy",
+            "extra CPU us/req (paired)",
+            "throughput / bare",
+            "/ memory store's ratio",
+        ],
+    )
+
+    def extra_cpu(label: str) -> float:
+        pairs = zip(samples[label], samples["bare"], strict=True)
+        return median([a.cpu_per_request_ns - b.cpu_per_request_ns for a, b in pairs])
+
+    memory_ratio = over_bare("keyturn, memory store")
+    for label in labels:
+        loads = samples[label]
+        ratio = over_bare(label) if label != "bare" else 1.0
+        versus = "-"
+        if label not in ("bare", "keyturn, memory store"):
+            versus = times(ratio / memory_ratio)
+            report.facts[f"http.{label}.over_memory_ratio"] = ratio / memory_ratio
+        table.add(
+            label,
+            sum(x.requests for x in loads),
+            sum(x.failed for x in loads),
+            f"{median([x.throughput for x in loads]):.0f}",
+            f"{median([x.cpu_per_request_ns for x in loads]) / 1000:.1f}",
+            f"{median([x.cpu_ns / x.elapsed_ns for x in loads if x.elapsed_ns]):.0%}",
+            "-" if label == "bare" else f"+{extra_cpu(label) / 1000:.1f}",
+            times(ratio),
+            versus,
+        )
+        report.facts[f"http.{label}.over_bare"] = ratio
+        if label != "bare":
+            report.facts[f"http.{label}.extra_cpu_ns"] = extra_cpu(label)
+    report.facts["http.failed"] = sum(x.failed for loads in samples.values() for x in loads)
+    if "keyturn, PostgreSQL" in samples:
+        value = report.facts["http.keyturn, PostgreSQL.over_memory_ratio"]
+        report.targets.append(
+            Target(
+                "Real HTTP throughput / bare, PostgreSQL store / memory store's",
+                value,
+                ">=",
+                1 - GOAL_HTTP,
+                None,
+                f"{report.facts['http.keyturn, PostgreSQL.over_bare']:.2f}x vs "
+                f"{memory_ratio:.2f}x of bare",
+            )
+        )
+        memory_cpu = report.facts["http.keyturn, memory store.extra_cpu_ns"]
+        postgres_cpu = report.facts["http.keyturn, PostgreSQL.extra_cpu_ns"]
+        report.targets.append(
+            Target(
+                "Extra server CPU per request, PostgreSQL store / memory store's",
+                postgres_cpu / memory_cpu if memory_cpu > 0 else float("inf"),
+                "<=",
+                None,
+                None,
+                f"+{postgres_cpu / 1000:.1f} us vs +{memory_cpu / 1000:.1f} us over bare",
+            )
+        )
+    return table
 
 
 def run(settings: Settings) -> Report:
     report = Report(NAME, TITLE)
     loop = asyncio.new_event_loop()
     run_async: Run = loop.run_until_complete
-    variants: dict[str, tuple[Authenticator, AuthRequest, bool]] = {}
-    postgres_skipped = postgres_unavailable(settings.postgres_dsn)
     with ExitStack() as stack:
         stack.callback(loop.close)
-
-        def authenticator(store: Any, membership: Any, **options: Any) -> Authenticator:
-            made = Authenticator(store, membership, **options)
-            stack.callback(made.close)
-            return made
-
-        def request(token: str) -> AuthRequest:
-            return AuthRequest(authorization=(f"Bearer {token}",), path=MODELS)
-
-        store, membership, keys = memory_world()
-        memory = authenticator(store, membership)
-        variants["memory: authenticate()"] = (memory, request(keys.organization), True)
-        variants["memory: authenticate_async()"] = (memory, request(keys.organization), False)
-
-        from keyturn.stores.sqlite import SQLiteDatabase
-
+        variants = _variants(stack, run_async, settings, report)
+        for variant in variants:
+            _warm(run_async, variant)
+        report.tables.append(_count(run_async, variants, settings.count_requests, report))
+        report.tables.append(_time(run_async, variants, settings, report))
+    with ExitStack() as stack:
         folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="keyturn-bench-"))
-        sqlite = stack.enter_context(SQLiteDatabase(Path(folder) / "bench.sqlite3"))
-        sqlite.create_schema()
-        token = seed(sqlite.keys, sqlite.membership, tenant_key=False).organization
-        variants["sqlite: authenticate(), timeout=5 s (bounds itself)"] = (
-            authenticator(sqlite.keys, sqlite.membership),
-            request(token),
-            True,
-        )
-        variants["sqlite: authenticate(), timeout=None (caller's thread)"] = (
-            authenticator(sqlite.keys, sqlite.membership, timeout=None),
-            request(token),
-            True,
-        )
-        variants["sqlite: authenticate_async() (a thread per read)"] = (
-            authenticator(sqlite.keys, sqlite.membership),
-            request(token),
-            False,
-        )
-
-        if postgres_skipped is None:
-            assert settings.postgres_dsn is not None
-            from keyturn.stores.postgres import AsyncPostgresDatabase, PostgresDatabase
-
-            url = stack.enter_context(postgres_schema(settings.postgres_dsn))
-            postgres = stack.enter_context(PostgresDatabase(url, min_size=2, max_size=4))
-            postgres.create_schema()
-            token = seed(postgres.keys, postgres.membership, tenant_key=False).organization
-            variants["postgres: authenticate(), timeout=5 s (watchdog thread)"] = (
-                authenticator(postgres.keys, postgres.membership),
-                request(token),
-                True,
+        urls = None
+        if report.facts["postgres_skipped"] == 0:
+            dsn = settings.postgres_dsn
+            assert dsn is not None
+            urls = (
+                stack.enter_context(postgres_schema(dsn)),
+                stack.enter_context(postgres_schema(dsn)),
             )
-            variants["postgres: authenticate(), timeout=None (caller's thread)"] = (
-                authenticator(postgres.keys, postgres.membership, timeout=None),
-                request(token),
-                True,
-            )
-            apostgres = AsyncPostgresDatabase(url, min_size=2, max_size=4)
-            run_async(apostgres.open())
-            stack.callback(lambda: run_async(apostgres.close()))
-            variants["postgres: authenticate_async() (async pool)"] = (
-                authenticator(apostgres.keys, apostgres.membership),
-                request(token),
-                False,
-            )
-        else:
-            report.notes.append(f"PostgreSQL skipped: {postgres_skipped}")
-
-        for auth, warm_request, sync in variants.values():
-            _warm(run_async, auth, warm_request, sync)
-        batches = {
-            name: (
-                sync_batch(auth, [warm_request])
-                if sync
-                else async_batch(run_async, auth, [warm_request])
-            )
-            for name, (auth, warm_request, sync) in variants.items()
-        }
-        sizes = {
-            name: settings.batch if name.startswith("memory") else settings.slow_batch
-            for name in variants
-        }
-        result = paired(batches, reps=settings.reps, n=sizes)
-
-    table = Table(
-        f"warm path per request (organization key: key read + role read), "
-        f"{settings.reps} paired repetitions",
-        ["store and driver", "min us/req", "median us/req", "/ memory (same driver)"],
+        report.tables.append(_http(settings, report, urls, folder))
+    report.notes.append(
+        "SQLite's replica asks the file one PRAGMA data_version per request (it reads the "
+        "shared-memory header, no table); PostgreSQL's listener is a connection of its own, "
+        "not counted (LISTEN once, then it only receives notifications)"
     )
-    for name in variants:
-        reference = (
-            "memory: authenticate()" if "authenticate()" in name else "memory: authenticate_async()"
-        )
-        versus = "-" if name == reference else times(result.ratio(name, reference))
-        table.add(name, us(result.min(name)), us(result.median(name)), versus)
-        report.facts[f"{name}.median_ns"] = result.median(name)
-    report.tables.append(table)
-    report.facts["postgres_skipped"] = float(postgres_skipped is not None)
     return report

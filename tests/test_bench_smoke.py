@@ -55,6 +55,7 @@ def test_sections_are_all_listed() -> None:
         "cold",
         "http",
         "stores",
+        "lag",
         "scale",
         "breakdown",
     ]
@@ -194,10 +195,24 @@ def test_python_load_generator() -> None:
 
 
 def test_stores_without_postgres() -> None:
+    """SQLite's warm requests read no table with the replica, one statement without it."""
     report = run_section("stores", SMOKE.with_postgres(None))
     assert report.facts["postgres_skipped"] == 1
     assert any("PostgreSQL skipped" in note for note in report.notes)
-    assert any(name.startswith("sqlite") for name in report.facts)
+    for driver in ("authenticate()", "authenticate_async()"):
+        assert report.facts[f"sqlite, replica: {driver}.selects_per_request"] == 0
+        assert report.facts[f"sqlite, replica=False: {driver}.statements_per_request"] == 1
+    assert report.facts["http.failed"] == 0
+
+
+def test_lag_without_postgres() -> None:
+    """Three SQLite instances refuse every revoked key, and none flips back."""
+    report = run_section("lag", SMOKE.with_postgres(None))
+    assert report.facts["postgres_skipped"] == 1
+    for load in ("saturated", "paced"):
+        assert report.facts[f"sqlite, {load}.revokes"] == SMOKE.revokes
+        assert report.facts[f"sqlite, {load}.not_refused"] == 0
+        assert report.facts[f"sqlite, {load}.flips"] == 0
 
 
 def test_scale_without_postgres() -> None:
@@ -226,14 +241,25 @@ def _postgres_dsn() -> str:
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("name", ["stores", "scale"])
+@pytest.mark.parametrize("name", ["stores", "lag", "scale"])
 def test_postgres_parts(name: str) -> None:
     report = run_section(name, SMOKE.with_postgres(_postgres_dsn()))
     assert not any("PostgreSQL skipped" in note for note in report.notes)
+    facts = report.facts
     if name == "stores":
-        assert report.facts["postgres_skipped"] == 0
+        assert facts["postgres_skipped"] == 0
+        for driver in ("authenticate()", "authenticate_async()"):
+            assert facts[f"postgres, replica: {driver}.statements_per_request"] == 0
+            assert facts[f"postgres, replica=False: {driver}.statements_per_request"] == 1
+    elif name == "lag":
+        assert facts["postgres_skipped"] == 0
+        assert facts["postgres, saturated.not_refused"] == facts["postgres, paced.flips"] == 0
+        if "faults.after.statements" in facts:  # a private server could be started
+            assert facts["faults.revoked_accepted_late"] == 0
+            assert facts["faults.after.statements"] == 0
+            assert facts["faults.steady.other"] == facts["faults.restarted.other"] == 0
     else:
-        assert "postgres.largest_over_smallest" in report.facts
+        assert "postgres.largest_over_smallest" in facts
 
 
 def test_command_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
