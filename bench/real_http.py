@@ -59,9 +59,7 @@ def _taskset(cpu: int | None) -> list[str]:
 class Server:
     """One ``python -m bench._server <variant>`` process."""
 
-    def __init__(
-        self, variant: str, cpu: int | None, env: Mapping[str, str] | None = None
-    ) -> None:
+    def __init__(self, variant: str, cpu: int | None, env: Mapping[str, str] | None = None) -> None:
         self.variant = variant
         self._log: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop()
         pin = [] if cpu is None else [str(cpu)]

@@ -245,6 +245,9 @@ def _on_thread(target: object, calls: ThreadPoolExecutor) -> Answer:
 
 def _awaited(target: object) -> AsyncAnswer:
     async def answer(step: Step, deadline: float | None) -> Any:
+        recalled = step.recall(target)  # held already: no coroutine to run, no timer to set
+        if recalled is not None:
+            return recalled
         async with asyncio.timeout(_remaining(deadline)):
             return _checked(step, await step.ask(target))
 

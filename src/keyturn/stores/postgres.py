@@ -29,6 +29,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Final
 
@@ -290,6 +291,20 @@ def _waited(pool: ConnectionPool[Any] | AsyncConnectionPool[Any]) -> Iterator[No
         ) from None
 
 
+# Seconds between the listener's heartbeats; with tcp_user_timeout, a connection dropped
+# without a word is noticed (and the replica no longer answers) within about 15 s.
+HEARTBEAT: Final = 5.0
+_LISTENER_OPTIONS: Final[dict[str, Any]] = {
+    "autocommit": True,
+    "connect_timeout": 5,
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 10_000,  # milliseconds
+}
+
+
 class _Listener:
     """The database's change feed for one replica: a thread that LISTENs on a connection
     of its own, reconnecting with a growing pause when the connection or the server goes.
@@ -348,12 +363,19 @@ class _Listener:
             pause = min(pause * 2, 2.0)
 
     def _connected(self, stop: threading.Event) -> None:
-        with Connection.connect(self.conninfo, autocommit=True, connect_timeout=5) as connection:
+        # A connection dropped without a word (a firewall's idle timeout) must not leave the
+        # replica current: the kernel gives up on unanswered data after tcp_user_timeout, and
+        # a heartbeat query every few seconds gives it data to wait for.
+        with Connection.connect(self.conninfo, **_LISTENER_OPTIONS) as connection:
             (schema,) = connection.execute("SELECT current_schema()").fetchone() or ("",)
             connection.execute(f"LISTEN {_sql.NOTIFY_CHANNEL}")
             self.backend_pid = connection.info.backend_pid
             self.replica.reset(current=True)
+            beat = time.monotonic() + HEARTBEAT
             while not stop.is_set():
+                if time.monotonic() >= beat:
+                    connection.execute("SELECT 1")
+                    beat = time.monotonic() + HEARTBEAT
                 for notify in connection.notifies(timeout=0.5):
                     where, _, change = notify.payload.partition("\t")
                     kind, _, changed_id = change.partition("\t")
