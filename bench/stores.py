@@ -42,7 +42,7 @@ from keyturn import Authenticator, AuthRequest, Principal
 __all__ = ["async_batch", "counting_classes", "run", "sync_batch"]
 
 NAME: Final = "stores"
-TITLE: Final = "6. Stores: statements per warm request, time / memory store, real HTTP"
+TITLE: Final = "6. Stores: statements per warm request, time against the memory store, real HTTP"
 GOAL_IN_PROCESS: Final = 1.2  # design, section 5: within 1.2x of the memory store's
 GOAL_HTTP: Final = 0.05  # within 5% of the memory store's throughput ratio
 
