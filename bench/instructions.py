@@ -182,13 +182,11 @@ def run(settings: Settings) -> Report:
         "fastapi.keyturn-caller",
         "fastapi.bearer",
         0.5,
-        None,
     )
     target(
         "FastAPI: middleware + Depends(current_principal) / HTTPBearer same work, instructions",
         "fastapi.keyturn-depends",
         "fastapi.bearer",
-        None,
         None,
     )
     report.notes.append(

@@ -291,7 +291,6 @@ def _lags(settings: Settings, report: Report) -> Table:
                 p99 / GOAL_P99_MS,
                 "<=",
                 1.0,
-                None,
                 f"p50 {p50:.2f} ms, p99 {p99:.2f} ms, max {worst:.2f} ms",
             )
         )

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Coroutine
@@ -372,7 +371,7 @@ def _http(
     samples: dict[str, list[Load]] = {label: [] for label in labels}
     try:
         for label, (variant, env) in runs.items():
-            servers[label] = Server(variant, server_cpu, sys.executable, env=env)
+            servers[label] = Server(variant, server_cpu, env=env)
         for label, server in servers.items():  # the cold verification, the replica filled
             warm = load(server, clients=1, requests=300, seconds=1.0, cpu=load_cpu)
             if warm.failed or not warm.requests:
@@ -452,7 +451,6 @@ def _http(
                 value,
                 ">=",
                 1 - GOAL_HTTP,
-                None,
                 f"{report.facts['http.keyturn, PostgreSQL.over_bare']:.2f}x vs "
                 f"{memory_ratio:.2f}x of bare",
             )
@@ -464,7 +462,6 @@ def _http(
                 "Extra server CPU per request, PostgreSQL store / memory store's",
                 postgres_cpu / memory_cpu if memory_cpu > 0 else float("inf"),
                 "<=",
-                None,
                 None,
                 f"+{postgres_cpu / 1000:.1f} us vs +{memory_cpu / 1000:.1f} us over bare",
             )

@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # What a clone holds that an install reads (pyproject.toml names the readme).
-CLONE = ["pyproject.toml", "README.md", "LICENSE", "hatch_build.py", "src"]
+CLONE = ["pyproject.toml", "README.md", "LICENSE", "src"]
 
 
 def install_lines() -> list[str]:

@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Final
 
 import attrs
 import pytest
@@ -1188,6 +1189,12 @@ def outcome(
     )
 
 
+# WSGI servers that hand a target's leading "//" to the app as one "/".
+READS_LEADING_SLASHES_AS_ONE: Final = frozenset(
+    {"waitress", "django-waitress", "werkzeug", "werkzeug-example", "wsgiref"}
+)
+
+
 def skipped(running: Running, requests: tuple[Request, ...]) -> str:
     """Why this server's column has no cell for these requests ("" when it has one)."""
     if any(r.websocket for r in requests) and not running.server.websocket:
@@ -1196,6 +1203,12 @@ def skipped(running: Running, requests: tuple[Request, ...]) -> str:
         return f"{running.name} serves an app without a role policy"
     if running.server.http2 and any(r.chunked or r.pipelined for r in requests):
         return "chunked bodies and pipelining are HTTP/1.1's"
+    if running.name in READS_LEADING_SLASHES_AS_ONE and any(
+        r.target.startswith("//") for r in requests
+    ):
+        # Seen on each: GET //127.0.0.1:PORT/managed-agents/v1/models arrives as PATH_INFO
+        # /127.0.0.1:PORT/managed-agents/v1/models, a path no router takes for the API.
+        return f"{running.name} reads //host/path as the path /host/path, outside the API"
     prefixed = any(r.target.startswith(PREFIXED_CONSOLE) for r in requests)
     if prefixed and running.server.app not in ("asgi", "fastapi", "postgres"):
         return f"{running.name} mounts no console under the prefix (the Starlette apps do)"
