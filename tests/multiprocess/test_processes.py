@@ -543,7 +543,17 @@ def test_every_server_sees_every_commit_and_nothing_is_lost(store_url: str, tmp_
         f"{in_lag} stale within the lag; per worker {dict(per_worker)}"
     )
     print(summary)  # shown with pytest -rP
-    assert wrong == Counter(), summary
+    # What a wrong answer was, precisely: enough to tell a stale store from a bad judge.
+    details = [
+        f"{verdict(a, lag)}: key {a.key.key_id} of {a.key.account} on {a.server} "
+        f"(worker {a.worker}), status {a.status}, sent {a.sent:.4f}; changes "
+        + ", ".join(
+            f"{c.what} sent {c.sent:.4f}, committed {c.committed:.4f}" for c in a.key.changes
+        )
+        for a in ledger.answers
+        if verdict(a, lag) is not None
+    ][:5]
+    assert wrong == Counter(), "\n".join([summary, *details])
     for server in SERVERS:
         assert len(workers[server.name]) >= server.workers, summary
 
