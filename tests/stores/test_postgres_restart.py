@@ -1,29 +1,24 @@
 """PostgreSQL restarted under load, on a private server this test starts and stops.
 
 The shared test server is never restarted: this test runs its own (``initdb`` and
-``pg_ctl`` from the machine's PostgreSQL, as the ``postgres`` user when run as root), on a
-free loopback port, stopped by its PID at the end. Requests flow from three threads while
-the server restarts and a key is revoked; none may accept the revoked key past the feed's
-lag, none may be a 401 for the good key or a 500, and once the listener is back the warm
-path reads nothing again, without restarting the app.
+``pg_ctl`` from the machine's PostgreSQL, as the ``postgres`` user when run as root, by
+``bench._private_postgres``), on a free loopback port, stopped by its PID at the end.
+Requests flow from three threads while the server restarts and a key is revoked; none may
+accept the revoked key past the feed's lag, none may be a 401 for the good key or a 500,
+and once the listener is back the warm path reads nothing again, without restarting the
+app.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import signal
-import socket
-import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import attrs
 import pytest
+from bench._private_postgres import PrivateServer, unavailable
+from bench._private_postgres import private_postgres as private_server
 
 from keyturn import Authenticator, KeyManager, Principal, Reason, Refusal
 from tests.stores.conftest import _postgres_unavailable
@@ -33,95 +28,15 @@ LAG = 1.0  # the feed's documented bound for this test: a loaded 2-core machine
 REQUESTS_PER_THREAD = 4000  # the load loop's bound
 
 
-@attrs.define
-class PrivateServer:
-    data: Path
-    port: int
-    pg_ctl: str
-    as_postgres: list[str]
-
-    @property
-    def log(self) -> Path:
-        return self.data.parent / "log"
-
-    @property
-    def url(self) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
-
-    def ctl(self, *args: str) -> None:
-        subprocess.run(  # noqa: S603 -- the machine's own pg_ctl, fixed arguments
-            [
-                *self.as_postgres,
-                self.pg_ctl,
-                "-D",
-                str(self.data),
-                "-w",
-                "-l",
-                str(self.log),
-                *args,
-            ],
-            check=True,
-            timeout=120,
-            # Not a pipe: the server it starts would hold it open, and this call wait on it.
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-
-    def pid(self) -> int | None:
-        try:
-            return int((self.data / "postmaster.pid").read_text().split()[0])
-        except (FileNotFoundError, IndexError, ValueError):
-            return None
-
-
 @pytest.fixture
 def private_postgres() -> Iterator[PrivateServer]:
-    binaries = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
-    if not binaries:
-        _postgres_unavailable("no PostgreSQL server binaries (initdb) on this machine")
-    bin_dir = binaries[-1].parent
-    as_postgres: list[str] = []
-    if os.geteuid() == 0:  # PostgreSQL refuses to run as root
-        runuser = shutil.which("runuser")
-        if runuser is None:
-            _postgres_unavailable("running as root without runuser to become postgres")
-        as_postgres = [runuser, "-u", "postgres", "--"]
-    top = Path(tempfile.mkdtemp(prefix="keyturn-pg-"))
-    data = top / "data"
-    if as_postgres:
-        shutil.chown(top, user="postgres")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = PrivateServer(data, port, str(bin_dir / "pg_ctl"), as_postgres)
-    options = f"-p {port} -k {top} -c listen_addresses=127.0.0.1 -c fsync=off"
-    try:
-        subprocess.run(  # noqa: S603 -- the machine's own initdb, fixed arguments
-            [
-                *as_postgres,
-                str(bin_dir / "initdb"),
-                "-D",
-                str(data),
-                "-A",
-                "trust",
-                "-U",
-                "postgres",
-                "--no-sync",
-            ],
-            check=True,
-            timeout=120,
-            capture_output=True,
-        )
-        server.ctl("-o", options, "start")
+    """A PostgreSQL server of this test's own (the benchmark's way to make one), stopped by
+    its PID at the end."""
+    reason = unavailable()
+    if reason is not None:
+        _postgres_unavailable(reason)
+    with private_server() as server:
         yield server
-    finally:
-        pid = server.pid()
-        if pid is not None:
-            os.kill(pid, signal.SIGQUIT)  # immediate shutdown, by its PID
-            deadline = time.monotonic() + 30
-            while server.pid() is not None and time.monotonic() < deadline:
-                time.sleep(0.05)
-        shutil.rmtree(top, ignore_errors=True)
 
 
 @pytest.mark.postgres
@@ -171,7 +86,7 @@ def test_a_restart_under_load_accepts_no_revoked_key_and_recovers(
         for thread in threads:
             thread.start()
         time.sleep(0.3)
-        private_postgres.ctl("-m", "fast", "restart")
+        private_postgres.restart()
         with psycopg.connect(url, autocommit=True) as raw:
             raw.execute(
                 "UPDATE keyturn_keys SET revoked_at = now() WHERE key_id = %s",
