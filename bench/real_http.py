@@ -237,23 +237,24 @@ def load(server: Server, *, clients: int, requests: int, seconds: float, cpu: in
     return Load(requests=done, failed=failed, elapsed_ns=elapsed, cpu_ns=cpu_used)
 
 
-def _median(values: list[float]) -> float:
-    return statistics.median(values) if values else float("nan")
-
-
-def run(settings: Settings) -> Report:
-    report = Report(NAME, TITLE)
-    server_cpu, load_cpu = cores()
-    labels = list(VARIANTS)
+def measure(
+    runs: Mapping[str, tuple[str, Mapping[str, str] | None]],
+    settings: Settings,
+    server_cpu: int | None,
+    load_cpu: int | None,
+) -> dict[str, list[Load]]:
+    """One server per label (its variant and environment), warmed up, then loaded in
+    rounds, each round starting with another label; every server stopped at the end."""
+    labels = list(runs)
     servers: dict[str, Server] = {}
     samples: dict[str, list[Load]] = {label: [] for label in labels}
     try:
-        for label in labels:
-            servers[label] = Server(label, server_cpu)
-        for server in servers.values():  # keyturn's one cold verification, and warm caches
+        for label, (variant, env) in runs.items():
+            servers[label] = Server(variant, server_cpu, env=env)
+        for label, server in servers.items():  # the one cold verification, caches filled
             warm = load(server, clients=1, requests=300, seconds=WARMUP_SECONDS, cpu=load_cpu)
             if warm.failed or not warm.requests:
-                raise RuntimeError(f"{server.variant} server failed {warm.failed} warm-up requests")
+                raise RuntimeError(f"{label} server failed {warm.failed} warm-up requests")
         for round_ in range(settings.http_rounds):
             turn = round_ % len(labels)
             for label in labels[turn:] + labels[:turn]:
@@ -269,6 +270,18 @@ def run(settings: Settings) -> Report:
     finally:
         for server in servers.values():
             server.stop()
+    return samples
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def run(settings: Settings) -> Report:
+    report = Report(NAME, TITLE)
+    server_cpu, load_cpu = cores()
+    labels = list(VARIANTS)
+    samples = measure({label: (label, None) for label in labels}, settings, server_cpu, load_cpu)
 
     table = Table(
         f"{settings.http_rounds} paired rounds of {settings.http_seconds:g} s per variant, "

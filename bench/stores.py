@@ -352,7 +352,7 @@ def _http(
     settings: Settings, report: Report, postgres_urls: tuple[str, str] | None, folder: str
 ) -> Table:
     from bench._server import STORE_ENV
-    from bench.real_http import Load, Server, cores, generator, load
+    from bench.real_http import cores, generator, measure
 
     server_cpu, load_cpu = cores()
     runs: dict[str, tuple[str, dict[str, str]]] = {
@@ -367,30 +367,7 @@ def _http(
             {STORE_ENV: postgres_urls[1]},
         )
     labels = list(runs)
-    servers: dict[str, Server] = {}
-    samples: dict[str, list[Load]] = {label: [] for label in labels}
-    try:
-        for label, (variant, env) in runs.items():
-            servers[label] = Server(variant, server_cpu, env=env)
-        for label, server in servers.items():  # the cold verification, the replica filled
-            warm = load(server, clients=1, requests=300, seconds=1.0, cpu=load_cpu)
-            if warm.failed or not warm.requests:
-                raise RuntimeError(f"{label} server failed {warm.failed} warm-up requests")
-        for round_ in range(settings.http_rounds):
-            turn = round_ % len(labels)
-            for label in labels[turn:] + labels[:turn]:
-                samples[label].append(
-                    load(
-                        servers[label],
-                        clients=settings.http_clients,
-                        requests=settings.http_requests,
-                        seconds=settings.http_seconds,
-                        cpu=load_cpu,
-                    )
-                )
-    finally:
-        for server in servers.values():
-            server.stop()
+    samples = measure(runs, settings, server_cpu, load_cpu)
 
     def median(values: list[float]) -> float:
         return statistics.median(values) if values else float("nan")
