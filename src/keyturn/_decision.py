@@ -13,13 +13,15 @@ Rules of this file (keep them):
    - ``_token.py``: the key layout and checksum; ``_lifecycle.py``: a key's status;
      ``_hashing.py``: whether a secret matches its hash.
 
-   ``authenticator.py`` answers the steps; ``_web.py``, ``asgi.py`` and ``wsgi.py``
+   ``authenticator.py`` drives it, and the callers of ``_calls.py`` answer its steps;
+   the adapters ``_web.py``, ``asgi.py``, ``wsgi.py``, ``django.py`` and ``fastapi.py``
    translate a request into an :class:`AuthRequest` and the outcome into a response.
-2. No I/O and no framework. :func:`decide` is a generator: it yields small step objects (read
-   a key, verify a secret, resolve an organization, get a role) and receives their answers.
-   It mutates nothing it is given. The sync and async drivers in ``authenticator.py`` run
-   it; neither holds any logic.
-3. Argon2 is a yielded step (:class:`VerifySecret`), so the drivers run it off the caller.
+2. No I/O and no framework. :func:`decide` is a generator: it yields steps (``_steps.py``:
+   read a key, verify a secret, resolve an organization, get a role) and receives their
+   answers. It mutates nothing it is given. The sync and async drivers in
+   ``authenticator.py`` run it; neither holds any logic.
+3. Argon2 is a yielded step (:class:`~keyturn._steps.VerifySecret`), so the drivers run it
+   off the caller.
 4. The order of checks is fixed (D4): credential (401), then ``x-organization-id`` syntax (400),
    then organization resolution and reach (404), then the application's role policy (403).
    A refusal carries the precise :class:`~keyturn.errors.Reason` for logs, never the client.
@@ -34,15 +36,24 @@ import inspect
 import re
 from collections.abc import Callable, Generator, Sequence
 from datetime import datetime
-from types import NoneType
-from typing import Any, ClassVar, Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import attrs
 
 from keyturn import _token
 from keyturn._hashing import Overloaded, VerifiedTokenCache, fingerprint
 from keyturn._lifecycle import derive_status
-from keyturn._model import ApiKey, Found, Organization, Principal, Scope, Status
+from keyturn._model import Found, Principal, Scope, Status
+from keyturn._steps import (
+    GetDefaultOrganization,
+    GetKey,
+    GetOrganization,
+    GetRole,
+    Lookup,
+    ReachesTenant,
+    Step,
+    VerifySecret,
+)
 from keyturn.errors import (
     InvalidRequest,
     NotFound,
@@ -57,11 +68,8 @@ __all__ = [
     "DEFAULT_ORGANIZATION",
     "DEFAULT_ORGANIZATION_PATTERN",
     "AuthRequest",
-    "Lookup",
     "Policy",
     "Rules",
-    "Step",
-    "WrongAnswer",
     "decide",
     "holds_key",
     "reach_question",
@@ -84,8 +92,8 @@ class AuthRequest(NamedTuple):
     one per request, and this is the cheapest immutable record Python has.)
     """
 
-    # Tuples; typed as sequences so that a compiled build leaves the check of a misuse (a
-    # bare str) to the parsers below, with their message.
+    # Typed as sequences, built as tuples: a bare str (a sequence of str) is refused by the
+    # parsers below, with their message.
     authorization: Sequence[str] = ()
     organization: Sequence[str] = ()
     method: str = "GET"
@@ -116,154 +124,6 @@ class Rules:
     # The store reads what a request needs at once (``KeyStore.lookup``, optional): the
     # decision asks it one question, and answers the rest from what it found.
     lookup: bool = False
-
-
-# --- the steps the decision yields ------------------------------------------------------
-
-
-# Who answers a step: the index of Step.via.
-MEMBERSHIP: Final = 0
-STORE: Final = 1
-ARGON2: Final = 2
-
-
-class Step:
-    """A question for the membership provider, the key store or argon2 (``via``).
-
-    ``method`` names the method that answers it, ``answers`` the types its answer may have:
-    the drivers check every answer, so a provider that returns a coroutine by mistake is a
-    503, never a pass.
-    """
-
-    __slots__ = ()
-    via: ClassVar[int] = MEMBERSHIP
-    method: ClassVar[str]
-    answers: ClassVar[tuple[type, ...]]
-
-    def ask(self, target: Any) -> Any:
-        """Put the question to *target*, the store or the provider (sync or async alike)."""
-        raise NotImplementedError
-
-    def recall(self, target: Any) -> Any:
-        """The answer *target* already holds, without blocking, or ``None``: a driver that
-        would wait for a thread to ask a blocking target tries this first."""
-        return None
-
-
-class GetKey(Step):
-    __slots__ = ("key_id",)
-    via = STORE
-    method = "get_key"
-    answers = (ApiKey, NoneType)
-
-    def __init__(self, key_id: str) -> None:
-        self.key_id = key_id
-
-    def ask(self, target: Any) -> Any:
-        return target.get_key(self.key_id)
-
-
-class Lookup(Step):
-    """Everything the decision reads for one request, from a store that offers it."""
-
-    __slots__ = ("key_id", "organization")
-    via = STORE
-    method = "lookup"
-    answers = (Found,)
-
-    def __init__(self, key_id: str, organization: str | None) -> None:
-        self.key_id = key_id
-        self.organization = organization
-
-    def ask(self, target: Any) -> Any:
-        return target.lookup(self.key_id, self.organization)
-
-    def recall(self, target: Any) -> Any:
-        return target.lookup_cached(self.key_id, self.organization)
-
-
-class VerifySecret(Step):
-    """Run argon2; answered with ``None`` (it matches) or the :class:`Reason` it does not."""
-
-    __slots__ = ("account_id", "digest", "secret", "secret_hash")
-    via = ARGON2
-    method = "argon2"
-    answers = (Reason, NoneType)
-
-    def __init__(
-        self, digest: bytes, secret_hash: str, secret: str, account_id: str | None = None
-    ) -> None:
-        self.digest = digest
-        self.secret_hash = secret_hash
-        self.secret = secret
-        self.account_id = account_id  # whose key: the verifier bounds each account's share
-
-    def __repr__(self) -> str:
-        return "VerifySecret(...)"
-
-
-class GetOrganization(Step):
-    __slots__ = ("organization_id",)
-    method = "get_organization"
-    answers = (Organization, NoneType)
-
-    def __init__(self, organization_id: str) -> None:
-        self.organization_id = organization_id
-
-    def ask(self, target: Any) -> Any:
-        return target.get_organization(self.organization_id)
-
-
-class GetDefaultOrganization(Step):
-    __slots__ = ("tenant_id",)
-    method = "get_default_organization"
-    answers = (Organization, NoneType)
-
-    def __init__(self, tenant_id: str) -> None:
-        self.tenant_id = tenant_id
-
-    def ask(self, target: Any) -> Any:
-        return target.get_default_organization(self.tenant_id)
-
-
-class GetRole(Step):
-    __slots__ = ("account_id", "organization_id")
-    method = "get_role"
-    answers = (str, NoneType)
-
-    def __init__(self, account_id: str, organization_id: str) -> None:
-        self.account_id = account_id
-        self.organization_id = organization_id
-
-    def ask(self, target: Any) -> Any:
-        return target.get_role(self.account_id, self.organization_id)
-
-
-class ReachesTenant(Step):
-    __slots__ = ("account_id", "tenant_id")
-    method = "reaches_tenant"
-    answers = (bool,)
-
-    def __init__(self, account_id: str, tenant_id: str) -> None:
-        self.account_id = account_id
-        self.tenant_id = tenant_id
-
-    def ask(self, target: Any) -> Any:
-        return target.reaches_tenant(self.account_id, self.tenant_id)
-
-
-class WrongAnswer(Exception):
-    """A store or provider answered a step with a value of the wrong type.
-
-    (An ``Exception``, not a ``TypeError``: the compiled build cannot subclass the latter.)
-    """
-
-    def __init__(self, step: Step, answer: object) -> None:
-        if inspect.iscoroutine(answer):
-            answer.close()  # never awaited, on purpose: no warning about it
-        expected = " or ".join(t.__name__ for t in step.answers)
-        super().__init__(f"{step.method}() answered {type(answer).__name__}, not {expected}")
-        self.method = step.method
 
 
 def reach_question(account_id: str, scope: Scope) -> GetRole | ReachesTenant:
@@ -493,8 +353,8 @@ def decide(
         # from here on, neither this frame nor the policy holds any part of the key.
         request = AuthRequest((), request.organization, request.method, request.path)
         values, line, token, secret, parsed_header = (), "", "", "", ""
-        # Read as any object: the check below is the decision's, with its message, in
-        # both builds (a compiled build would otherwise reject a non-bool on its own).
+        # Read as any object: a policy may break its bool contract, and the check below
+        # says so with its message.
         policy: Callable[[Principal, AuthRequest], object] = rules.policy
         allowed = policy(principal, request)
         if allowed is not True:

@@ -35,6 +35,7 @@ __all__ = [
     "generate",
     "hint_of",
     "is_key_id",
+    "naming_id",
     "parse",
     "split",
 ]
@@ -115,6 +116,12 @@ def hint_of(token: str) -> str:
 def is_key_id(text: str) -> bool:
     """Whether *text* has the shape of a key id, so that a message may repeat it."""
     return _KEY_ID.fullmatch(text) is not None
+
+
+def naming_id(text: str) -> str:
+    """How a message names *text*, given as a key id: ``id '<text>'`` if it is shaped like
+    one, else ``that id`` -- other text may be part of a secret, and must not be echoed."""
+    return f"id {text!r}" if is_key_id(text) else "that id"
 
 
 @attrs.frozen

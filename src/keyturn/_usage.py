@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import inspect
 import logging
 import queue
 import threading
@@ -34,7 +33,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Final
 
+from keyturn._calls import InPlace, caller_for
 from keyturn._model import utc_now
+from keyturn._steps import MarkUsed
 
 __all__ = ["UsageRecorder"]
 
@@ -83,8 +84,7 @@ class UsageRecorder:
         self.max_keys = max_keys
         self._due: dict[str, float] = {}  # key id -> next write allowed; oldest first
         self._lock = threading.Lock()
-        self._async = inspect.iscoroutinefunction(store.mark_used)
-        self._inline = not self._async and bool(getattr(store, "nonblocking", False))
+        self._caller = caller_for(store, "mark_used")
         self._queue: queue.Queue[tuple[str, datetime] | None] = queue.Queue(max_pending)
         self._thread: threading.Thread | None = None
         self.max_in_flight = max_in_flight
@@ -130,7 +130,7 @@ class UsageRecorder:
     # --- the three ways to write -----------------------------------------------------------
 
     def _write(self, key_id: str, at: datetime) -> None:
-        if self._async:
+        if self._caller.is_async:
             if key_id in self._tasks or len(self._tasks) >= self.max_in_flight:
                 return  # a write of this key is running, or enough are: best effort
             try:
@@ -140,20 +140,20 @@ class UsageRecorder:
             task = loop.create_task(self._mark_async(key_id, at))
             self._tasks[key_id] = task
             task.add_done_callback(lambda _: self._tasks.pop(key_id, None))
-        elif self._inline:
+        elif isinstance(self._caller, InPlace):  # it never blocks
             self._mark(key_id, at)
         else:
             self._enqueue(key_id, at)
 
     def _mark(self, key_id: str, at: datetime) -> None:
         try:
-            self.store.mark_used(key_id, at)
+            self._caller.call(MarkUsed(key_id, at), None)
         except Exception as exc:
             log.warning("could not record the use of key %s: %s", key_id, type(exc).__name__)
 
     async def _mark_async(self, key_id: str, at: datetime) -> None:
         try:
-            await self.store.mark_used(key_id, at)
+            await self._caller.call_async(MarkUsed(key_id, at), None)
         except Exception as exc:
             log.warning("could not record the use of key %s: %s", key_id, type(exc).__name__)
 

@@ -4,10 +4,10 @@ It holds what lives as long as the process (the verified-token cache, the argon2
 rules) and two drivers for the one decision in ``_decision.py``: :meth:`~Authenticator.
 authenticate` (sync, for WSGI and scripts) and :meth:`~Authenticator.authenticate_async`
 (for ASGI). Neither driver decides anything: each is a loop that sends the decision the
-answers to its questions. *How* a question is answered is chosen once, at construction, by
-:class:`_Answers`:
+answers to its steps. *How* a step is answered is chosen once, at construction: one caller
+(``_calls.py``) for the store, one for the provider, one for argon2:
 
-- argon2 (:class:`~keyturn._decision.VerifySecret`) runs on the verifier's own threads;
+- argon2 (:class:`~keyturn._steps.VerifySecret`) runs on the verifier's own threads;
 - a store or provider that says it never blocks (``nonblocking = True``) is called in place;
 - an async one is awaited; a sync one that may block runs on a pool of threads of our own
   under ``authenticate_async``, and in place under ``authenticate`` -- on that pool too when
@@ -31,32 +31,28 @@ Usage, without any web framework::
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
-import enum
-import functools
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, Final
 
 import attrs
 
+from keyturn._calls import Verifying, caller_for, is_async
 from keyturn._decision import (
     DEFAULT_ORGANIZATION_PATTERN,
     AuthRequest,
     Policy,
     Rules,
-    Step,
-    WrongAnswer,
     decide,
     unavailable,
 )
 from keyturn._hashing import SecretVerifier, VerifiedTokenCache
 from keyturn._model import Clock, Principal, utc_now
+from keyturn._steps import WrongAnswer
 from keyturn._usage import UsageRecorder
 from keyturn.errors import Reason, Refusal, ServiceUnavailable
 from keyturn.protocols import AsyncKeyStore, AsyncMembershipProvider, KeyStore, MembershipProvider
@@ -64,7 +60,6 @@ from keyturn.protocols import AsyncKeyStore, AsyncMembershipProvider, KeyStore, 
 __all__ = ["AuditEvent", "AuditHook", "Authenticator"]
 
 log: Final = logging.getLogger("keyturn")
-_DROPPED: Final = AuthRequest()  # what a driver's frame holds once the decision has the key
 
 
 @attrs.frozen(kw_only=True)
@@ -86,18 +81,6 @@ class AuditEvent:
 
 
 AuditHook = Callable[[AuditEvent], None]
-
-
-class _Mode(enum.Enum):
-    INLINE = "inline"  # a sync object that never blocks: call it in place
-    THREAD = "thread"  # a sync object that may block
-    AWAIT = "await"  # an async object
-
-
-def _mode_of(obj: object, probe: str) -> _Mode:
-    if inspect.iscoroutinefunction(getattr(obj, probe, None)):
-        return _Mode.AWAIT
-    return _Mode.INLINE if getattr(obj, "nonblocking", False) else _Mode.THREAD
 
 
 def _require(obj: object, name: str, kind: str, methods: tuple[str, ...]) -> None:
@@ -126,155 +109,13 @@ def _looks_up(store: object, membership: object) -> bool:
 def _require_sync(hook: object, name: str) -> None:
     # An async hook returns a coroutine: truthy for a policy (every request allowed), and
     # never run for an audit hook. Said now, at startup.
-    if hook is not None and (
-        inspect.iscoroutinefunction(hook)
-        or inspect.iscoroutinefunction(getattr(hook, "__call__", None))  # noqa: B004
-    ):
+    if hook is not None and (inspect.iscoroutinefunction(hook) or is_async(hook, "__call__")):
         raise TypeError(f"{name} must be a plain function, not an async one: it is called inline")
 
 
 def _loggable(text: str, limit: int = 200) -> str:
     """Request text for a log line: quoted and escaped, so one line, and never unbounded."""
     return repr(text[:limit]) + ("..." if len(text) > limit else "")
-
-
-class _Answers:
-    """How each step is answered: decided once, from the store, the provider and the timeout.
-
-    ``sync[step.via]`` answers a step for the sync driver, ``in_loop[step.via]`` (awaited)
-    for the async one; each takes the step and the request's deadline. Where a driver would
-    only ask the target in place, ``here[step.via]`` (sync driver) or
-    ``here_in_loop[step.via]`` (async driver: the object never blocks) is that target, and
-    the driver asks it directly; else it is ``None``.
-    """
-
-    def __init__(
-        self,
-        store: object,
-        membership: object,
-        verifier: SecretVerifier,
-        cache: VerifiedTokenCache,
-        timeout: float | None,
-    ) -> None:
-        targets = (membership, store)
-        modes = (_mode_of(membership, "get_role"), _mode_of(store, "get_key"))
-        self.is_async = _Mode.AWAIT in modes
-        self.inline = (*(mode is _Mode.INLINE for mode in modes), False)
-        # None: no deadline to keep, as no call can block.
-        self.timeout = None if all(self.inline[:2]) else timeout
-        # Blocking calls run on threads of our own (started on first use): calls stuck in a
-        # hung backend must not starve argon2, nor the event loop's default executor.
-        self.calls = ThreadPoolExecutor(16, thread_name_prefix="keyturn-call")
-
-        def verify(step: Any) -> Future[Any]:
-            return verifier.submit(
-                cache, step.digest, step.secret_hash, step.secret, step.account_id
-            )
-
-        def verify_here(step: Any, deadline: float | None) -> Any:
-            return verify(step).result()
-
-        async def verify_in_loop(step: Any, deadline: float | None) -> Any:
-            # shield: a cancelled request must not cancel a verification others wait on
-            return await asyncio.shield(asyncio.wrap_future(verify(step)))
-
-        # The sync driver bounds a blocking call with a pool thread, unless the object
-        # bounds its own calls (``enforces_timeout``, as SQLite does).
-        bounded = tuple(
-            timeout is not None
-            and mode is _Mode.THREAD
-            and not getattr(target, "enforces_timeout", False)
-            for mode, target in zip(modes, targets, strict=True)
-        )
-        self.sync = (
-            *(
-                _on_thread(target, self.calls) if bound else _in_place(target)
-                for bound, target in zip(bounded, targets, strict=True)
-            ),
-            verify_here,
-        )
-        # Where a step is simply asked of its target (no thread, no await), the drivers ask
-        # it themselves: the warm path's steps cost no call of ours around them.
-        self.here = (
-            *(None if bound else target for bound, target in zip(bounded, targets, strict=True)),
-            None,
-        )
-        self.here_in_loop = (
-            *(
-                target if mode is _Mode.INLINE else None
-                for mode, target in zip(modes, targets, strict=True)
-            ),
-            None,
-        )
-        self.in_loop = (
-            *(
-                _awaited(target) if mode is _Mode.AWAIT else _in_executor(target, self.calls)
-                for mode, target in zip(modes, targets, strict=True)
-            ),
-            verify_in_loop,
-        )
-
-
-Answer = Callable[[Step, float | None], Any]
-AsyncAnswer = Callable[[Step, float | None], Awaitable[Any]]
-
-
-def _in_place(target: object) -> Answer:
-    def answer(step: Step, deadline: float | None) -> Any:
-        return _checked(step, step.ask(target))
-
-    return answer
-
-
-def _on_thread(target: object, calls: ThreadPoolExecutor) -> Answer:
-    def answer(step: Step, deadline: float | None) -> Any:
-        if deadline is None:
-            return _checked(step, step.ask(target))
-        recalled = step.recall(target)  # held already: no thread to watch
-        if recalled is not None:
-            return recalled
-        call = calls.submit(step.ask, target)
-        try:
-            return _checked(step, call.result(max(0.0, deadline - time.monotonic())))
-        except TimeoutError:
-            call.cancel()  # if still queued, it must not hit the store once that is back
-            raise
-
-    return answer
-
-
-def _awaited(target: object) -> AsyncAnswer:
-    async def answer(step: Step, deadline: float | None) -> Any:
-        recalled = step.recall(target)  # held already: no coroutine to run, no timer to set
-        if recalled is not None:
-            return recalled
-        async with asyncio.timeout(_remaining(deadline)):
-            return _checked(step, await step.ask(target))
-
-    return answer
-
-
-def _in_executor(target: object, calls: ThreadPoolExecutor) -> AsyncAnswer:
-    async def answer(step: Step, deadline: float | None) -> Any:
-        recalled = step.recall(target)  # held already: no thread hop
-        if recalled is not None:
-            return recalled
-        # A wait cut by the timeout cancels the call too, if it is still queued.
-        call = functools.partial(contextvars.copy_context().run, step.ask, target)
-        async with asyncio.timeout(_remaining(deadline)):
-            return _checked(step, await asyncio.get_running_loop().run_in_executor(calls, call))
-
-    return answer
-
-
-def _remaining(deadline: float | None) -> float | None:
-    return None if deadline is None else max(0.0, deadline - time.monotonic())
-
-
-def _checked(step: Step, answer: Any) -> Any:
-    if isinstance(answer, step.answers):
-        return answer
-    raise WrongAnswer(step, answer)
 
 
 class Authenticator:
@@ -335,7 +176,19 @@ class Authenticator:
         self.clock = clock
         self.cache = cache if cache is not None else VerifiedTokenCache()
         self.verifier = verifier if verifier is not None else SecretVerifier()
-        self._answers = _Answers(store, membership, self.verifier, self.cache, timeout)
+        # Blocking calls run on threads of our own (started on first use): calls stuck in a
+        # hung backend must not starve argon2, nor the event loop's default executor.
+        self._calls = ThreadPoolExecutor(16, thread_name_prefix="keyturn-call")
+        # Indexed by Step.via: MEMBERSHIP, STORE, ARGON2.
+        self._callers = (
+            caller_for(membership, "get_role", self._calls, timeout),
+            caller_for(store, "get_key", self._calls, timeout),
+            Verifying(self.verifier, self.cache),
+        )
+        self._is_async = any(caller.is_async for caller in self._callers)
+        # No deadline to keep when no call can block: the warm path reads no clock for it.
+        blocks = any(caller.here_in_loop is None for caller in self._callers[:2])
+        self._timeout = timeout if blocks else None
         # A store without mark_used (a read-only double) simply has no usage recorded.
         self.usage = (
             UsageRecorder(store, interval=usage_interval, clock=clock)
@@ -349,8 +202,7 @@ class Authenticator:
 
     def authenticate(self, request: AuthRequest) -> Principal | Refusal:
         """Decide *request*, calling the store and provider from this thread."""
-        answers = self._answers
-        if answers.is_async:
+        if self._is_async:
             raise TypeError(
                 "this Authenticator has an async store or provider: use authenticate_async()"
             )
@@ -361,22 +213,19 @@ class Authenticator:
         flow = decide(request, self.clock(), self.cache, self.rules)
         # A store, provider, policy or audit hook may raise, and error trackers send the
         # locals of a traceback's frames: only the decision holds the key from here on.
-        # (Rebound, not deleted: a compiled coroutine cannot delete a local.)
-        request = _DROPPED
-        deadline = None if answers.timeout is None else time.monotonic() + answers.timeout
+        del request
+        deadline = None if self._timeout is None else time.monotonic() + self._timeout
         answer: Any = None
-        here = answers.here
+        callers = self._callers
         try:
             while True:
                 step = flow.send(answer)
+                caller = callers[step.via]
                 try:
-                    target = here[step.via]
-                    if target is None:
-                        answer = answers.sync[step.via](step, deadline)
-                    else:
-                        answer = step.ask(target)
-                        if not isinstance(answer, step.answers):
-                            raise WrongAnswer(step, answer)
+                    if caller.here is None:
+                        answer = caller.call(step, deadline)
+                    elif not isinstance(answer := step.ask(caller.here), step.answers):
+                        raise WrongAnswer(step, answer)
                 except Exception as exc:
                     flow.close()
                     return self._finish(method, path, self._unavailable(exc), started)
@@ -385,30 +234,24 @@ class Authenticator:
 
     async def authenticate_async(self, request: AuthRequest) -> Principal | Refusal:
         """Decide *request* without blocking the event loop (argon2 runs in threads)."""
-        answers = self._answers
         started = None if self.audit is None else time.monotonic()  # for the audit event only
         method, path = request.method, request.path
         if self.closed:
             return self._finish(method, path, self._shutting_down(), started)
         flow = decide(request, self.clock(), self.cache, self.rules)
-        # A store, provider, policy or audit hook may raise, and error trackers send the
-        # locals of a traceback's frames: only the decision holds the key from here on.
-        # (Rebound, not deleted: a compiled coroutine cannot delete a local.)
-        request = _DROPPED
-        deadline = None if answers.timeout is None else time.monotonic() + answers.timeout
+        del request  # as in authenticate()
+        deadline = None if self._timeout is None else time.monotonic() + self._timeout
         answer: Any = None
-        here = answers.here_in_loop
+        callers = self._callers
         try:
             while True:
                 step = flow.send(answer)
+                caller = callers[step.via]
                 try:
-                    target = here[step.via]
-                    if target is None:
-                        answer = await answers.in_loop[step.via](step, deadline)
-                    else:  # never blocks: no coroutine, no await
-                        answer = step.ask(target)
-                        if not isinstance(answer, step.answers):
-                            raise WrongAnswer(step, answer)
+                    if caller.here_in_loop is None:
+                        answer = await caller.call_async(step, deadline)
+                    elif not isinstance(answer := step.ask(caller.here_in_loop), step.answers):
+                        raise WrongAnswer(step, answer)  # never blocks: no coroutine, no await
                 except Exception as exc:
                     flow.close()
                     return self._finish(method, path, self._unavailable(exc), started)
@@ -508,4 +351,4 @@ class Authenticator:
         self.verifier.close()
         if self.usage is not None:
             self.usage.close()
-        self._answers.calls.shutdown(wait=False, cancel_futures=True)
+        self._calls.shutdown(wait=False, cancel_futures=True)

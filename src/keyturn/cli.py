@@ -14,9 +14,11 @@ operator's emergency ``keys revoke`` needs ``--reason``; who ran it and why is l
 
 Rules of this file:
 
-1. A store command is a function ``(db, args)``, run on an open store by :func:`_in_store`;
-   a command without one (``demo``, ``scan``) is a function ``(args)`` that returns the exit
-   status. The parser (:func:`build_parser`) is the table of contents.
+1. A store command is a function ``(db, args)`` that returns nothing, run on an open store
+   by :func:`_in_store`, which returns its exit status. ``demo`` and ``scan`` open no store
+   here (the demo opens its own, from ``--store``): each is a function ``(args)`` that
+   returns the exit status itself. The parser (:func:`build_parser`) is the table of
+   contents.
 2. The library's own errors (:class:`~keyturn.errors.KeyturnError`) and the database
    drivers' are the operator's to fix: one line on stderr and an exit status (2 for an
    invalid value, else 1). Anything else is a bug, and its traceback shows.
@@ -241,9 +243,7 @@ def _key_id_argument(key_id: str) -> str:
 
 
 def _no_such_key(account: str, key_id: str) -> CommandError:
-    # Only a well-formed id is echoed: other text may be part of a secret.
-    named = f"id {key_id!r}" if _token.is_key_id(key_id) else "that id"
-    return CommandError(f"{account} has no key with {named}")
+    return CommandError(f"{account} has no key with {_token.naming_id(key_id)}")
 
 
 def _manager(db: Database) -> KeyManager:

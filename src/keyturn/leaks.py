@@ -38,7 +38,6 @@ The public keys are yours to supply, never fetched here: a mapping of key identi
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import hashlib
@@ -46,9 +45,11 @@ import inspect
 import json
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, MutableMapping
 from datetime import UTC, datetime
 from http import HTTPStatus
+from types import NoneType
 from typing import Any, ClassVar, Final, Generic, NamedTuple, Protocol, TypeGuard, TypeVar
 
 import attrs
@@ -63,8 +64,20 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     ) from exc
 
 from keyturn import _token
-from keyturn._hashing import check_secret
+from keyturn._calls import Blocking, Verifying, caller_for
+from keyturn._hashing import SecretVerifier, VerifiedTokenCache, fingerprint
 from keyturn._model import ApiKey, Scope
+from keyturn._steps import (
+    ARGON2,
+    CALLBACK,
+    STORE,
+    GetKey,
+    ReportLeak,
+    RevokeKey,
+    Step,
+    VerifySecret,
+    WrongAnswer,
+)
 from keyturn._web import DEFAULT_PREFIX, Paths
 
 __all__ = [
@@ -164,43 +177,40 @@ def _load(pem: str | bytes) -> ec.EllipticCurvePublicKey:
     return key
 
 
-# --- the decision: a generator of questions, like keyturn._decision ----------------------------
+# --- the flow decides: a generator of steps, like keyturn._decision ----------------------------
 
 
-class _Call(NamedTuple):
-    """A question the flow asks: ``store.<method>``, ``argon2``, ``public_keys``, ``on_leak``."""
+class PublicKeyOf(Step):
+    """The PEM of a signing key, from a *public_keys* callable (or ``None``: unknown)."""
 
-    name: str
-    args: tuple[Any, ...]
+    __slots__ = ("identifier",)
+    via = CALLBACK
+    method = "public_keys"
+    answers = (str, bytes, NoneType)
 
+    def __init__(self, identifier: str) -> None:
+        self.identifier = identifier
 
-_Flow = Generator[_Call, Any, Response]
-
-# What each question must be answered with; anything else is a 503 naming the question.
-_ANSWERS: Final[Mapping[str, tuple[type, ...]]] = {
-    "store.get_key": (ApiKey, type(None)),
-    "store.report_leak": (bool,),
-    "store.revoke_key": (bool,),
-    "public_keys": (str, bytes, type(None)),
-}
+    def ask(self, target: Any) -> Any:
+        return target.public_key(self.identifier)
 
 
-class _WrongAnswer(TypeError):
-    pass
+class NotifyLeak(Step):
+    """Hand a report to *on_leak* (its failures are logged, never raised)."""
+
+    __slots__ = ("report",)
+    via = CALLBACK
+    method = "on_leak"
+    answers = (object,)
+
+    def __init__(self, report: LeakReport) -> None:
+        self.report = report
+
+    def ask(self, target: Any) -> Any:
+        return target.notify(self.report)
 
 
-def _checked(call: _Call, answer: Any) -> Any:
-    if not isinstance(answer, _ANSWERS.get(call.name, object)):
-        raise _WrongAnswer(f"{call.name} answered a {type(answer).__name__}")
-    return answer
-
-
-def _advance(flow: _Flow, answer: Any) -> _Call | Response:
-    """The flow's next question, or its response once it is done."""
-    try:
-        return flow.send(answer)
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+_Flow = Generator[Step, Any, Response]
 
 
 class _Refusal(Exception):
@@ -274,6 +284,10 @@ class LeakResponder:
     :param max_body: the largest body read, in bytes; a larger one gets 413.
     :param timeout: seconds an async driver waits for one store answer before 503.
     :param clock: returns the current UTC time; injectable for tests.
+    :param verifier: runs argon2 for the candidates, with its bounds (pass the
+        authenticator's, ``auth.verifier``, to share them); by default one of its own.
+    :param cache: the verified-token cache (``auth.cache``): a key seen verified skips
+        argon2; by default one of its own.
     """
 
     def __init__(
@@ -286,6 +300,8 @@ class LeakResponder:
         max_body: int = 1 << 20,
         timeout: float = 5.0,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        verifier: SecretVerifier | None = None,
+        cache: VerifiedTokenCache | None = None,
     ) -> None:
         methods = ("get_key", "report_leak", "revoke_key")
         missing = [name for name in methods if not callable(getattr(store, name, None))]
@@ -308,14 +324,17 @@ class LeakResponder:
         self.max_body = max_body
         self.timeout = timeout
         self.clock = clock
-        self.is_async = inspect.iscoroutinefunction(store.get_key)
-        # Who answers each question of the flow.
-        self._answerers: dict[str, Callable[..., Any]] = {
-            **{f"store.{name}": getattr(store, name) for name in methods},
-            "argon2": check_secret,
-            "public_keys": self._public_key,
-            "on_leak": self._notify,
+        self.cache = cache if cache is not None else VerifiedTokenCache()
+        verifier = verifier if verifier is not None else SecretVerifier()
+        # Indexed by Step.via: STORE, ARGON2, and CALLBACK (this object's public_key and
+        # notify, in a thread under the async driver: the user's code may block).
+        store_caller = caller_for(store, "get_key")
+        self._callers = {
+            STORE: store_caller,
+            ARGON2: Verifying(verifier, self.cache),
+            CALLBACK: Blocking(_Callbacks(self._public_key, self._notify), None, bounded=False),
         }
+        self.is_async = store_caller.is_async
 
     def __repr__(self) -> str:
         return f"LeakResponder(store={self.store!r}, revoke={self.revoke})"
@@ -346,7 +365,7 @@ class LeakResponder:
 
     def _verify_signature(
         self, headers: Mapping[str, list[str]], body: bytes
-    ) -> Generator[_Call, Any, None]:
+    ) -> Generator[Step, Any, None]:
         identifiers = headers.get(KEY_ID_HEADER, [])
         signatures = headers.get(SIGNATURE_HEADER, [])
         if len(identifiers) != 1 or len(signatures) != 1 or not identifiers[0]:
@@ -361,7 +380,7 @@ class LeakResponder:
         if self._loaded:
             key = self._public_key(identifier)
         else:
-            pem = yield _Call("public_keys", (identifier,))
+            pem = yield PublicKeyOf(identifier)
             try:
                 key = None if pem is None else _load(pem)
             except (ValueError, TypeError, UnsupportedAlgorithm):
@@ -376,19 +395,23 @@ class LeakResponder:
             log.warning("secret-scanning report with a bad signature (key %r)", identifier[:100])
             raise _Refusal(403, "forbidden", "The signature does not verify.") from exc
 
-    def _check(self, candidate: _Candidate) -> Generator[_Call, Any, bool]:
+    def _check(self, candidate: _Candidate) -> Generator[Step, Any, bool]:
         parsed = _token.parse(candidate.token)
         if not isinstance(parsed, _token.ParsedToken):
             return False  # junk or a typo: no store lookup
-        key: ApiKey | None = yield _Call("store.get_key", (parsed.key_id,))
+        key: ApiKey | None = yield GetKey(parsed.key_id)
         if key is None:
             return False
-        if (yield _Call("argon2", (key.secret_hash, parsed.secret))) is not None:
+        # As the authenticator checks a key: a token verified before skips argon2.
+        digest = self.cache.digest(candidate.token)
+        if self.cache.lookup(digest) != fingerprint(key.secret_hash) and (
+            yield VerifySecret(digest, key.secret_hash, parsed.secret, key.account_id)
+        ):
             return False  # a real id with a wrong secret (or an unusable hash): not ours
         now = self.clock()
         url = _clean_url(candidate.url)
-        first = yield _Call("store.report_leak", (key.key_id, url, now))
-        revoked = bool(self.revoke and (yield _Call("store.revoke_key", (key.key_id, now))))
+        first = yield ReportLeak(key.key_id, url, now)
+        revoked = bool(self.revoke and (yield RevokeKey(key.key_id, now)))
         log.warning(
             "key %s of account %r reported leaked at %r%s",
             key.key_id,
@@ -410,7 +433,7 @@ class LeakResponder:
                 first=bool(first),
                 revoked=revoked,
             )
-            yield _Call("on_leak", (report,))
+            yield NotifyLeak(report)
         return True
 
     def _notify(self, report: LeakReport) -> None:
@@ -433,38 +456,52 @@ class LeakResponder:
         if self.is_async:
             raise TypeError("this responder has an async store: use respond_async()")
         flow = self._flow(method, headers, body)
-        step = _advance(flow, None)
-        while isinstance(step, _Call):
-            try:
-                answer = _checked(step, self._answerers[step.name](*step.args))
-            except Exception as exc:
-                return _failure(exc)
-            step = _advance(flow, answer)
-        return step
+        answer: Any = None
+        try:
+            while True:
+                step = flow.send(answer)
+                try:
+                    answer = self._callers[step.via].call(step, None)
+                except Exception as exc:
+                    flow.close()
+                    return _failure(exc)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
 
     async def respond_async(
         self, method: str, headers: Mapping[str, list[str]], body: bytes | None
     ) -> Response:
         """:meth:`respond` without blocking the event loop (argon2 and sync stores in threads)."""
         flow = self._flow(method, headers, body)
-        step = _advance(flow, None)
-        while isinstance(step, _Call):
-            try:
-                answer = _checked(step, await self._answer_async(step))
-            except Exception as exc:
-                return _failure(exc)
-            step = _advance(flow, answer)
-        return step
+        answer: Any = None
+        try:
+            while True:
+                step = flow.send(answer)
+                # Each store answer within the timeout; the user's callbacks unbounded.
+                deadline = time.monotonic() + self.timeout if step.via == STORE else None
+                try:
+                    answer = await self._callers[step.via].call_async(step, deadline)
+                except Exception as exc:
+                    flow.close()
+                    return _failure(exc)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
 
-    async def _answer_async(self, call: _Call) -> Any:
-        function = self._answerers[call.name]
-        to_store = call.name.startswith("store.")
-        async with asyncio.timeout(self.timeout if to_store else None):
-            if inspect.iscoroutinefunction(function):
-                return await function(*call.args)
-            if to_store and getattr(self.store, "nonblocking", False):
-                return function(*call.args)
-            return await asyncio.to_thread(function, *call.args)
+
+class _Callbacks(NamedTuple):
+    """What answers the CALLBACK steps: the responder's public keys and its on_leak."""
+
+    public_key: Callable[[str], Any]
+    notify: Callable[[LeakReport], None]
+
+
+# How a log line names whom a step asked.
+_ASKED: Final = {
+    "get_key": "store.get_key",
+    "report_leak": "store.report_leak",
+    "revoke_key": "store.revoke_key",
+    "public_keys": "public_keys",
+}
 
 
 def _failure(exc: Exception) -> Response:
@@ -473,7 +510,9 @@ def _failure(exc: Exception) -> Response:
     else:
         log.error(
             "answering a secret-scanning report failed: %s",
-            exc if isinstance(exc, _WrongAnswer) else type(exc).__name__,
+            f"{_ASKED.get(exc.method, exc.method)} answered a {exc.answered}"
+            if isinstance(exc, WrongAnswer)
+            else type(exc).__name__,
         )
     return _error(503, "service_unavailable", "Try again later.", ("retry-after", "60"))
 

@@ -17,23 +17,24 @@ then revoke the old one) is decided here and recorded on the new key; the confir
 the new key's ``first_used_at``, and the revoke the creator may ask for is done by the
 store's usage write (``KeyStore.mark_used``), never on a request's path.
 
-Each operation is written once, as a generator that yields its store and membership calls
-(the style of ``_decision.py`` and ``stores/_sql.py``): :class:`KeyManager` answers them
-directly, :class:`AsyncKeyManager` awaits them.
+Each operation decides, so it is written once, as a generator that yields its steps
+(``_steps.py``, the decision's own vocabulary) and receives their answers. The two managers
+write out the same methods, each a call of the operation and of its runner:
+:class:`KeyManager` answers every step in place, :class:`AsyncKeyManager` awaits it (the
+two clients of httpx are written the same way).
 """
 
 from __future__ import annotations
 
+import builtins
 import functools
-import inspect
-from collections.abc import Callable, Coroutine, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Concatenate, ParamSpec, TypeVar
-
-import attrs
+from typing import Any, TypeVar
 
 from keyturn import _token
-from keyturn._decision import STORE, GetKey, GetOrganization, GetRole, Step, reach_question
+from keyturn._calls import caller_for, is_async
+from keyturn._decision import reach_question
 from keyturn._hashing import hash_secret
 from keyturn._lifecycle import (
     DEFAULT_LIFETIME,
@@ -54,6 +55,7 @@ from keyturn._model import (
     Status,
     utc_now,
 )
+from keyturn._steps import AddKey, GetKey, GetOrganization, GetRole, KeysOf, RevokeKey, Step
 from keyturn.errors import (
     DuplicateKey,
     KeyAlreadyReplaced,
@@ -72,38 +74,22 @@ from keyturn.protocols import (
 __all__ = ["AsyncKeyManager", "KeyManager"]
 
 T = TypeVar("T")
-P = ParamSpec("P")
-M = TypeVar("M", bound=Callable[..., Any])
 
-
-@attrs.frozen
-class _StoreCall:
-    """A key store call an operation yields (the decision's steps ask the rest)."""
-
-    method: str
-    args: tuple[Any, ...]
-    via = STORE
-
-    def ask(self, store: Any) -> Any:
-        return getattr(store, self.method)(*self.args)
-
-
-_Op = Generator[Step | _StoreCall, Any, T]
+_Op = Generator[Step, Any, T]
 
 
 class _Operations:
-    """The operations, each a generator of calls; a subclass runs them (sync or awaited)."""
+    """The operations, each a generator of steps; a subclass runs them (sync or awaited)."""
 
     def __init__(self, store: Any, membership: Any, clock: Clock) -> None:
         self.store = store
         self.membership = membership
         self.clock = clock
+        # Indexed by Step.via: MEMBERSHIP, STORE. No deadline: a console waits for its store.
+        self._callers = (caller_for(membership, "get_role"), caller_for(store, "add_key"))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(store={self.store!r}, membership={self.membership!r})"
-
-    def _target(self, call: Step | _StoreCall) -> Any:
-        return self.store if call.via == STORE else self.membership
 
     def _now(self) -> datetime:
         # Stored instants are UTC (D12), whatever zone the clock answers in.
@@ -119,15 +105,7 @@ class _Operations:
         organization: str | None = None,
         expiry: Lifetime | CustomDate = DEFAULT_LIFETIME,
     ) -> _Op[CreatedKey]:
-        """Create a key for *account_id*. The returned secret is shown once and never again.
-
-        Give either *scope*, or *organization* alone: an organization id whose tenant the
-        membership provider knows (``organization="org_research"``).
-
-        :raises InvalidKeyName: the name is empty, too long or holds control characters.
-        :raises InvalidExpiry: the custom date is outside [tomorrow, today + 1 year].
-        :raises ScopeNotReachable: the account cannot reach that tenant or organization.
-        """
+        """The operation behind :meth:`KeyManager.create`."""
         account_id = _account(account_id)
         name = validate_name(name)
         if organization is not None:
@@ -159,24 +137,11 @@ class _Operations:
     def _rotate(
         self, account_id: str, key_id: str, *, revoke_old_on_first_use: bool = False
     ) -> _Op[CreatedKey]:
-        """Create the replacement of one of the account's keys; its secret is shown once.
-
-        The new key has the old one's name and scope, and its lifetime: the same span from
-        now (at most 365 days). It records which key it replaces; the old key keeps working
-        until it is revoked. Once the new key has been used (its ``first_used_at``), the old
-        key's :class:`KeyInfo` says so (``replacement_first_used_at``): revoke it then.
-        With *revoke_old_on_first_use*, the store revokes the old key itself when it
-        records the new key's first use.
-
-        :raises KeyNotFound: no such key among the account's own (as :meth:`revoke`).
-        :raises KeyNotRotatable: the key is Expired or Revoked: create a new key instead.
-        :raises KeyAlreadyReplaced: the key already has a replacement that works.
-        :raises ScopeNotReachable: the account no longer reaches the key's scope (Inactive).
-        """
+        """The operation behind :meth:`KeyManager.rotate`."""
         account_id = _account(account_id)
         key_id = _key_id(key_id, revoke_old_on_first_use)
         now = self._now()
-        old = _rotatable(key_id, (yield _StoreCall("keys_of", (account_id,))), now)
+        old = _rotatable(key_id, (yield KeysOf(account_id)), now)
         scope = yield from _reachable(account_id, old.scope)
         # The old key's lifetime choice is kept as its span: a fixed lifetime stays that
         # lifetime; a custom date becomes the same span from now, capped as any expiry is.
@@ -199,11 +164,11 @@ class _Operations:
             token = _token.generate()
             key = draft(key_id=token.key_id, secret_hash=hash_secret(token.secret), hint=token.hint)
             try:
-                yield _StoreCall("add_key", (key,))
+                yield AddKey(key)
             except DuplicateKey:
                 continue
             if key.replaces is not None and not _kept((yield GetKey(key.key_id)), key):
-                yield _StoreCall("revoke_key", (key.key_id, key.created_at))
+                yield RevokeKey(key.key_id, key.created_at)
                 raise KeyNotRotatable(
                     f"the key store {type(self.store).__name__} does not keep rotations "
                     "(ApiKey.replaces and revoke_old_on_first_use), so the new key was revoked "
@@ -219,11 +184,7 @@ class _Operations:
         status: Status | None = None,
         scope: ScopeKind | Scope | None = None,
     ) -> _Op[list[KeyInfo]]:
-        """The account's own keys, newest first, optionally filtered by status and scope.
-
-        *scope* is a :class:`ScopeKind` (all tenant keys, all organization keys) or one
-        :class:`Scope`.
-        """
+        """The operation behind :meth:`KeyManager.list`."""
         account_id = _account(account_id)
         if status is not None and not isinstance(status, Status):
             raise TypeError(f"status must be a Status (e.g. Status.ACTIVE), got {status!r}")
@@ -232,7 +193,7 @@ class _Operations:
                 f"scope must be a ScopeKind (e.g. ScopeKind.TENANT) or a Scope, got {scope!r}"
             )
         now = self._now()
-        keys: Sequence[ApiKey] = yield _StoreCall("keys_of", (account_id,))
+        keys: Sequence[ApiKey] = yield KeysOf(account_id)
         replacements = _replacements(keys)
         reach: dict[Scope, bool] = {}  # one membership question per scope, not per key
         infos = []
@@ -256,11 +217,7 @@ class _Operations:
         return infos
 
     def _revoke(self, account_id: str, key_id: str) -> _Op[KeyInfo]:
-        """Revoke one of the account's keys: immediate and irreversible.
-
-        :raises KeyNotFound: no such key among the account's own (another user's key included).
-        :raises KeyNotRevocable: the key is already Expired or Revoked.
-        """
+        """The operation behind :meth:`KeyManager.revoke`."""
         account_id = _account(account_id)
         key_id = _key_id(key_id)
         key: ApiKey | None = (yield GetKey(key_id)) if key_id else None
@@ -269,22 +226,18 @@ class _Operations:
         now = self._now()
         # Inactive keys are revocable too, so membership does not matter here.
         status = derive_status(key, now, reaches_scope=True)
-        if not status.revocable or not (yield _StoreCall("revoke_key", (key_id, now))):
+        if not status.revocable or not (yield RevokeKey(key_id, now)):
             status = derive_status((yield GetKey(key_id)) or key, now, reaches_scope=True)
             raise KeyNotRevocable(
                 f"key {key.hint} is already {status.value}; Expired and Revoked keys stay that way"
             )
         revoked = yield GetKey(key_id)
         assert revoked is not None, "the store lost a key it just revoked"
-        replacement = _replacements((yield _StoreCall("keys_of", (account_id,)))).get(key_id)
+        replacement = _replacements((yield KeysOf(account_id))).get(key_id)
         return _info(revoked, Status.REVOKED, replacement)
 
     def _expiring(self, account_id: str, *, within: timedelta) -> _Op[list[KeyInfo]]:
-        """The account's keys that still work or could again (Active or Inactive) and expire
-        within *within* of the clock's now, the soonest first: the ones to rotate.
-
-        :raises ValueError: *within* is negative.
-        """
+        """The operation behind :meth:`KeyManager.expiring`."""
         account_id = _account(account_id)
         now = self._now()
         if not isinstance(within, timedelta):
@@ -303,69 +256,6 @@ class _Operations:
         )
 
 
-def _public(op: Callable[..., Any]) -> Callable[[M], M]:
-    """Give a manager method operation *op*'s docstring and parameters, under its public
-    name (``_create`` runs as ``create``), without the generator's return annotation.
-    """
-
-    def name(method: M) -> M:
-        functools.update_wrapper(method, op)
-        method.__name__ = op.__name__.removeprefix("_")
-        method.__qualname__ = method.__qualname__.replace(op.__name__, method.__name__)
-        method.__signature__ = inspect.signature(op).replace(  # type: ignore[attr-defined]
-            return_annotation=inspect.Signature.empty
-        )
-        return method
-
-    return name
-
-
-def _sync(
-    op: Callable[Concatenate[_Operations, P], _Op[T]],
-) -> Callable[Concatenate[_Operations, P], T]:
-    """The method that runs operation *op*, asking each of its calls in place."""
-
-    @_public(op)
-    def method(self: _Operations, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        flow = op(self, *args, **kwargs)
-        answer: Any = None
-        error: Exception | None = None
-        while True:
-            try:
-                call = flow.send(answer) if error is None else flow.throw(error)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-            try:
-                answer, error = call.ask(self._target(call)), None
-            except Exception as exc:  # raised where the operation made the call
-                answer, error = None, exc
-
-    return method
-
-
-def _async(
-    op: Callable[Concatenate[_Operations, P], _Op[T]],
-) -> Callable[Concatenate[_Operations, P], Coroutine[Any, Any, T]]:
-    """:func:`_sync` with each call awaited."""
-
-    @_public(op)
-    async def method(self: _Operations, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        flow = op(self, *args, **kwargs)
-        answer: Any = None
-        error: Exception | None = None
-        while True:
-            try:
-                call = flow.send(answer) if error is None else flow.throw(error)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-            try:
-                answer, error = await call.ask(self._target(call)), None
-            except Exception as exc:  # raised where the operation made the call
-                answer, error = None, exc
-
-    return method
-
-
 class KeyManager(_Operations):
     """Console operations over a :class:`KeyStore` and a :class:`MembershipProvider`."""
 
@@ -378,7 +268,7 @@ class KeyManager(_Operations):
             ("store", store, ("get_key", "add_key", "keys_of", "revoke_key")),
             ("membership", membership, ("get_organization", "get_role", "reaches_tenant")),
         ):
-            if any(inspect.iscoroutinefunction(getattr(obj, method, None)) for method in methods):
+            if any(is_async(obj, method) for method in methods):
                 raise TypeError(
                     f"KeyManager needs a sync {name}, got the async {type(obj).__name__}: "
                     "use AsyncKeyManager, or the sync twin (PostgresDatabase rather than "
@@ -386,11 +276,94 @@ class KeyManager(_Operations):
                 )
         super().__init__(store, membership, clock)
 
-    create = _sync(_Operations._create)
-    rotate = _sync(_Operations._rotate)
-    list = _sync(_Operations._list)
-    revoke = _sync(_Operations._revoke)
-    expiring = _sync(_Operations._expiring)
+    def create(
+        self,
+        account_id: str,
+        *,
+        name: str,
+        scope: Scope | None = None,
+        organization: str | None = None,
+        expiry: Lifetime | CustomDate = DEFAULT_LIFETIME,
+    ) -> CreatedKey:
+        """Create a key for *account_id*. The returned secret is shown once and never again.
+
+        Give either *scope*, or *organization* alone: an organization id whose tenant the
+        membership provider knows (``organization="org_research"``).
+
+        :raises InvalidKeyName: the name is empty, too long or holds control characters.
+        :raises InvalidExpiry: the custom date is outside [tomorrow, today + 1 year].
+        :raises ScopeNotReachable: the account cannot reach that tenant or organization.
+        """
+        return self._run(
+            self._create(
+                account_id, name=name, scope=scope, organization=organization, expiry=expiry
+            )
+        )
+
+    def rotate(
+        self, account_id: str, key_id: str, *, revoke_old_on_first_use: bool = False
+    ) -> CreatedKey:
+        """Create the replacement of one of the account's keys; its secret is shown once.
+
+        The new key has the old one's name and scope, and its lifetime: the same span from
+        now (at most 365 days). It records which key it replaces; the old key keeps working
+        until it is revoked. Once the new key has been used (its ``first_used_at``), the old
+        key's :class:`KeyInfo` says so (``replacement_first_used_at``): revoke it then.
+        With *revoke_old_on_first_use*, the store revokes the old key itself when it
+        records the new key's first use.
+
+        :raises KeyNotFound: no such key among the account's own (as :meth:`revoke`).
+        :raises KeyNotRotatable: the key is Expired or Revoked: create a new key instead.
+        :raises KeyAlreadyReplaced: the key already has a replacement that works.
+        :raises ScopeNotReachable: the account no longer reaches the key's scope (Inactive).
+        """
+        return self._run(
+            self._rotate(account_id, key_id, revoke_old_on_first_use=revoke_old_on_first_use)
+        )
+
+    def revoke(self, account_id: str, key_id: str) -> KeyInfo:
+        """Revoke one of the account's keys: immediate and irreversible.
+
+        :raises KeyNotFound: no such key among the account's own (another user's key included).
+        :raises KeyNotRevocable: the key is already Expired or Revoked.
+        """
+        return self._run(self._revoke(account_id, key_id))
+
+    def expiring(self, account_id: str, *, within: timedelta) -> builtins.list[KeyInfo]:
+        """The account's keys that still work or could again (Active or Inactive) and expire
+        within *within* of the clock's now, the soonest first: the ones to rotate.
+
+        :raises ValueError: *within* is negative.
+        """
+        return self._run(self._expiring(account_id, within=within))
+
+    def list(
+        self,
+        account_id: str,
+        *,
+        status: Status | None = None,
+        scope: ScopeKind | Scope | None = None,
+    ) -> builtins.list[KeyInfo]:
+        """The account's own keys, newest first, optionally filtered by status and scope.
+
+        *scope* is a :class:`ScopeKind` (all tenant keys, all organization keys) or one
+        :class:`Scope`.
+        """
+        return self._run(self._list(account_id, status=status, scope=scope))
+
+    def _run(self, flow: _Op[T]) -> T:
+        """Answer each step of *flow* in place; a store's error is raised where it asked."""
+        answer: Any = None
+        error: Exception | None = None
+        while True:
+            try:
+                step = flow.send(answer) if error is None else flow.throw(error)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            try:
+                answer, error = self._callers[step.via].call(step, None), None
+            except Exception as exc:
+                answer, error = None, exc
 
 
 class AsyncKeyManager(_Operations):
@@ -409,18 +382,68 @@ class AsyncKeyManager(_Operations):
             ("store", store, "add_key"),
             ("membership", membership, "get_role"),
         ):
-            if not inspect.iscoroutinefunction(getattr(obj, method, None)):
+            if not is_async(obj, method):
                 raise TypeError(
                     f"AsyncKeyManager needs an async {name}, got {type(obj).__name__}: "
                     "use KeyManager for a sync one"
                 )
         super().__init__(store, membership, clock)
 
-    create = _async(_Operations._create)
-    rotate = _async(_Operations._rotate)
-    list = _async(_Operations._list)
-    revoke = _async(_Operations._revoke)
-    expiring = _async(_Operations._expiring)
+    async def create(
+        self,
+        account_id: str,
+        *,
+        name: str,
+        scope: Scope | None = None,
+        organization: str | None = None,
+        expiry: Lifetime | CustomDate = DEFAULT_LIFETIME,
+    ) -> CreatedKey:
+        """:meth:`KeyManager.create`, awaited: the secret is shown once and never again."""
+        return await self._run(
+            self._create(
+                account_id, name=name, scope=scope, organization=organization, expiry=expiry
+            )
+        )
+
+    async def rotate(
+        self, account_id: str, key_id: str, *, revoke_old_on_first_use: bool = False
+    ) -> CreatedKey:
+        """:meth:`KeyManager.rotate`, awaited."""
+        return await self._run(
+            self._rotate(account_id, key_id, revoke_old_on_first_use=revoke_old_on_first_use)
+        )
+
+    async def revoke(self, account_id: str, key_id: str) -> KeyInfo:
+        """:meth:`KeyManager.revoke`, awaited."""
+        return await self._run(self._revoke(account_id, key_id))
+
+    async def expiring(self, account_id: str, *, within: timedelta) -> builtins.list[KeyInfo]:
+        """:meth:`KeyManager.expiring`, awaited."""
+        return await self._run(self._expiring(account_id, within=within))
+
+    async def list(
+        self,
+        account_id: str,
+        *,
+        status: Status | None = None,
+        scope: ScopeKind | Scope | None = None,
+    ) -> builtins.list[KeyInfo]:
+        """:meth:`KeyManager.list`, awaited."""
+        return await self._run(self._list(account_id, status=status, scope=scope))
+
+    async def _run(self, flow: _Op[T]) -> T:
+        """:meth:`KeyManager._run` with each step awaited."""
+        answer: Any = None
+        error: Exception | None = None
+        while True:
+            try:
+                step = flow.send(answer) if error is None else flow.throw(error)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            try:
+                answer, error = await self._callers[step.via].call_async(step, None), None
+            except Exception as exc:
+                answer, error = None, exc
 
 
 def _account(account_id: object) -> str:
@@ -463,9 +486,7 @@ def _key_id(key_id: object, revoke_old_on_first_use: object = False) -> str:
 
 
 def _not_found(key_id: str) -> KeyNotFound:
-    # Echo the id only if it is shaped like one: a pasted key must not land in a log.
-    named = f"id {key_id!r}" if _token.is_key_id(key_id) else "that id"
-    return KeyNotFound(f"you have no key with {named}")
+    return KeyNotFound(f"you have no key with {_token.naming_id(key_id)}")
 
 
 def _kept(stored: ApiKey | None, key: ApiKey) -> bool:

@@ -1,0 +1,269 @@
+"""The steps: every question keyturn puts to a key store, a membership provider or argon2.
+
+A step is a small object that says whom it asks (``via``), how (:meth:`Step.ask`), and
+what its answer may be (``answers``). The decision (``_decision.py``), the managers'
+operations (``manager.py``), the leak responder's flow (``leaks.py``) and the usage write
+(``_lifecycle.record_use``) yield them; the callers of ``_calls.py`` answer them. This
+module decides nothing and does no I/O: it only names the questions.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from datetime import datetime
+from types import NoneType
+from typing import Any, ClassVar, Final
+
+from keyturn._model import ApiKey, Found, Organization
+from keyturn.errors import Reason
+
+__all__ = [
+    "ARGON2",
+    "CALLBACK",
+    "MEMBERSHIP",
+    "STORE",
+    "AddKey",
+    "GetDefaultOrganization",
+    "GetKey",
+    "GetOrganization",
+    "GetRole",
+    "KeysOf",
+    "Lookup",
+    "MarkUsed",
+    "ReachesTenant",
+    "ReportLeak",
+    "RevokeKey",
+    "Step",
+    "VerifySecret",
+    "WrongAnswer",
+]
+
+# Who answers a step: the index of Step.via into its owner's callers.
+MEMBERSHIP: Final = 0
+STORE: Final = 1
+ARGON2: Final = 2
+CALLBACK: Final = 3  # a function of the owner's user (the leak responder's hooks)
+
+
+class Step:
+    """A question for the membership provider, the key store, argon2 or a callback (``via``).
+
+    ``method`` names the method that answers it, ``answers`` the types its answer may have:
+    every answer is checked, so a store that returns a coroutine by mistake is a refusal
+    (503), never a pass.
+    """
+
+    __slots__ = ()
+    via: ClassVar[int] = MEMBERSHIP
+    method: ClassVar[str]
+    answers: ClassVar[tuple[type, ...]]
+
+    def ask(self, target: Any) -> Any:
+        """Put the question to *target*, the store or the provider (sync or async alike)."""
+        raise NotImplementedError
+
+    def recall(self, target: Any) -> Any:
+        """The answer *target* already holds, without blocking, or ``None``: a caller that
+        would wait for a thread or a coroutine to ask a blocking target tries this first."""
+        return None
+
+
+class WrongAnswer(TypeError):
+    """A store or provider answered a step with a value of the wrong type."""
+
+    def __init__(self, step: Step, answer: object) -> None:
+        if inspect.iscoroutine(answer):
+            answer.close()  # never awaited, on purpose: no warning about it
+        expected = " or ".join(t.__name__ for t in step.answers)
+        super().__init__(f"{step.method}() answered {type(answer).__name__}, not {expected}")
+        self.method = step.method
+        self.answered = type(answer).__name__
+
+
+# --- the key store ------------------------------------------------------------------------
+
+
+class GetKey(Step):
+    __slots__ = ("key_id",)
+    via = STORE
+    method = "get_key"
+    answers = (ApiKey, NoneType)
+
+    def __init__(self, key_id: str) -> None:
+        self.key_id = key_id
+
+    def ask(self, target: Any) -> Any:
+        return target.get_key(self.key_id)
+
+
+class Lookup(Step):
+    """Everything the decision reads for one request, from a store that offers it."""
+
+    __slots__ = ("key_id", "organization")
+    via = STORE
+    method = "lookup"
+    answers = (Found,)
+
+    def __init__(self, key_id: str, organization: str | None) -> None:
+        self.key_id = key_id
+        self.organization = organization
+
+    def ask(self, target: Any) -> Any:
+        return target.lookup(self.key_id, self.organization)
+
+    def recall(self, target: Any) -> Any:
+        return target.lookup_cached(self.key_id, self.organization)
+
+
+class KeysOf(Step):
+    __slots__ = ("account_id",)
+    via = STORE
+    method = "keys_of"
+    answers = (Sequence,)
+
+    def __init__(self, account_id: str) -> None:
+        self.account_id = account_id
+
+    def ask(self, target: Any) -> Any:
+        return target.keys_of(self.account_id)
+
+
+class AddKey(Step):
+    """Store a new key; raises ``DuplicateKey`` if its id is taken."""
+
+    __slots__ = ("key",)
+    via = STORE
+    method = "add_key"
+    answers = (object,)  # nothing is read from the answer
+
+    def __init__(self, key: ApiKey) -> None:
+        self.key = key
+
+    def ask(self, target: Any) -> Any:
+        return target.add_key(self.key)
+
+
+class RevokeKey(Step):
+    """Revoke a key; answered ``True`` if it was revocable and is now revoked."""
+
+    __slots__ = ("at", "key_id")
+    via = STORE
+    method = "revoke_key"
+    answers = (bool,)
+
+    def __init__(self, key_id: str, at: datetime) -> None:
+        self.key_id = key_id
+        self.at = at
+
+    def ask(self, target: Any) -> Any:
+        return target.revoke_key(self.key_id, self.at)
+
+
+class ReportLeak(Step):
+    """Record a leak on a key; answered ``True`` for the key's first report."""
+
+    __slots__ = ("at", "key_id", "url")
+    via = STORE
+    method = "report_leak"
+    answers = (bool,)
+
+    def __init__(self, key_id: str, url: str, at: datetime) -> None:
+        self.key_id = key_id
+        self.url = url
+        self.at = at
+
+    def ask(self, target: Any) -> Any:
+        return target.report_leak(self.key_id, self.url, self.at)
+
+
+class MarkUsed(Step):
+    """Record a key's use at *at* (``last_used_at``, and ``first_used_at`` once)."""
+
+    __slots__ = ("at", "key_id")
+    via = STORE
+    method = "mark_used"
+    answers = (object,)  # a store written before first use was reported answers None
+
+    def __init__(self, key_id: str, at: datetime) -> None:
+        self.key_id = key_id
+        self.at = at
+
+    def ask(self, target: Any) -> Any:
+        return target.mark_used(self.key_id, self.at)
+
+
+# --- argon2 -------------------------------------------------------------------------------
+
+
+class VerifySecret(Step):
+    """Run argon2; answered with ``None`` (it matches) or the :class:`Reason` it does not."""
+
+    __slots__ = ("account_id", "digest", "secret", "secret_hash")
+    via = ARGON2
+    method = "argon2"
+    answers = (Reason, NoneType)
+
+    def __init__(
+        self, digest: bytes, secret_hash: str, secret: str, account_id: str | None = None
+    ) -> None:
+        self.digest = digest
+        self.secret_hash = secret_hash
+        self.secret = secret
+        self.account_id = account_id  # whose key: the verifier bounds each account's share
+
+    def __repr__(self) -> str:
+        return "VerifySecret(...)"
+
+
+# --- the membership provider --------------------------------------------------------------
+
+
+class GetOrganization(Step):
+    __slots__ = ("organization_id",)
+    method = "get_organization"
+    answers = (Organization, NoneType)
+
+    def __init__(self, organization_id: str) -> None:
+        self.organization_id = organization_id
+
+    def ask(self, target: Any) -> Any:
+        return target.get_organization(self.organization_id)
+
+
+class GetDefaultOrganization(Step):
+    __slots__ = ("tenant_id",)
+    method = "get_default_organization"
+    answers = (Organization, NoneType)
+
+    def __init__(self, tenant_id: str) -> None:
+        self.tenant_id = tenant_id
+
+    def ask(self, target: Any) -> Any:
+        return target.get_default_organization(self.tenant_id)
+
+
+class GetRole(Step):
+    __slots__ = ("account_id", "organization_id")
+    method = "get_role"
+    answers = (str, NoneType)
+
+    def __init__(self, account_id: str, organization_id: str) -> None:
+        self.account_id = account_id
+        self.organization_id = organization_id
+
+    def ask(self, target: Any) -> Any:
+        return target.get_role(self.account_id, self.organization_id)
+
+
+class ReachesTenant(Step):
+    __slots__ = ("account_id", "tenant_id")
+    method = "reaches_tenant"
+    answers = (bool,)
+
+    def __init__(self, account_id: str, tenant_id: str) -> None:
+        self.account_id = account_id
+        self.tenant_id = tenant_id
+
+    def ask(self, target: Any) -> Any:
+        return target.reaches_tenant(self.account_id, self.tenant_id)
