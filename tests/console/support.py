@@ -5,6 +5,11 @@ and tenant ``globex`` (``globex-hq``); ``alice`` is in both acme organizations, 
 in ``acme-main``. The signed-in account is read from the ``test_account`` cookie, the way a
 host's own sign-in would read its session; on the Django edge it is Django's own
 ``request.user``, signed in through Django's sessions (``sign_in``).
+
+``make_world(step_up=True)`` asks for a recent sign-in before a key is minted: the host
+calls a sign-in recent for :data:`RECENT` after the time in the ``test_signed_in_at``
+cookie (on the world's clock), and its re-sign-in page at :data:`REAUTHENTICATE` (on every
+edge's host) sets that cookie and redirects to ``next`` through ``safe_next``.
 """
 
 from __future__ import annotations
@@ -15,20 +20,25 @@ import threading
 import types
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 from urllib.parse import urlencode
 
 import attrs
 import uvicorn
 from starlette.applications import Starlette
-from starlette.routing import Mount
+from starlette.requests import Request
+from starlette.responses import RedirectResponse
+from starlette.routing import Mount, Route
+from werkzeug import Response as WerkzeugResponse
 from werkzeug.exceptions import NotFound
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
 from werkzeug.serving import make_server
+from werkzeug.wrappers import Request as WerkzeugRequest
 
 from keyturn import Authenticator, KeyManager
-from keyturn.console import Console
+from keyturn.console import Console, safe_next
 from keyturn.console._page import StartOn
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 from tests.world import Clock
@@ -38,6 +48,9 @@ SIGN_IN = "/sign-in"
 EDGES = ("asgi", "wsgi")
 BROWSER_EDGES = (*EDGES, "django")  # the browser suite also runs against the Django edge
 NOW = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)  # where the console tests' clock starts
+SIGNED_IN_AT_COOKIE = "test_signed_in_at"  # when the host last saw the password: a timestamp
+REAUTHENTICATE = "/reauthenticate"  # the host's re-sign-in page
+RECENT = timedelta(minutes=10)  # how recent a sign-in the host asks for before minting a key
 
 
 @attrs.frozen
@@ -55,9 +68,25 @@ def signed_in(request: Any) -> str | None:
     return account if isinstance(account, str) else None
 
 
-def make_world(*, start_on: StartOn = "tenant", edge: str = "asgi", **options: Any) -> World:
+def recently_authenticated(clock: Clock, request: Any) -> bool:
+    """The tests' host: whether the sign-in in *request*'s cookie is :data:`RECENT` enough."""
+    cookies = request.COOKIES if hasattr(request, "COOKIES") else request.cookies  # Django's
+    raw = cookies.get(SIGNED_IN_AT_COOKIE, "")
+    if not raw.isdigit():
+        return False
+    return clock() - datetime.fromtimestamp(int(raw), UTC) < RECENT
+
+
+def signed_in_at(at: datetime) -> str:
+    """The value of the host's ``test_signed_in_at`` cookie for a sign-in at *at*."""
+    return str(int(at.timestamp()))
+
+
+def make_world(
+    *, start_on: StartOn = "tenant", edge: str = "asgi", step_up: bool = False, **options: Any
+) -> World:
     """The seeded world, its console reading the sign-in the way *edge*'s host would;
-    *options* go to :class:`Console`."""
+    *options* go to :class:`Console`. With *step_up*, minting a key needs a recent sign-in."""
     store, membership, clock = MemoryKeyStore(), MemoryMembership(), Clock(NOW)
     membership.add_organization("acme-main", tenant_id="acme", default=True)
     membership.add_organization("acme-research", tenant_id="acme")
@@ -71,16 +100,47 @@ def make_world(*, start_on: StartOn = "tenant", edge: str = "asgi", **options: A
 
         options.setdefault("signed_in", username)
     options.setdefault("signed_in", signed_in)
+    if step_up:
+        options.setdefault("recently_authenticated", partial(recently_authenticated, clock))
+        options.setdefault("reauthenticate_url", REAUTHENTICATE)
     console = Console(manager, sign_in_url=SIGN_IN, start_on=start_on, **options)
     return World(store=store, membership=membership, clock=clock, console=console, manager=manager)
 
 
 def asgi_app(console: Console) -> Any:
-    return Starlette(routes=[Mount("/console", app=console.asgi())])
+    async def reauthenticate(request: Request) -> RedirectResponse:
+        target = safe_next(request.query_params.get("next"), "/console/")
+        response = RedirectResponse(target, status_code=303)
+        response.set_cookie(SIGNED_IN_AT_COOKIE, signed_in_at(console.manager.clock()))
+        return response
+
+    routes = [Route(REAUTHENTICATE, reauthenticate), Mount("/console", app=console.asgi())]
+    return Starlette(routes=routes)
 
 
 def wsgi_app(console: Console) -> Any:
-    return DispatcherMiddleware(NotFound(), {"/console": console.wsgi()})
+    @WerkzeugRequest.application
+    def host(request: WerkzeugRequest) -> Any:
+        if request.path != REAUTHENTICATE:
+            return NotFound()
+        target = safe_next(request.args.get("next"), "/console/")
+        response = WerkzeugResponse(status=303, headers={"Location": target})
+        response.set_cookie(SIGNED_IN_AT_COOKIE, signed_in_at(console.manager.clock()))
+        return response
+
+    return DispatcherMiddleware(host, {"/console": console.wsgi()})
+
+
+def django_reauthenticate(console: Console) -> Any:
+    """The Django host's re-sign-in view."""
+    from django.http import HttpRequest, HttpResponseRedirect
+
+    def reauthenticate(request: HttpRequest) -> HttpResponseRedirect:
+        response = HttpResponseRedirect(safe_next(request.GET.get("next"), "/console/"))
+        response.set_cookie(SIGNED_IN_AT_COOKIE, signed_in_at(console.manager.clock()))
+        return response
+
+    return reauthenticate
 
 
 @contextmanager
@@ -95,7 +155,10 @@ def django_settings(console: Console) -> Iterator[None]:
 
     database()
     urls = types.ModuleType("console_urls")  # a URLconf module of this console alone
-    urls.urlpatterns = [path("console/", include(console_urls(console)))]  # type: ignore[attr-defined]
+    urls.urlpatterns = [  # type: ignore[attr-defined]
+        path("console/", include(console_urls(console))),
+        path(REAUTHENTICATE[1:], django_reauthenticate(console)),
+    ]
     manager = console.manager
     with (
         Authenticator(manager.store, manager.membership) as gate,  # the API beside it
@@ -161,6 +224,7 @@ class Client:
             self._wsgi = WerkzeugClient(wsgi_app(console))
             self.origin = "http://localhost"
         self.account: str | None = None
+        self.cookies: dict[str, str] = {}  # the host's other cookies, sent on every request
 
     def request(
         self,
@@ -173,10 +237,14 @@ class Client:
         headers = dict(headers or {})
         if self.edge == "django":
             return self._django_request(method, path, data, headers)
-        if self.account is not None and self.edge == "asgi":
-            headers["Cookie"] = f"{ACCOUNT_COOKIE}={self.account}"
-        elif self.account is not None:
-            self._wsgi.set_cookie(ACCOUNT_COOKIE, self.account)
+        cookies = dict(self.cookies)
+        if self.account is not None:
+            cookies[ACCOUNT_COOKIE] = self.account
+        if cookies and self.edge == "asgi":
+            headers["Cookie"] = "; ".join(f"{name}={value}" for name, value in cookies.items())
+        elif self.edge == "wsgi":
+            for name, value in cookies.items():
+                self._wsgi.set_cookie(name, value)
         if isinstance(data, bytes):
             headers.setdefault("Content-Type", "application/x-www-form-urlencoded")
         if self.edge == "asgi":
@@ -208,6 +276,8 @@ class Client:
             cookies[ACCOUNT_COOKIE] = self.account
         elif ACCOUNT_COOKIE in cookies:
             del cookies[ACCOUNT_COOKIE]
+        for name, value in self.cookies.items():
+            cookies[name] = value
         content_type = headers.pop("Content-Type", "application/x-www-form-urlencoded")
         body = urlencode(data) if isinstance(data, Mapping) else (data or b"")
         reply = self._django.generic(method, path, body, content_type=content_type, headers=headers)

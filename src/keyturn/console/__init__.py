@@ -33,6 +33,7 @@ from keyturn.console._page import (
     Preview,
     local_time,
     preview,
+    safe_next,
 )
 from keyturn.console._visit import ConsoleSetupError, Page, Visit
 
@@ -45,4 +46,5 @@ __all__ = [
     "Visit",
     "local_time",
     "preview",
+    "safe_next",
 ]

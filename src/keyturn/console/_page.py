@@ -27,6 +27,12 @@ Rules of this file:
    (:data:`LIFETIME_CHOICES`), asks the library for a custom date's bounds and a choice's
    expiry, and turns its errors into messages. It sets no bound on a name, a lifetime or a
    date itself.
+7. Creating and rotating mint a key that works for up to a year. When the host gives
+   ``recently_authenticated``, their forms are shown, and their POSTs act, only on a visit
+   whose sign-in the host calls recent (``Visit.recent_sign_in``); any other visit gets the
+   host's ``reauthenticate_url`` with a ``next`` back to the same console page, a path on
+   this origin (:func:`safe_next`). A refused POST creates nothing and says so. Revoking
+   only takes power away: it needs no recent sign-in.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ from functools import partial
 from importlib import resources
 from pathlib import Path
 from typing import Any, Final, Literal
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit, urlunsplit
 from zoneinfo import TZPATH, ZoneInfo, available_timezones
 
 import anyio.from_thread
@@ -143,6 +149,26 @@ _TEXTS: Final = {  # the message pages' texts, by title
         "your list before creating it again."
     ),
 }
+
+
+def safe_next(target: object, default: str = "/") -> str:
+    """*target* if it is a path on this site (``/console/rotate?key=...``), else *default*.
+
+    For the ``next`` parameter a sign-in page redirects to: anything that could take a
+    browser to another site gives *default* -- a scheme (``https:``, ``javascript:``), a
+    network path (``//host``), a backslash (browsers read it as a slash), or a character
+    that is not printable (browsers drop tabs and line breaks: a tab between two slashes is
+    ``//host`` to them).
+    """
+    if (
+        isinstance(target, str)
+        and target.startswith("/")
+        and not target.startswith("//")
+        and "\\" not in target
+        and target.isprintable()
+    ):
+        return target
+    return default
 
 
 def from_own_origin(headers: Mapping[str, str], origin: str) -> bool:
@@ -359,6 +385,13 @@ class Console:
         secret (32 random bytes). By default a random one per process.
     :param expiring_within: the list marks Active and Inactive keys that expire this soon,
         with the time left (default 7 days; ``timedelta(0)`` marks none).
+    :param recently_authenticated: your check that the user signed in recently enough to
+        mint a key, as a function of the framework's request answering ``True`` (a
+        coroutine function is awaited under ASGI; any answer but ``True`` is "not recent").
+        With it, creating and rotating a key need a recent sign-in; revoking does not.
+    :param reauthenticate_url: where a user whose sign-in is not recent confirms it, given
+        with *recently_authenticated*. The console adds ``next``, the path of the console
+        page to come back to; check it with :func:`safe_next` before you redirect to it.
     """
 
     def __init__(
@@ -371,6 +404,8 @@ class Console:
         current_organization: Callable[[Any], Any] | None = None,
         secret: bytes | None = None,
         expiring_within: timedelta = timedelta(days=7),
+        recently_authenticated: Callable[[Any], Any] | None = None,
+        reauthenticate_url: str | None = None,
     ) -> None:
         if not isinstance(manager, KeyManager | AsyncKeyManager):
             raise ConsoleSetupError(
@@ -404,6 +439,19 @@ class Console:
             raise ConsoleSetupError(
                 f"expiring_within must be a timedelta of zero or more, got {expiring_within!r}"
             )
+        if (recently_authenticated is None) != (reauthenticate_url is None):
+            raise ConsoleSetupError(
+                "recently_authenticated and reauthenticate_url go together: the console sends "
+                "a user whose sign-in is not recent to reauthenticate_url"
+            )
+        if recently_authenticated is not None and not callable(recently_authenticated):
+            raise ConsoleSetupError("recently_authenticated must be a function of the request")
+        if reauthenticate_url is not None and (
+            not isinstance(reauthenticate_url, str) or not reauthenticate_url
+        ):
+            raise ConsoleSetupError(
+                "reauthenticate_url must be the URL of the page where a user signs in again"
+            )
         self.manager = manager
         self.membership: ConsoleMembership = manager.membership
         # The pages call the manager in a worker thread: an async one through the loop.
@@ -419,6 +467,8 @@ class Console:
         self.start_on: StartOn = start_on
         self.current_organization = current_organization
         self.expiring_within = expiring_within
+        self.recently_authenticated = recently_authenticated
+        self.reauthenticate_url = reauthenticate_url
         self._tokens = _FormTokens(secret or secrets.token_bytes(32))
 
     def __repr__(self) -> str:
@@ -539,6 +589,7 @@ class Console:
             },
             "filter_scopes": [(_scope_value(s), _scope_label(s)) for s in scopes],
             "tz_param": zone.key if zone and visit.query.get("tz") else "",
+            "step_up": self._step_up(visit, visit.base),
         }
         return self._render(visit, "keys.html", 200 if form is None else 400, context)
 
@@ -553,6 +604,9 @@ class Console:
         nonce = self._tokens.check(form.get("token", ""), account_id, "create")
         if nonce is None:
             return self._message(visit, 403, "This form has expired")
+        step_up = self._step_up(visit, visit.base)
+        if step_up is not None:
+            return self._render(visit, "step_up.html", 403, {"step_up": step_up, "act": "create"})
         values = {f: form.get(f, "") for f in ("name", "lifetime", "date", "tz", "scope")}
         errors: dict[str, str] = {}
         try:
@@ -604,6 +658,7 @@ class Console:
             "row": self._row(info, self._now(), keys),
             "zone": _zone(visit.query.get("tz", "")),
             "token": self._tokens.issue(account_id, form),
+            "step_up": self._step_up(visit, _rotate_path(visit, info.key_id)),
         }
         return self._render(visit, f"{form}.html", 200, context)
 
@@ -627,6 +682,9 @@ class Console:
         nonce = self._tokens.check(form.get("token", ""), account_id, "rotate")
         if nonce is None:
             return self._message(visit, 403, "This form has expired")
+        step_up = self._step_up(visit, _rotate_path(visit, form.get("key", "")))
+        if step_up is not None:
+            return self._render(visit, "step_up.html", 403, {"step_up": step_up, "act": "rotate"})
         revoke_old = form.get("revoke_old", "")
         if revoke_old not in ("", "1"):
             return self._message(visit, 400, "Unsupported form", account=None)
@@ -653,6 +711,18 @@ class Console:
         keys = {info.key_id: info for info in self._keys.list(account_id)}
         context = {"secret": created.secret, "row": self._row(created.info, self._now(), keys)}
         return self._render(visit, "created.html", 201, {**context, "zone": None})
+
+    def _step_up(self, visit: Visit, back: str) -> str | None:
+        """``None`` when the visit may mint a key (no step-up asked, or a recent sign-in),
+        else the host's ``reauthenticate_url`` with ``next`` set to *back*, a page of this
+        console: left out if the mount point makes it no local path (:func:`safe_next`)."""
+        if self.reauthenticate_url is None or visit.recent_sign_in:
+            return None
+        if safe_next(back, "") != back:
+            return self.reauthenticate_url
+        parts = urlsplit(self.reauthenticate_url)
+        query = "&".join(filter(None, (parts.query, urlencode({"next": back}))))
+        return urlunsplit(parts._replace(query=query))
 
     def _row(self, info: KeyInfo, now: datetime, keys: Mapping[str, KeyInfo]) -> dict[str, Any]:
         """One key as the templates show it: with its expiry warning and, from *keys* (the
@@ -692,6 +762,10 @@ class Console:
         """A message page: *title*, and its text from :data:`_TEXTS` unless *context* has one."""
         context = {"title": title, "text": _TEXTS.get(title), **context}
         return self._render(visit, "message.html", status, context, *extra)
+
+
+def _rotate_path(visit: Visit, key_id: str) -> str:
+    return visit.base + "rotate?" + urlencode({"key": key_id})
 
 
 def _sentence(message: str) -> str:

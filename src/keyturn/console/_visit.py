@@ -61,6 +61,9 @@ class Visit:
     csrf_refused: bool = False  # the host's own CSRF check (Django's) refused this POST
     authorization: tuple[str, ...] = ()  # every Authorization line, as sent
     by_key: bool = False  # the API middleware authenticated this request with a key
+    # The host's recently_authenticated answered True (asked only of a signed-in visitor of
+    # a console that has the hook; any other answer is False).
+    recent_sign_in: bool = False
 
 
 @attrs.frozen
@@ -81,6 +84,7 @@ class Pages(Protocol):
 
     signed_in: Callable[[Any], Any]
     current_organization: Callable[[Any], Any] | None
+    recently_authenticated: Callable[[Any], Any] | None
     manager: Any
 
     def handle(self, visit: Visit) -> Page: ...

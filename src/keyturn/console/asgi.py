@@ -1,7 +1,8 @@
 """The console's ASGI edge: an ASGI app over :class:`~keyturn.console.Console`. Decides nothing.
 
 It reads the request (at most :data:`~keyturn.console._visit.MAX_FORM_BYTES` of body), asks the
-host's ``signed_in`` (and ``current_organization``) with a Starlette
+host's ``signed_in`` (and ``current_organization``, and ``recently_authenticated`` of a
+signed-in visitor) with a Starlette
 :class:`~starlette.requests.Request` (a coroutine function is awaited, a plain one runs in a
 worker thread), and runs the page layer -- which calls the key store -- in a worker thread,
 so a blocking store never stalls the event loop; an :class:`~keyturn.AsyncKeyManager`'s
@@ -72,8 +73,11 @@ async def _visit(edge: ConsoleASGI, request: Request, path: str) -> Visit:
             if len(body) > MAX_FORM_BYTES:
                 break
     account = await _ask(edge.console.signed_in, request)
+    account = account if isinstance(account, str) and account else None
     hook = edge.console.current_organization
     organization = None if hook is None else await _ask(hook, request)
+    recent = edge.console.recently_authenticated
+    recent_sign_in = account is not None and recent is not None and await _ask(recent, request)
     headers = request.headers
     return Visit(
         method=request.method,
@@ -88,10 +92,11 @@ async def _visit(edge: ConsoleASGI, request: Request, path: str) -> Visit:
             for name in ("authorization", "origin", "sec-fetch-site")
             if name in headers
         },
-        account_id=account if isinstance(account, str) and account else None,
+        account_id=account,
         organization=organization if isinstance(organization, str) else None,
         authorization=tuple(headers.getlist("authorization")),
         by_key=PRINCIPAL_KEY in (request.scope.get("state") or {}),
+        recent_sign_in=recent_sign_in is True,
     )
 
 

@@ -18,7 +18,8 @@ In a project's ``urls.py``::
 
 One view answers every page below the mount point. It reads the request (at most
 :data:`~keyturn.console._visit.MAX_FORM_BYTES` of body), asks the host's ``signed_in`` (and
-``current_organization``) with Django's ``HttpRequest``, and writes the page layer's answer
+``current_organization``, and ``recently_authenticated`` of a signed-in user) with Django's
+``HttpRequest``, and writes the page layer's answer
 back as an ``HttpResponse``. Django's own CSRF check guards every POST, whatever
 ``MIDDLEWARE`` says: its token rides in every form the console renders, and a POST it
 refuses gets the console's "This form has expired" page (403), not Django's. The console's
@@ -88,11 +89,12 @@ def console_urls(console: Console) -> tuple[list[URLPattern], str]:
     """
     if not isinstance(console, Console):
         raise ConsoleSetupError(f"console must be a keyturn Console, got {type(console).__name__}")
-    hooks = (console.signed_in, console.current_organization)
+    hooks = (console.signed_in, console.current_organization, console.recently_authenticated)
     if any(inspect.iscoroutinefunction(hook) for hook in hooks):
         raise ConsoleSetupError(
-            "the Django edge calls signed_in and current_organization as plain functions "
-            "(Django's request.user is read in Django's own thread): pass plain functions"
+            "the Django edge calls signed_in, current_organization and recently_authenticated "
+            "as plain functions (Django's request.user is read in Django's own thread): pass "
+            "plain functions"
         )
 
     if isinstance(console.manager, AsyncKeyManager):
@@ -125,8 +127,11 @@ def _visit(console: Console, request: HttpRequest, rest: str) -> Visit:
         except RawPostDataException:  # Django streamed a multipart body: not a console form
             body = b""
     account = console.signed_in(request)
+    account = account if isinstance(account, str) and account else None
     hook = console.current_organization
     organization = None if hook is None else hook(request)
+    recent = console.recently_authenticated
+    recent_sign_in = account is not None and recent is not None and recent(request)
     path = request.path
     meta = request.META
     return Visit(
@@ -142,12 +147,13 @@ def _visit(console: Console, request: HttpRequest, rest: str) -> Visit:
             for name in ("authorization", "origin", "sec-fetch-site")
             if (value := request.headers.get(name)) is not None
         },
-        account_id=account if isinstance(account, str) and account else None,
+        account_id=account,
         organization=organization if isinstance(organization, str) else None,
         form_fields={"csrfmiddlewaretoken": get_token(request)},
         csrf_refused=csrf_refused,
         authorization=(meta["HTTP_AUTHORIZATION"],) if "HTTP_AUTHORIZATION" in meta else (),
         by_key=PRINCIPAL_KEY in meta,
+        recent_sign_in=recent_sign_in is True,
     )
 
 

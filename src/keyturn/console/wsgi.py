@@ -1,13 +1,15 @@
 """The console's WSGI edge: a WSGI app over :class:`~keyturn.console.Console`. Decides nothing.
 
 It reads the request (at most :data:`~keyturn.console._visit.MAX_FORM_BYTES` of body), asks the
-host's ``signed_in`` (and ``current_organization``) with a Werkzeug
-:class:`~werkzeug.wrappers.Request`, and writes the page layer's answer back. It serves a
-:class:`~keyturn.KeyManager` only: a WSGI server has no event loop for an async one.
+host's ``signed_in`` (and ``current_organization``, and ``recently_authenticated`` of a
+signed-in visitor) with a Werkzeug :class:`~werkzeug.wrappers.Request`, and writes the page
+layer's answer back. It serves a :class:`~keyturn.KeyManager` and plain host functions
+only: a WSGI server has no event loop for an async one.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable
 from http import HTTPStatus
 from typing import TYPE_CHECKING
@@ -41,6 +43,13 @@ class ConsoleWSGI:
                 "a WSGI server has no event loop for an AsyncKeyManager: serve this console "
                 "with console.asgi(), or give it a KeyManager"
             )
+        hooks = (console.signed_in, console.current_organization, console.recently_authenticated)
+        if any(inspect.iscoroutinefunction(hook) for hook in hooks):
+            raise ConsoleSetupError(
+                "a WSGI server has no event loop to await signed_in, current_organization or "
+                "recently_authenticated: pass plain functions, or serve this console with "
+                "console.asgi()"
+            )
         self.console = console
 
     def __repr__(self) -> str:
@@ -63,8 +72,11 @@ def _visit(edge: ConsoleWSGI, request: Request) -> Visit:
     if request.method == "POST":
         body = request.stream.read(MAX_FORM_BYTES + 1)
     account = edge.console.signed_in(request)
+    account = account if isinstance(account, str) and account else None
     hook = edge.console.current_organization
     organization = None if hook is None else hook(request)
+    recent = edge.console.recently_authenticated
+    recent_sign_in = account is not None and recent is not None and recent(request)
     headers = request.headers
     return Visit(
         method=request.method,
@@ -79,8 +91,9 @@ def _visit(edge: ConsoleWSGI, request: Request) -> Visit:
             for name in ("authorization", "origin", "sec-fetch-site")
             if (value := headers.get(name)) is not None
         },
-        account_id=account if isinstance(account, str) and account else None,
+        account_id=account,
         organization=organization if isinstance(organization, str) else None,
         authorization=tuple(headers.getlist("authorization")),
         by_key=PRINCIPAL_KEY in request.environ,
+        recent_sign_in=recent_sign_in is True,
     )
