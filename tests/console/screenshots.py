@@ -8,13 +8,25 @@ the "created" screenshot is replaced by a plainly fake one before the picture is
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from keyturn import Lifetime, Scope
 from keyturn.console import Console
 from tests.console.conftest import CHROMIUM, CHROMIUM_ARGS
-from tests.console.support import ACCOUNT_COOKIE, SIGN_IN, make_world, serving, sign_in
+from tests.console.support import (
+    ACCOUNT_COOKIE,
+    REAUTHENTICATE,
+    SIGN_IN,
+    SIGNED_IN_AT_COOKIE,
+    make_world,
+    recently_authenticated,
+    serving,
+    sign_in,
+    signed_in,
+    signed_in_at,
+)
 
 OUT = Path(__file__).resolve().parents[2] / "docs" / "img"
 FAKE_SECRET = "rma_DOCS-EXAMPLE-NOT-A-REAL-KEY"
@@ -87,6 +99,7 @@ def main() -> None:
         narrow.set_viewport_size({"width": 375, "height": 1400})
         narrow.screenshot(path=OUT / "console-375px.png")
         django_screenshot(browser, world)
+        step_up_screenshot(browser, world)
         browser.close()
     print(f"wrote {len(list(OUT.glob('console-*.png')))} screenshots to {OUT}")
 
@@ -105,6 +118,33 @@ def django_screenshot(browser: Any, world: Any) -> None:
         page = context.new_page()
         page.goto(url)
         page.screenshot(path=OUT / "console-django.png", full_page=True)
+        context.close()
+
+
+def step_up_screenshot(browser: Any, world: Any) -> None:
+    """The same keys behind a console that asks for a recent sign-in, signed in long ago."""
+    console = Console(
+        world.manager,
+        signed_in=signed_in,
+        sign_in_url=SIGN_IN,
+        recently_authenticated=partial(recently_authenticated, world.clock),
+        reauthenticate_url=REAUTHENTICATE,
+    )
+    with serving("asgi", console) as origin:
+        url = f"{origin}/console/"
+        context = browser.new_context(
+            timezone_id="Europe/Berlin", viewport={"width": 1100, "height": 560}
+        )
+        long_ago = signed_in_at(world.clock.now - timedelta(hours=3))
+        context.add_cookies(
+            [
+                {"name": ACCOUNT_COOKIE, "value": "alice", "url": url},
+                {"name": SIGNED_IN_AT_COOKIE, "value": long_ago, "url": url},
+            ]
+        )
+        page = context.new_page()
+        page.goto(url)
+        page.screenshot(path=OUT / "console-step-up.png")
         context.close()
 
 
