@@ -377,36 +377,39 @@ def test_the_secret_never_reaches_a_log(
     assert secret not in caplog.text
 
 
-class FlakyStore(MemoryKeyStore):
-    """A memory store that fails while ``down`` is set, as a database that went away."""
+class Outage:
+    """Makes *store*'s writes and lists fail while ``down`` is set, as a database that went
+    away. It patches the instance the manager already holds: its caller was chosen at
+    construction, so a store swapped in afterwards would never be asked."""
 
-    down = False
+    def __init__(self, store: MemoryKeyStore) -> None:
+        self.down = False
+        for name in ("add_key", "keys_of"):
+            setattr(store, name, self._failing(getattr(store, name)))
 
-    def add_key(self, key: Any) -> None:
-        if self.down:
-            raise ConnectionError("database unreachable")
-        super().add_key(key)
+    def _failing(self, method: Any) -> Any:
+        def call(*args: Any) -> Any:
+            if self.down:
+                raise ConnectionError("database unreachable")
+            return method(*args)
 
-    def keys_of(self, account_id: str) -> Any:
-        if self.down:
-            raise ConnectionError("database unreachable")
-        return super().keys_of(account_id)
+        return call
 
 
 def test_a_failing_store_gets_a_503_page_and_the_form_stays_usable(
     client: Client, world: World
 ) -> None:
     """Store down: 503 with Retry-After, no key; once it is back the same form creates one."""
-    store = FlakyStore()
-    world.manager.store = store
+    store = world.store
+    outage = Outage(store)
     form = create_form(client)
-    store.down = True
+    outage.down = True
     reply = client.post("/console/", form)
     assert reply.status == 503
     assert reply.headers["retry-after"] == "5"
     assert "Try again in a moment" in reply.text
     assert client.get("/console/").status == 503
-    store.down = False
+    outage.down = False
     assert client.post("/console/", form).status == 201
     assert len(store.keys_of("alice")) == 1
 
