@@ -16,6 +16,7 @@ from types import NoneType
 from typing import Any, ClassVar, Final
 
 from keyturn._model import ApiKey, Found, Organization
+from keyturn.activity import KeyEvent
 from keyturn.errors import Reason
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "MEMBERSHIP",
     "STORE",
     "AddKey",
+    "EventsOf",
     "GetDefaultOrganization",
     "GetKey",
     "GetOrganization",
@@ -32,6 +34,7 @@ __all__ = [
     "Lookup",
     "MarkUsed",
     "ReachesTenant",
+    "RecordEvent",
     "ReportLeak",
     "RevokeKey",
     "Step",
@@ -191,6 +194,37 @@ class MarkUsed(Step):
 
     def ask(self, target: Any) -> Any:
         return target.mark_used(self.key_id, self.at)
+
+
+class RecordEvent(Step):
+    """Append an event to the record of key actions (:mod:`keyturn.activity`)."""
+
+    __slots__ = ("event",)
+    via = STORE
+    method = "record_event"
+    answers = (object,)  # nothing is read from the answer
+
+    def __init__(self, event: KeyEvent) -> None:
+        self.event = event
+
+    def ask(self, target: Any) -> Any:
+        return target.record_event(self.event)
+
+
+class EventsOf(Step):
+    """The events of an account's own keys, newest first, at most *limit*."""
+
+    __slots__ = ("account_id", "limit")
+    via = STORE
+    method = "events_of"
+    answers = (Sequence,)
+
+    def __init__(self, account_id: str, limit: int) -> None:
+        self.account_id = account_id
+        self.limit = limit
+
+    def ask(self, target: Any) -> Any:
+        return target.events_of(self.account_id, self.limit)
 
 
 # --- argon2 -------------------------------------------------------------------------------

@@ -26,7 +26,9 @@ What it decides, in order:
     "token_type", "label"}`` per candidate in order: a hash, never the secret.
 -   A true positive, whatever the key's state, is recorded on the key (``KeyInfo.leaked``:
     the first report's URL and time) and handed to *on_leak* as a :class:`LeakReport`. The
-    key is revoked only with ``revoke=True``: the spec lets only its creator revoke it.
+    key is revoked only with ``revoke=True``: the spec lets only its creator revoke it. A
+    store that keeps the record of key actions (:mod:`keyturn.activity`) gets the report,
+    and the revoke, as events of the leak endpoint.
 -   A store that fails, times out or answers the wrong type, or a public-key callable that
     fails: 503, and the host sends the batch again. A failing *on_leak* is logged; the
     answer stands.
@@ -72,6 +74,7 @@ from keyturn._steps import (
     CALLBACK,
     STORE,
     GetKey,
+    RecordEvent,
     ReportLeak,
     RevokeKey,
     Step,
@@ -79,6 +82,7 @@ from keyturn._steps import (
     WrongAnswer,
 )
 from keyturn._web import DEFAULT_PREFIX, Paths
+from keyturn.activity import Action, By, Channel, KeyEvent, new_event
 
 __all__ = [
     "DEFAULT_PATH",
@@ -412,6 +416,9 @@ class LeakResponder:
         url = _clean_url(candidate.url)
         first = yield ReportLeak(key.key_id, url, now)
         revoked = bool(self.revoke and (yield RevokeKey(key.key_id, now)))
+        if hasattr(self.store, "record_event"):  # the record of key actions (keyturn.activity)
+            for event in _events(key, now, url, revoked):
+                yield RecordEvent(event)
         log.warning(
             "key %s of account %r reported leaked at %r%s",
             key.key_id,
@@ -502,6 +509,16 @@ _ASKED: Final = {
     "revoke_key": "store.revoke_key",
     "public_keys": "public_keys",
 }
+
+
+def _events(key: ApiKey, now: datetime, url: str, revoked: bool) -> list[KeyEvent]:
+    """What a true positive adds to the record: every report (a batch sent again after a
+    503 is recorded again, never lost), and the revoke it made."""
+    by = By(channel=Channel.LEAK_ENDPOINT, actor="secret scanning")
+    events = [new_event(key, Action.LEAK_REPORTED, now, by, detail=url)]
+    if revoked:
+        events.append(new_event(key, Action.AUTO_REVOKED, now, by, detail="reported leaked"))
+    return events
 
 
 def _failure(exc: Exception) -> Response:

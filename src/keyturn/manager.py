@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import logging
 from collections.abc import Callable, Generator, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -55,7 +56,18 @@ from keyturn._model import (
     Status,
     utc_now,
 )
-from keyturn._steps import AddKey, GetKey, GetOrganization, GetRole, KeysOf, RevokeKey, Step
+from keyturn._steps import (
+    AddKey,
+    EventsOf,
+    GetKey,
+    GetOrganization,
+    GetRole,
+    KeysOf,
+    RecordEvent,
+    RevokeKey,
+    Step,
+)
+from keyturn.activity import LIBRARY, Action, By, KeyEvent, new_event, require
 from keyturn.errors import (
     DuplicateKey,
     KeyAlreadyReplaced,
@@ -73,6 +85,7 @@ from keyturn.protocols import (
 
 __all__ = ["AsyncKeyManager", "KeyManager"]
 
+log = logging.getLogger("keyturn.activity")
 T = TypeVar("T")
 
 _Op = Generator[Step, Any, T]
@@ -104,6 +117,7 @@ class _Operations:
         scope: Scope | None = None,
         organization: str | None = None,
         expiry: Lifetime | CustomDate = DEFAULT_LIFETIME,
+        by: By | None = None,
     ) -> _Op[CreatedKey]:
         """The operation behind :meth:`KeyManager.create`."""
         account_id = _account(account_id)
@@ -132,10 +146,15 @@ class _Operations:
             created_at=now,
             expires_at=expires_at,
         )
-        return (yield from self._add(draft))
+        return (yield from self._add(draft, by))
 
     def _rotate(
-        self, account_id: str, key_id: str, *, revoke_old_on_first_use: bool = False
+        self,
+        account_id: str,
+        key_id: str,
+        *,
+        revoke_old_on_first_use: bool = False,
+        by: By | None = None,
     ) -> _Op[CreatedKey]:
         """The operation behind :meth:`KeyManager.rotate`."""
         account_id = _account(account_id)
@@ -156,9 +175,11 @@ class _Operations:
             replaces=old.key_id,
             revoke_old_on_first_use=revoke_old_on_first_use,
         )
-        return (yield from self._add(draft))
+        return (yield from self._add(draft, by, f"replaces {old.hint} (key {old.key_id})"))
 
-    def _add(self, draft: Callable[..., ApiKey]) -> _Op[CreatedKey]:
+    def _add(
+        self, draft: Callable[..., ApiKey], by: By | None, replaces: str | None = None
+    ) -> _Op[CreatedKey]:
         """Store the key *draft* makes with a fresh id and secret (only the secret's hash)."""
         for _ in range(3):  # a clash of 71 random bits is astronomically rare; never silent
             token = _token.generate()
@@ -174,6 +195,8 @@ class _Operations:
                     "(ApiKey.replaces and revoke_old_on_first_use), so the new key was revoked "
                     "at once: see KeyStore.add_key and KeyStore.mark_used"
                 )
+            action = Action.CREATED if replaces is None else Action.ROTATED
+            yield from self._record(key, action, by, replaces)
             return CreatedKey(secret=token.token, info=_info(key, Status.ACTIVE))
         raise DuplicateKey("could not find a free key id; is the key store's random source broken?")
 
@@ -216,7 +239,7 @@ class _Operations:
                 infos.append(info)
         return infos
 
-    def _revoke(self, account_id: str, key_id: str) -> _Op[KeyInfo]:
+    def _revoke(self, account_id: str, key_id: str, by: By | None = None) -> _Op[KeyInfo]:
         """The operation behind :meth:`KeyManager.revoke`."""
         account_id = _account(account_id)
         key_id = _key_id(key_id)
@@ -233,8 +256,31 @@ class _Operations:
             )
         revoked = yield GetKey(key_id)
         assert revoked is not None, "the store lost a key it just revoked"
+        yield from self._record(revoked, Action.REVOKED, by)
         replacement = _replacements((yield KeysOf(account_id))).get(key_id)
         return _info(revoked, Status.REVOKED, replacement)
+
+    def _activity(self, account_id: str, limit: int) -> _Op[list[KeyEvent]]:
+        """The operation behind :meth:`KeyManager.activity`."""
+        account_id = _account(account_id)
+        require(self.store, "KeyManager.activity")
+        if not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"limit must be a positive int, got {limit!r}")
+        events: list[KeyEvent] = yield EventsOf(account_id, limit)
+        return events
+
+    def _record(
+        self, key: ApiKey, action: Action, by: By | None, detail: str | None = None
+    ) -> _Op[None]:
+        """Append the action to the record, if the store keeps one. It is done: a record
+        that fails is logged, never raised, so a new key's secret is never lost to it."""
+        if not hasattr(self.store, "record_event"):
+            return
+        event = new_event(key, action, self._now(), by or LIBRARY, detail=detail)
+        try:
+            yield RecordEvent(event)
+        except Exception:
+            log.exception("could not record %s of key %s", action.value, key.key_id)
 
     def _expiring(self, account_id: str, *, within: timedelta) -> _Op[list[KeyInfo]]:
         """The operation behind :meth:`KeyManager.expiring`."""
@@ -284,11 +330,14 @@ class KeyManager(_Operations):
         scope: Scope | None = None,
         organization: str | None = None,
         expiry: Lifetime | CustomDate = DEFAULT_LIFETIME,
+        by: By | None = None,
     ) -> CreatedKey:
         """Create a key for *account_id*. The returned secret is shown once and never again.
 
         Give either *scope*, or *organization* alone: an organization id whose tenant the
-        membership provider knows (``organization="org_research"``).
+        membership provider knows (``organization="org_research"``). *by* says who acts and
+        through what, for the record (:mod:`keyturn.activity`); by default the account,
+        through the library.
 
         :raises InvalidKeyName: the name is empty, too long or holds control characters.
         :raises InvalidExpiry: the custom date is outside [tomorrow, today + 1 year].
@@ -296,12 +345,22 @@ class KeyManager(_Operations):
         """
         return self._run(
             self._create(
-                account_id, name=name, scope=scope, organization=organization, expiry=expiry
+                account_id,
+                name=name,
+                scope=scope,
+                organization=organization,
+                expiry=expiry,
+                by=by,
             )
         )
 
     def rotate(
-        self, account_id: str, key_id: str, *, revoke_old_on_first_use: bool = False
+        self,
+        account_id: str,
+        key_id: str,
+        *,
+        revoke_old_on_first_use: bool = False,
+        by: By | None = None,
     ) -> CreatedKey:
         """Create the replacement of one of the account's keys; its secret is shown once.
 
@@ -318,16 +377,17 @@ class KeyManager(_Operations):
         :raises ScopeNotReachable: the account no longer reaches the key's scope (Inactive).
         """
         return self._run(
-            self._rotate(account_id, key_id, revoke_old_on_first_use=revoke_old_on_first_use)
+            self._rotate(account_id, key_id, revoke_old_on_first_use=revoke_old_on_first_use, by=by)
         )
 
-    def revoke(self, account_id: str, key_id: str) -> KeyInfo:
-        """Revoke one of the account's keys: immediate and irreversible.
+    def revoke(self, account_id: str, key_id: str, *, by: By | None = None) -> KeyInfo:
+        """Revoke one of the account's keys: immediate and irreversible. *by* says who acts,
+        for the record: the account by default, or an operator (:meth:`By.operator`).
 
         :raises KeyNotFound: no such key among the account's own (another user's key included).
         :raises KeyNotRevocable: the key is already Expired or Revoked.
         """
-        return self._run(self._revoke(account_id, key_id))
+        return self._run(self._revoke(account_id, key_id, by))
 
     def expiring(self, account_id: str, *, within: timedelta) -> builtins.list[KeyInfo]:
         """The account's keys that still work or could again (Active or Inactive) and expire
@@ -336,6 +396,14 @@ class KeyManager(_Operations):
         :raises ValueError: *within* is negative.
         """
         return self._run(self._expiring(account_id, within=within))
+
+    def activity(self, account_id: str, *, limit: int = 100) -> builtins.list[KeyEvent]:
+        """What was done to the account's own keys, and by whom: newest first, at most
+        *limit* events (see :mod:`keyturn.activity`).
+
+        :raises ActivityNotKept: the key store keeps no record.
+        """
+        return self._run(self._activity(account_id, limit))
 
     def list(
         self,
@@ -397,29 +465,44 @@ class AsyncKeyManager(_Operations):
         scope: Scope | None = None,
         organization: str | None = None,
         expiry: Lifetime | CustomDate = DEFAULT_LIFETIME,
+        by: By | None = None,
     ) -> CreatedKey:
         """:meth:`KeyManager.create`, awaited: the secret is shown once and never again."""
         return await self._run(
             self._create(
-                account_id, name=name, scope=scope, organization=organization, expiry=expiry
+                account_id,
+                name=name,
+                scope=scope,
+                organization=organization,
+                expiry=expiry,
+                by=by,
             )
         )
 
     async def rotate(
-        self, account_id: str, key_id: str, *, revoke_old_on_first_use: bool = False
+        self,
+        account_id: str,
+        key_id: str,
+        *,
+        revoke_old_on_first_use: bool = False,
+        by: By | None = None,
     ) -> CreatedKey:
         """:meth:`KeyManager.rotate`, awaited."""
         return await self._run(
-            self._rotate(account_id, key_id, revoke_old_on_first_use=revoke_old_on_first_use)
+            self._rotate(account_id, key_id, revoke_old_on_first_use=revoke_old_on_first_use, by=by)
         )
 
-    async def revoke(self, account_id: str, key_id: str) -> KeyInfo:
+    async def revoke(self, account_id: str, key_id: str, *, by: By | None = None) -> KeyInfo:
         """:meth:`KeyManager.revoke`, awaited."""
-        return await self._run(self._revoke(account_id, key_id))
+        return await self._run(self._revoke(account_id, key_id, by))
 
     async def expiring(self, account_id: str, *, within: timedelta) -> builtins.list[KeyInfo]:
         """:meth:`KeyManager.expiring`, awaited."""
         return await self._run(self._expiring(account_id, within=within))
+
+    async def activity(self, account_id: str, *, limit: int = 100) -> builtins.list[KeyEvent]:
+        """:meth:`KeyManager.activity`, awaited."""
+        return await self._run(self._activity(account_id, limit))
 
     async def list(
         self,

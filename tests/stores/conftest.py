@@ -23,7 +23,13 @@ from keyturn import Authenticator, AuthRequest, Principal, Refusal
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 from keyturn.stores.sqlite import SQLiteDatabase
 
-TABLES = ("keyturn_keys", "keyturn_memberships", "keyturn_organizations")
+TABLES = (
+    "keyturn_keys",
+    "keyturn_memberships",
+    "keyturn_organizations",
+    "keyturn_events",
+    "keyturn_notices",
+)
 
 
 # --- PostgreSQL ---------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from keyturn import (
     Status,
     UnknownOrganization,
 )
+from keyturn.activity import Action, Channel
 from tests.stores.conftest import Backend
 from tests.world import Clock
 
@@ -553,3 +554,10 @@ def test_a_signed_leak_report_is_answered_and_recorded_on_every_store(backend: B
     (info,) = manager.list("alice")
     assert (info.leaked, info.status) == (Leaked(url=url, at=NOW), Status.ACTIVE)
     assert [key.key_id for key in backend.keys.leaked_keys()] == [created.info.key_id]
+    events = backend.keys.events_of("alice")
+    reported = next(event for event in events if event.action is Action.LEAK_REPORTED)
+    assert (reported.action, reported.channel, reported.detail) == (
+        Action.LEAK_REPORTED,
+        Channel.LEAK_ENDPOINT,
+        url,
+    )

@@ -17,6 +17,7 @@ Rules of this file:
 4. Instants go in as UTC datetimes (SQLite: fixed-width ISO 8601 text, which sorts as the
    instants do) and come out as UTC-aware datetimes, microseconds kept.
 5. No secret ever reaches this file: a key row holds the argon2id hash and the hint.
+6. The record of key actions (``keyturn_events``) is only ever inserted into.
 """
 
 from __future__ import annotations
@@ -28,12 +29,16 @@ from typing import Any, Final, NamedTuple, Self
 import attrs
 
 from keyturn._model import ApiKey, Found, Leaked, Organization, Scope
+from keyturn.activity import Action, By, Channel, KeyEvent, new_event
 from keyturn.errors import KeyAlreadyReplaced, NotAKeyDatabase, OrganizationConflict, SchemaTooNew
 
 __all__ = [
     "SCHEMA_VERSION",
     "Dialect",
     "Statements",
+    "auto_revoked",
+    "event",
+    "event_params",
     "found",
     "key",
     "key_params",
@@ -43,6 +48,7 @@ __all__ = [
 ]
 
 NOTIFY_CHANNEL: Final = "keyturn_changes"
+EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)  # before every event: "since the start"
 # What a change names (the feed's "kind"): a key by id, an account's memberships, an
 # organization (its memberships change with it).
 KEY: Final = "k"
@@ -140,6 +146,34 @@ MIGRATIONS: Final[Sequence[Sequence[str]]] = (
               AND id = (SELECT min(o.id) FROM keyturn_organizations o
                         WHERE o.tenant_id = keyturn_organizations.tenant_id)""",
         CHANGE_FEED,
+    ),
+    (
+        # Version 5: the record of key actions (keyturn.activity), appended to and never
+        # changed by keyturn; no reference to the key, so it outlives anything done to it.
+        # And the notices sent (keyturn.notices): one row per key and notice, the claim that
+        # makes several instances send one notice, not several.
+        """CREATE TABLE keyturn_events (
+            event_id       TEXT PRIMARY KEY,
+            at             {timestamp} NOT NULL,
+            key_id         TEXT NOT NULL,
+            account_id     TEXT NOT NULL,
+            hint           TEXT NOT NULL,
+            name           TEXT NOT NULL,
+            action         TEXT NOT NULL,
+            actor          TEXT NOT NULL,
+            channel        TEXT NOT NULL,
+            client_address TEXT,
+            user_agent     TEXT,
+            detail         TEXT
+        )""",
+        "CREATE INDEX keyturn_events_by_account ON keyturn_events (account_id, at)",
+        "CREATE INDEX keyturn_events_by_time ON keyturn_events (at)",
+        """CREATE TABLE keyturn_notices (
+            key_id     TEXT NOT NULL,
+            notice     TEXT NOT NULL,
+            claimed_at {timestamp} NOT NULL,
+            PRIMARY KEY (key_id, notice)
+        )""",
     ),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
@@ -311,6 +345,21 @@ _KEY_COLUMN_NAMES: Final = (
 _KEY_COLUMNS: Final = ", ".join(_KEY_COLUMN_NAMES)
 _SELECT_KEYS: Final = f"SELECT {_KEY_COLUMNS} FROM keyturn_keys"  # noqa: S608
 _ORGANIZATION_COLUMNS: Final = "id, tenant_id, is_default"
+_EVENT_COLUMN_NAMES: Final = (
+    "event_id",
+    "at",
+    "key_id",
+    "account_id",
+    "hint",
+    "name",
+    "action",
+    "actor",
+    "channel",
+    "client_address",
+    "user_agent",
+    "detail",
+)
+_EVENT_COLUMNS: Final = ", ".join(_EVENT_COLUMN_NAMES)
 
 
 @attrs.frozen
@@ -432,6 +481,31 @@ class Statements:
         "WHERE m.account_id = %s ORDER BY o.tenant_id, o.is_default DESC, o.id"
     )
 
+    # The record: appended to, never updated or deleted by keyturn.
+    record_event: str = (
+        f"INSERT INTO keyturn_events ({_EVENT_COLUMNS}) "  # noqa: S608
+        f"VALUES ({', '.join(['%s'] * len(_EVENT_COLUMN_NAMES))})"
+    )
+    events_of: str = (
+        f"SELECT {_EVENT_COLUMNS} FROM keyturn_events WHERE account_id = %s "  # noqa: S608
+        "ORDER BY at DESC, event_id DESC LIMIT %s"
+    )
+    events_since: str = (
+        f"SELECT {_EVENT_COLUMNS} FROM keyturn_events WHERE at >= %s "  # noqa: S608
+        "ORDER BY at, event_id LIMIT %s"
+    )
+    # The keys a notice may concern: not revoked, and expired after the given instant.
+    unrevoked_keys: str = (
+        f"{_SELECT_KEYS} WHERE revoked_at IS NULL AND expires_at > %s "
+        "ORDER BY account_id, created_at DESC, key_id DESC"
+    )
+    # Insert-if-absent: the primary key lets one instance claim a notice; rowcount says which.
+    claim_notice: str = (
+        "INSERT INTO keyturn_notices (key_id, notice, claimed_at) VALUES (%s, %s, %s) "
+        "ON CONFLICT DO NOTHING"
+    )
+    release_notice: str = "DELETE FROM keyturn_notices WHERE key_id = %s AND notice = %s"
+
     @classmethod
     def with_placeholder(cls, placeholder: str) -> Statements:
         """Every statement, with *placeholder* in place of ``%s``."""
@@ -519,6 +593,44 @@ def key_params(key: ApiKey, instant: Callable[[datetime | None], Any]) -> tuple[
     )
 
 
+def event(row: Sequence[Any]) -> KeyEvent:
+    """The :class:`~keyturn.activity.KeyEvent` of a row of the event columns."""
+    (event_id, at, key_id, account_id, hint, name, action, actor, channel) = row[:9]
+    client_address, user_agent, detail = row[9:12]
+    return KeyEvent(
+        event_id=event_id,
+        at=_instant(at),
+        key_id=key_id,
+        account_id=account_id,
+        hint=hint,
+        name=name,
+        action=Action(action),
+        actor=actor,
+        channel=Channel(channel),
+        client_address=client_address,
+        user_agent=user_agent,
+        detail=detail,
+    )
+
+
+def event_params(event: KeyEvent, instant: Callable[[datetime | None], Any]) -> tuple[Any, ...]:
+    """The parameters of ``record_event`` for *event*."""
+    return (
+        event.event_id,
+        instant(event.at),
+        event.key_id,
+        event.account_id,
+        event.hint,
+        event.name,
+        event.action.value,
+        event.actor,
+        event.channel.value,
+        event.client_address,
+        event.user_agent,
+        event.detail,
+    )
+
+
 def organization(row: Sequence[Any]) -> Organization:
     """The :class:`Organization` of a row of ``id, tenant_id, is_default``."""
     return Organization(id=row[0], tenant_id=row[1], is_default=bool(row[2]))
@@ -549,6 +661,17 @@ def found(row: Sequence[Any] | None, organization: str | None) -> Found:
         default=default,
         roles={place: role for place, role in zip(places, roles, strict=True) if place},
         reaches=bool(reaches),
+    )
+
+
+def auto_revoked(old: ApiKey, at: datetime, replacement_id: str) -> KeyEvent:
+    """The event of *old*'s revoke at its replacement's first use (``mark_used``)."""
+    return new_event(
+        old,
+        Action.AUTO_REVOKED,
+        at,
+        By(actor="keyturn (rotation)"),
+        detail=f"its replacement, key {replacement_id}, was first used",
     )
 
 

@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from keyturn._model import ApiKey, Found, Organization
+from keyturn.activity import KeyEvent, emit
 from keyturn.errors import Conflict, DuplicateKey, UnknownOrganization
 from keyturn.stores import _sql
 
@@ -98,6 +99,9 @@ class SQLKeyStore:
         for (changed_id,) in changed:  # the old key revoked at rotation's request, if any
             if changed_id != key_id:
                 self.database.replica.changed(_sql.KEY, changed_id)
+                old = self.get_key(changed_id)
+                if old is not None:
+                    self.record_event(_sql.auto_revoked(old, at, key_id))
 
     def report_leak(self, key_id: str, url: str, at: datetime) -> bool:
         """Record that the key was found in public at *url*; ``False`` if already recorded."""
@@ -112,6 +116,45 @@ class SQLKeyStore:
         with self.database.connection() as connection:
             rows = connection.execute(self._sql.leaked_keys).fetchall()
         return [_sql.key(row) for row in rows]
+
+    def record_event(self, event: KeyEvent) -> None:
+        """Append *event* to the record, then hand it to the database's ``on_event`` hook."""
+        params = _sql.event_params(event, self.database.instant)
+        with self.database.connection() as connection:
+            connection.execute(self._sql.record_event, params)
+        emit(self.database.on_event, event)
+
+    def events_of(self, account_id: str, limit: int = 100) -> list[KeyEvent]:
+        """The events of the account's keys, newest first, at most *limit*."""
+        with self.database.connection() as connection:
+            rows = connection.execute(self._sql.events_of, (account_id, limit)).fetchall()
+        return [_sql.event(row) for row in rows]
+
+    def events_since(self, since: datetime | None, limit: int = 1000) -> list[KeyEvent]:
+        """Every account's events at or after *since* (all when ``None``), oldest first."""
+        start = self.database.instant(since or _sql.EPOCH)
+        with self.database.connection() as connection:
+            rows = connection.execute(self._sql.events_since, (start, limit)).fetchall()
+        return [_sql.event(row) for row in rows]
+
+    def unrevoked_keys(self, expired_after: datetime) -> list[ApiKey]:
+        """Every account's keys that are not revoked and expire after *expired_after*."""
+        after = self.database.instant(expired_after)
+        with self.database.connection() as connection:
+            rows = connection.execute(self._sql.unrevoked_keys, (after,)).fetchall()
+        return [_sql.key(row) for row in rows]
+
+    def claim_notice(self, key_id: str, notice: str, at: datetime) -> bool:
+        """Claim the sending of *notice* about the key; ``False`` if it was claimed before."""
+        params = (key_id, notice, self.database.instant(at))
+        with self.database.connection() as connection:
+            claimed = connection.execute(self._sql.claim_notice, params).rowcount
+        return bool(claimed == 1)
+
+    def release_notice(self, key_id: str, notice: str) -> None:
+        """Give a claim back (its delivery failed), so that a later run sends it."""
+        with self.database.connection() as connection:
+            connection.execute(self._sql.release_notice, (key_id, notice))
 
 
 class SQLMembership:

@@ -20,20 +20,28 @@ from datetime import datetime
 import attrs
 
 from keyturn._model import ApiKey, Leaked, Organization
+from keyturn.activity import EventHook, KeyEvent, emit
 from keyturn.errors import DuplicateKey, OrganizationConflict, UnknownOrganization
-from keyturn.stores._sql import default_stays, refuse_organization, replaced
+from keyturn.stores._sql import auto_revoked, default_stays, refuse_organization, replaced
 
 __all__ = ["MemoryKeyStore", "MemoryMembership"]
 
 
 class MemoryKeyStore:
-    """A :class:`~keyturn.protocols.KeyStore` in a dict. Reads take no lock; writes do."""
+    """A :class:`~keyturn.protocols.KeyStore` in a dict. Reads take no lock; writes do.
+
+    :param on_event: called with each :class:`~keyturn.activity.KeyEvent` once it is
+        recorded (see :mod:`keyturn.activity`); its failures are logged.
+    """
 
     nonblocking = True  # the async middleware may call it directly on the event loop
 
-    def __init__(self) -> None:
+    def __init__(self, *, on_event: EventHook | None = None) -> None:
         self._keys: dict[str, ApiKey] = {}
+        self._events: list[KeyEvent] = []  # in the order recorded
+        self._notices: dict[tuple[str, str], datetime] = {}
         self._lock = threading.Lock()
+        self.on_event = on_event
 
     def __repr__(self) -> str:
         return f"MemoryKeyStore(keys={len(self._keys)})"
@@ -76,8 +84,11 @@ class MemoryKeyStore:
                 first = key.first_used_at or at
                 self._keys[key_id] = attrs.evolve(key, last_used_at=at, first_used_at=first)
             old = self._keys.get(key.replaces or "") if key.revoke_old_on_first_use else None
-            if old is not None and old.revoked_at is None and old.expires_at > at:
+            revoked = old is not None and old.revoked_at is None and old.expires_at > at
+            if old is not None and revoked:
                 self._keys[old.key_id] = attrs.evolve(old, revoked_at=at)
+        if old is not None and revoked:
+            self.record_event(auto_revoked(old, at, key_id))
 
     def report_leak(self, key_id: str, url: str, at: datetime) -> bool:
         """Record that the key was found in public at *url*; ``False`` if already recorded."""
@@ -93,6 +104,51 @@ class MemoryKeyStore:
         with self._lock:
             keys = [key for key in self._keys.values() if key.leaked is not None]
         return sorted(keys, key=_reported, reverse=True)
+
+    def record_event(self, event: KeyEvent) -> None:
+        """Append *event* to the record, then hand it to the ``on_event`` hook."""
+        with self._lock:
+            self._events.append(event)
+        emit(self.on_event, event)
+
+    def events_of(self, account_id: str, limit: int = 100) -> list[KeyEvent]:
+        """The events of the account's keys, newest first, at most *limit*."""
+        with self._lock:
+            mine = [event for event in self._events if event.account_id == account_id]
+        return sorted(mine, key=_order, reverse=True)[:limit]
+
+    def events_since(self, since: datetime | None, limit: int = 1000) -> list[KeyEvent]:
+        """Every account's events at or after *since* (all when ``None``), oldest first."""
+        with self._lock:
+            found = [event for event in self._events if since is None or event.at >= since]
+        return sorted(found, key=_order)[:limit]
+
+    def unrevoked_keys(self, expired_after: datetime) -> list[ApiKey]:
+        """Every account's keys that are not revoked and expire after *expired_after*."""
+        with self._lock:
+            keys = [
+                key
+                for key in self._keys.values()
+                if key.revoked_at is None and key.expires_at > expired_after
+            ]
+        return sorted(keys, key=lambda key: (key.account_id, key.created_at), reverse=True)
+
+    def claim_notice(self, key_id: str, notice: str, at: datetime) -> bool:
+        """Claim the sending of *notice* about the key; ``False`` if it was claimed before."""
+        with self._lock:
+            if (key_id, notice) in self._notices:
+                return False
+            self._notices[key_id, notice] = at
+            return True
+
+    def release_notice(self, key_id: str, notice: str) -> None:
+        """Give a claim back (its delivery failed), so that a later run sends it."""
+        with self._lock:
+            self._notices.pop((key_id, notice), None)
+
+
+def _order(event: KeyEvent) -> tuple[datetime, str]:
+    return event.at, event.event_id
 
 
 def _reported(key: ApiKey) -> tuple[datetime, str]:

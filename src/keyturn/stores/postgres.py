@@ -43,6 +43,7 @@ except ImportError as exc:
     ) from exc
 
 from keyturn._model import Found
+from keyturn.activity import EventHook
 from keyturn.errors import StoreTimeout, StoreUnreachable
 from keyturn.stores import _replica, _sql
 from keyturn.stores._async import AsyncSQLKeyStore, AsyncSQLMembership
@@ -129,6 +130,8 @@ class PostgresDatabase(_Replicated, _sql.ClosedOnExit):
     :param replica: keep what requests read in the process, fed by the database's change
         feed (the default; one more connection per process, for the listener); ``False``
         reads through on every request.
+    :param on_event: called with each :class:`~keyturn.activity.KeyEvent` once it is
+        recorded (see :mod:`keyturn.activity`); its failures are logged.
     """
 
     def __init__(
@@ -140,7 +143,9 @@ class PostgresDatabase(_Replicated, _sql.ClosedOnExit):
         max_size: int = 10,
         timeout: float = 5.0,
         replica: bool = True,
+        on_event: EventHook | None = None,
     ) -> None:
+        self.on_event = on_event
         self._owns_pool = pool is None
         if pool is None:
             pool = ConnectionPool(conninfo, open=True, **_pool_options(min_size, max_size, timeout))
@@ -196,7 +201,9 @@ class AsyncPostgresDatabase(_Replicated):
         max_size: int = 10,
         timeout: float = 5.0,
         replica: bool = True,
+        on_event: EventHook | None = None,
     ) -> None:
+        self.on_event = on_event
         self._owns_pool = pool is None
         if pool is None:
             # An async pool may only start inside a running loop: open() does it.

@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 from typing import Final
 
 from keyturn._model import Found
+from keyturn.activity import EventHook
 from keyturn.errors import NotAKeyDatabase
 from keyturn.stores import _replica, _sql
 from keyturn.stores._sync import SQLKeyStore, SQLMembership
@@ -68,6 +69,8 @@ class SQLiteDatabase(_sql.ClosedOnExit):
     :param timeout: seconds a write waits for another writer (SQLite's ``busy_timeout``).
     :param replica: keep what requests read in the process, checked against the file on
         every request (the default); ``False`` reads through on every request.
+    :param on_event: called with each :class:`~keyturn.activity.KeyEvent` once it is
+        recorded (see :mod:`keyturn.activity`); its failures are logged.
     :raises NotAKeyDatabase: on first use, when the file is not a SQLite database, or holds
         other tables and no keyturn schema (keyturn never adds its tables to another file).
     """
@@ -79,7 +82,12 @@ class SQLiteDatabase(_sql.ClosedOnExit):
     instant = staticmethod(_instant)
 
     def __init__(
-        self, path: str | os.PathLike[str], *, timeout: float = 5.0, replica: bool = True
+        self,
+        path: str | os.PathLike[str],
+        *,
+        timeout: float = 5.0,
+        replica: bool = True,
+        on_event: EventHook | None = None,
     ) -> None:
         self.path = os.fspath(path)
         if self.path in ("", ":memory:") or self.path.startswith("file:"):
@@ -93,6 +101,7 @@ class SQLiteDatabase(_sql.ClosedOnExit):
                 f"keyturn needs SQLite 3.35 or newer; this Python has {sqlite3.sqlite_version}"
             )
         self.timeout = timeout
+        self.on_event = on_event
         self.keys = SQLKeyStore(self)
         self.membership = SQLMembership(self)
         self._idle: list[sqlite3.Connection] = []
