@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import attrs
 
@@ -36,7 +36,6 @@ from keyturn.errors import KeyturnError
 __all__ = [
     "Action",
     "ActivityNotKept",
-    "ActivityStore",
     "By",
     "Channel",
     "EventHook",
@@ -175,19 +174,6 @@ def emit(hook: EventHook | None, event: KeyEvent) -> None:
         log.exception("the on_event hook failed on %s of key %s", event.action.value, event.key_id)
 
 
-class ActivityStore(Protocol):
-    """A key store that keeps the record, as keyturn's own stores do."""
-
-    def record_event(self, event: KeyEvent) -> None:
-        """Append *event* to the record (and hand it to the store's ``on_event`` hook)."""
-
-    def events_of(self, account_id: str, limit: int = 100) -> list[KeyEvent]:
-        """The events of the account's keys, newest first, at most *limit*."""
-
-    def events_since(self, since: datetime | None, limit: int = 1000) -> list[KeyEvent]:
-        """Every account's events at or after *since* (all when ``None``), oldest first."""
-
-
 class ActivityNotKept(KeyturnError, TypeError):
     """The key store keeps no record of key actions (``record_event``, ``events_of`` and
     ``events_since``): use one of keyturn's stores, or add those methods to yours."""
@@ -225,5 +211,5 @@ def require(store: object, what: str) -> None:
         raise ActivityNotKept(
             f"{what} needs a key store that keeps the record of key actions; "
             f"{type(store).__name__} has no {', '.join(missing)}: use one of keyturn's stores, "
-            "or add those methods to yours (see keyturn.activity.ActivityStore)"
+            "or add those methods to yours (see keyturn.protocols.RecordKeepingStore)"
         )

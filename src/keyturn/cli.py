@@ -52,6 +52,7 @@ from keyturn._model import (
     ScopeKind,
     Status,
 )
+from keyturn.activity import By, json_line
 from keyturn.errors import InvalidExpiry, InvalidKeyName, InvalidStoreURL, KeyNotFound, KeyturnError
 from keyturn.manager import KeyManager
 from keyturn.stores import open_database, redact_url
@@ -169,11 +170,12 @@ def keys_revoke(db: Database, args: argparse.Namespace) -> None:
         raise CommandError("--reason must say why the key is revoked", status=2)
     if _token.PREFIX in reason.lower():  # never echoed: it may be the key itself
         raise CommandError("--reason must not hold a key; give its id as KEY_ID", status=2)
+    operator = _operator()
     try:
-        info = _manager(db).revoke(args.account, args.key_id)
+        by = By.operator(operator, reason=reason)
+        info = _manager(db).revoke(args.account, args.key_id, by=by)
     except KeyNotFound:
         raise _no_such_key(args.account, args.key_id) from None
-    operator = _operator()
     _log.warning(
         "operator %s revoked key %s of %s: %s",
         _shown(operator),
@@ -230,6 +232,58 @@ def keys_leaked(db: Database, args: argparse.Namespace) -> None:
             for key, leak in leaks
         ]
         _table(("KEY ID", "HINT", "ACCOUNT", "REPORTED", "REVOKED", "URL"), rows)
+
+
+def audit_export(db: Database, args: argparse.Namespace) -> None:
+    # Every account's events, oldest first, one JSON object a line: what a SIEM reads.
+    if args.output is None:
+        _export(db, args.since, sys.stdout)
+        return
+    try:  # personal data (client addresses): readable by its owner only
+        descriptor = os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    except OSError as exc:
+        raise CommandError(f"cannot write {args.output}: {exc.strerror}", 2) from None
+    with open(descriptor, "w", encoding="utf-8") as file:
+        count = _export(db, args.since, file)
+    print(f"Wrote {count} event(s) to {args.output}.", file=sys.stderr)
+
+
+EXPORT_PAGE: Final = 1000
+
+
+def _export(db: Database, since: datetime | None, out: Any) -> int:
+    """Write the events from *since* on to *out*, page by page; the number written."""
+    if hasattr(out, "reconfigure"):
+        out.reconfigure(encoding="utf-8")
+    written = 0
+    at_edge: set[str] = set()  # ids already written at the instant the next page starts
+    page = EXPORT_PAGE
+    while True:  # bounded: each round writes at least one event, or ends
+        events = db.keys.events_since(since, page)
+        fresh = [event for event in events if event.event_id not in at_edge]
+        for event in fresh:
+            out.write(json_line(event) + "\n")
+        written += len(fresh)
+        if len(events) < page:
+            return written
+        if not fresh:  # a whole page at one instant: read a larger one
+            page *= 2
+            continue
+        since = events[-1].at
+        at_edge = {event.event_id for event in events if event.at == since}
+
+
+def _since(text: str) -> datetime:
+    """``2026-11-01``, ``2026-11-01T08:00:00+00:00`` (UTC when no offset), or ``7d``/``12h`` ago."""
+    if re.fullmatch(r"\s*\d{1,4}\s*[dhDH]\s*", text):
+        return datetime.now(UTC) - _within(text)
+    try:
+        at = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"give a date, an ISO 8601 instant or a span like 7d, not {text!r}"
+        ) from None
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at
 
 
 def _key_id_argument(key_id: str) -> str:
@@ -541,6 +595,7 @@ examples:
   keyturn member add alice org_acme --role admin
   keyturn keys list --as alice --status active --json
   keyturn keys revoke --as alice 3fZk8QmPx2Lw --reason "leaked in a build log"
+  keyturn audit export --since 7d --output events.jsonl
   keyturn scan --staged               # exit 1 if the next commit adds a key
 
 Keys are created and rotated in the key console only, by the signed-in user.
@@ -685,6 +740,22 @@ def build_parser() -> argparse.ArgumentParser:
     as_json(sub)
     sub = keys("leaked", keys_leaked, "list every account's keys reported leaked, latest first")
     as_json(sub)
+
+    audit = group("audit", "the record of every key action")
+    sub = audit(
+        "export",
+        audit_export,
+        "write every account's key events as JSON lines, oldest first (for a SIEM)",
+    )
+    sub.add_argument(
+        "--since",
+        type=_since,
+        metavar="WHEN",
+        help="only events at or after: a date, an ISO 8601 instant (UTC if no offset), or 7d",
+    )
+    sub.add_argument(
+        "--output", metavar="FILE", help="write to FILE (mode 600, replaced) instead of stdout"
+    )
 
     sub = commands.add_parser(
         "demo",

@@ -32,6 +32,7 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from keyturn._model import ApiKey, Organization
+from keyturn.activity import KeyEvent
 
 __all__ = [
     "AsyncKeyStore",
@@ -41,6 +42,7 @@ __all__ = [
     "KeyStore",
     "LeakRecordingStore",
     "MembershipProvider",
+    "RecordKeepingStore",
     "WritableMembership",
 ]
 
@@ -131,12 +133,37 @@ class LeakRecordingStore(KeyStore, Protocol):
         """Every key reported leaked, most recently reported first."""
 
 
+class RecordKeepingStore(LeakRecordingStore, Protocol):
+    """A :class:`LeakRecordingStore` that also keeps the record of key actions
+    (:mod:`keyturn.activity`) and the notices sent (:mod:`keyturn.notices`), as keyturn's
+    own stores do. A host store without these works for everything else."""
+
+    def record_event(self, event: KeyEvent) -> None:
+        """Append *event* to the record (and hand it to the store's ``on_event`` hook)."""
+
+    def events_of(self, account_id: str, limit: int = 100) -> Sequence[KeyEvent]:
+        """The events of the account's keys, newest first, at most *limit*."""
+
+    def events_since(self, since: datetime | None, limit: int = 1000) -> Sequence[KeyEvent]:
+        """Every account's events at or after *since* (all when ``None``), oldest first."""
+
+    def unrevoked_keys(self, expired_after: datetime) -> Sequence[ApiKey]:
+        """Every account's keys that are not revoked and expire after *expired_after*."""
+
+    def claim_notice(self, key_id: str, notice: str, at: datetime) -> bool:
+        """Claim the sending of *notice* about the key, insert-if-absent: ``False`` if it
+        was claimed before, by this process or any other."""
+
+    def release_notice(self, key_id: str, notice: str) -> None:
+        """Give a claim back (its delivery failed), so that a later run sends it."""
+
+
 @runtime_checkable
 class Database(Protocol):
     """One database holding keyturn's tables: a key store and a writable membership."""
 
     @property
-    def keys(self) -> LeakRecordingStore: ...
+    def keys(self) -> RecordKeepingStore: ...
 
     @property
     def membership(self) -> WritableMembership: ...
