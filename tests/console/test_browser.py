@@ -554,3 +554,34 @@ def test_the_expiry_preview_never_shows_a_stale_answer(browser: Any, site: Site)
     page.wait_for_timeout(200)
     expect()(page.locator("#expires")).to_have_text(local_time(NOW + timedelta(days=7), None))
     page.context.close()
+
+
+def test_the_activity_page_shows_who_did_what_to_your_own_keys(browser: Any, site: Site) -> None:
+    """Create and revoke in the browser, then Activity lists both, newest first, with the
+    browser's address and user agent; bob's actions are not there; CSP holds (no violation)."""
+    bobs = site.world.manager.create("bob", name="bob's secret project", scope=Scope.tenant("acme"))
+    site.world.manager.revoke("bob", bobs.info.key_id)
+    page = open_console(browser, site)
+    violations: list[str] = []
+    page.on("console", lambda message: message.type == "error" and violations.append(message.text))
+    page.fill("#name", "audited")
+    page.click("#create-button")
+    page.click("text=Back to your keys")
+    page.click("a.revoke")
+    page.click("button:text('Revoke “audited”')")
+    expect()(page.locator(".notice")).to_contain_text("“audited”")
+    page.click("a.activity")
+    expect()(page.locator("h1")).to_have_text("Activity")
+    rows = page.locator("table.events tbody tr")
+    expect()(rows).to_have_count(2)
+    expect()(rows.nth(0).locator(".action")).to_have_text("Revoked")
+    expect()(rows.nth(1).locator(".action")).to_have_text("Created")
+    expect()(rows.nth(0)).to_contain_text("alice (console)")
+    expect()(rows.nth(0).locator(".client")).to_contain_text("127.0.0.1")
+    expect()(rows.nth(0).locator(".client")).to_contain_text("HeadlessChrome")
+    expect()(rows.nth(0).locator("time")).to_have_text(
+        local_time(NOW, _zone("Europe/Paris")).rsplit(" ", 1)[0]
+    )
+    assert "bob" not in page.locator("main").inner_text()
+    assert violations == []
+    page.context.close()

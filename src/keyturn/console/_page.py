@@ -63,6 +63,7 @@ import markupsafe
 from keyturn._decision import holds_key
 from keyturn._lifecycle import MAX_NAME_LENGTH, custom_date_bounds, expiry_for, validate_name
 from keyturn._model import CreatedKey, CustomDate, KeyInfo, Lifetime, Organization, Scope, Status
+from keyturn.activity import Action, ActivityNotKept, By, Channel, KeyEvent
 from keyturn.console._visit import (
     HEADERS,
     MAX_FORM_BYTES,
@@ -87,6 +88,7 @@ StartOn = Literal["tenant", "organization"]
 Header = tuple[str, str]
 
 FORM_TOKEN_TTL: Final = 12 * 3600  # seconds a form stays usable
+ACTIVITY_LIMIT: Final = 200  # events the Activity page shows at most
 LIFETIME_CHOICES: Final[Sequence[tuple[str, str, Lifetime | None]]] = (
     ("3h", "3 hours", Lifetime.HOURS_3),
     ("1d", "1 day", Lifetime.DAYS_1),
@@ -144,6 +146,7 @@ _TEXTS: Final = {  # the message pages' texts, by title
     "Unsupported form": "Send the console's form.",
     "This form has expired": "Nothing was changed. Go back to your keys and send the form again.",
     "No such key": "You have no key with that id.",
+    "No activity is kept": "This service's key store keeps no record of key actions.",
     "Try again in a moment": (
         "Your keys cannot be reached right now. If you were creating a key, look for it in "
         "your list before creating it again."
@@ -332,6 +335,20 @@ _TEMPLATES.globals.update(
     statuses=[status.value for status in Status],
     marks=_STATUS_MARKS,
     time=_time,
+    action_labels={
+        Action.CREATED: "Created",
+        Action.ROTATED: "Created by rotation",
+        Action.REVOKED: "Revoked",
+        Action.AUTO_REVOKED: "Revoked automatically",
+        Action.LEAK_REPORTED: "Reported leaked",
+        Action.NOTICE_SENT: "Notice sent",
+    },
+    channel_labels={
+        Channel.CONSOLE: "console",
+        Channel.CLI: "keyturn command",
+        Channel.LEAK_ENDPOINT: "secret scanning",
+        Channel.LIBRARY: "service",
+    },
 )
 _TEMPLATES.filters["scope_label"] = _scope_label
 
@@ -361,8 +378,11 @@ class _Awaited:
     def rotate(self, account_id: str, key_id: str, **options: Any) -> CreatedKey:
         return anyio.from_thread.run(partial(self.manager.rotate, account_id, key_id, **options))
 
-    def revoke(self, account_id: str, key_id: str) -> KeyInfo:
-        return anyio.from_thread.run(self.manager.revoke, account_id, key_id)
+    def revoke(self, account_id: str, key_id: str, **options: Any) -> KeyInfo:
+        return anyio.from_thread.run(partial(self.manager.revoke, account_id, key_id, **options))
+
+    def activity(self, account_id: str, **options: Any) -> Sequence[KeyEvent]:
+        return anyio.from_thread.run(partial(self.manager.activity, account_id, **options))
 
 
 class Console:
@@ -504,6 +524,7 @@ class Console:
             "/preview": {"GET": self._preview},
             "/revoke": {"GET": partial(self._found, form="revoke"), "POST": self._revoke},
             "/rotate": {"GET": partial(self._found, form="rotate"), "POST": self._rotate},
+            "/activity": {"GET": self._activity},
         }
         if visit.path not in routes:
             return self._message(visit, 404, "Not found", account=None)
@@ -637,7 +658,9 @@ class Console:
                 "If you lost it, revoke that key and create a new one.",
             )
         try:
-            created = self._keys.create(account_id, name=name, scope=scope, expiry=choice)
+            created = self._keys.create(
+                account_id, name=name, scope=scope, expiry=choice, by=_by(visit, account_id)
+            )
         except BaseException as exc:
             self._tokens.release(nonce)  # nothing was created: the same form may be sent again
             if not isinstance(exc, InvalidExpiry | ScopeNotReachable):
@@ -669,7 +692,7 @@ class Console:
             return self._message(visit, 403, "This form has expired")
         key_id = form.get("key", "")
         try:
-            self._keys.revoke(account_id, key_id)
+            self._keys.revoke(account_id, key_id, by=_by(visit, account_id))
         except KeyNotFound:
             return self._message(visit, 404, "No such key")
         except KeyNotRevocable as exc:
@@ -698,7 +721,10 @@ class Console:
             )
         try:
             created = self._keys.rotate(
-                account_id, form.get("key", ""), revoke_old_on_first_use=revoke_old == "1"
+                account_id,
+                form.get("key", ""),
+                revoke_old_on_first_use=revoke_old == "1",
+                by=_by(visit, account_id),
             )
         except BaseException as exc:
             self._tokens.release(nonce)  # nothing was created: the same form may be sent again
@@ -723,6 +749,19 @@ class Console:
         parts = urlsplit(self.reauthenticate_url)
         query = "&".join(filter(None, (parts.query, urlencode({"next": back}))))
         return urlunsplit(parts._replace(query=query))
+
+    def _activity(self, visit: Visit, account_id: str) -> Page:
+        """The record of the account's own keys: what was done, by whom, from where."""
+        try:
+            events = self._keys.activity(account_id, limit=ACTIVITY_LIMIT)
+        except ActivityNotKept:
+            return self._message(visit, 501, "No activity is kept")
+        context = {
+            "events": events,
+            "zone": _zone(visit.query.get("tz", "")),
+            "limit": ACTIVITY_LIMIT,
+        }
+        return self._render(visit, "activity.html", 200, context)
 
     def _row(self, info: KeyInfo, now: datetime, keys: Mapping[str, KeyInfo]) -> dict[str, Any]:
         """One key as the templates show it: with its expiry warning and, from *keys* (the
@@ -766,6 +805,11 @@ class Console:
 
 def _rotate_path(visit: Visit, key_id: str) -> str:
     return visit.base + "rotate?" + urlencode({"key": key_id})
+
+
+def _by(visit: Visit, account_id: str) -> By:
+    """The signed-in user acting in the console, from the client the server saw."""
+    return By.console(account_id, client_address=visit.client_address, user_agent=visit.user_agent)
 
 
 def _sentence(message: str) -> str:

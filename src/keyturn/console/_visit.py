@@ -64,6 +64,8 @@ class Visit:
     # The host's recently_authenticated answered True (asked only of a signed-in visitor of
     # a console that has the hook; any other answer is False).
     recent_sign_in: bool = False
+    client_address: str | None = None  # as the server saw it: for the record of key actions
+    user_agent: str | None = None
 
 
 @attrs.frozen

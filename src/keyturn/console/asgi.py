@@ -97,6 +97,8 @@ async def _visit(edge: ConsoleASGI, request: Request, path: str) -> Visit:
         authorization=tuple(headers.getlist("authorization")),
         by_key=PRINCIPAL_KEY in (request.scope.get("state") or {}),
         recent_sign_in=recent_sign_in is True,
+        client_address=request.client.host if request.client else None,
+        user_agent=headers.get("user-agent"),
     )
 
 

@@ -154,6 +154,8 @@ def _visit(console: Console, request: HttpRequest, rest: str) -> Visit:
         authorization=(meta["HTTP_AUTHORIZATION"],) if "HTTP_AUTHORIZATION" in meta else (),
         by_key=PRINCIPAL_KEY in meta,
         recent_sign_in=recent_sign_in is True,
+        client_address=meta.get("REMOTE_ADDR") or None,
+        user_agent=request.headers.get("user-agent"),
     )
 
 

@@ -96,4 +96,6 @@ def _visit(edge: ConsoleWSGI, request: Request) -> Visit:
         authorization=tuple(headers.getlist("authorization")),
         by_key=PRINCIPAL_KEY in request.environ,
         recent_sign_in=recent_sign_in is True,
+        client_address=request.remote_addr,
+        user_agent=headers.get("user-agent"),
     )
