@@ -202,6 +202,32 @@ def json_line(event: KeyEvent) -> str:
     return json.dumps(as_json(event), ensure_ascii=False, separators=(",", ":"))
 
 
+PAGE: Final = 1000  # events read at once by each_event_since
+
+
+def each_event_since(
+    store: Any, since: datetime | None, write: Callable[[KeyEvent], object], page: int = PAGE
+) -> int:
+    """Hand every event from *since* on to *write*, oldest first, reading the store's
+    ``events_since`` a page at a time (none lost or repeated where a page ends among events
+    of one instant); the number handed over."""
+    written = 0
+    at_edge: set[str] = set()  # ids already written at the instant the next page starts
+    while True:  # bounded: each round writes at least one event, or ends, or grows the page
+        events = store.events_since(since, page)
+        fresh = [event for event in events if event.event_id not in at_edge]
+        for event in fresh:
+            write(event)
+        written += len(fresh)
+        if len(events) < page:
+            return written
+        if not fresh:  # a whole page at one instant: read a larger one
+            page *= 2
+            continue
+        since = events[-1].at
+        at_edge = {event.event_id for event in events if event.at == since}
+
+
 def require(store: object, what: str) -> None:
     """Raise :class:`ActivityNotKept` if *store* keeps no record (*what* needs one)."""
     missing = [

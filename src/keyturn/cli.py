@@ -52,7 +52,7 @@ from keyturn._model import (
     ScopeKind,
     Status,
 )
-from keyturn.activity import By, json_line
+from keyturn.activity import By, Channel, each_event_since, json_line
 from keyturn.errors import InvalidExpiry, InvalidKeyName, InvalidStoreURL, KeyNotFound, KeyturnError
 from keyturn.manager import KeyManager
 from keyturn.stores import open_database, redact_url
@@ -252,25 +252,56 @@ EXPORT_PAGE: Final = 1000
 
 
 def _export(db: Database, since: datetime | None, out: Any) -> int:
-    """Write the events from *since* on to *out*, page by page; the number written."""
+    """Write the events from *since* on to *out*, one JSON line each; the number written."""
     if hasattr(out, "reconfigure"):
         out.reconfigure(encoding="utf-8")
-    written = 0
-    at_edge: set[str] = set()  # ids already written at the instant the next page starts
-    page = EXPORT_PAGE
-    while True:  # bounded: each round writes at least one event, or ends
-        events = db.keys.events_since(since, page)
-        fresh = [event for event in events if event.event_id not in at_edge]
-        for event in fresh:
-            out.write(json_line(event) + "\n")
-        written += len(fresh)
-        if len(events) < page:
-            return written
-        if not fresh:  # a whole page at one instant: read a larger one
-            page *= 2
-            continue
-        since = events[-1].at
-        at_edge = {event.event_id for event in events if event.at == since}
+    return each_event_since(
+        db.keys, since, lambda event: out.write(json_line(event) + "\n"), EXPORT_PAGE
+    )
+
+
+SMTP_PASSWORD: Final = "KEYTURN_SMTP_PASSWORD"  # noqa: S105 - the variable's name
+WEBHOOK_SECRET: Final = "KEYTURN_WEBHOOK_SECRET"  # noqa: S105 - the variable's name
+
+
+def notify(db: Database, args: argparse.Namespace) -> None:
+    # For cron or a systemd timer: send the lifecycle notices due now, once each.
+    from keyturn.notices import Notifier, SMTPDelivery, WebhookDelivery
+
+    deliver: Callable[..., object]
+    if args.webhook is not None:
+        secret = os.environ.get(WEBHOOK_SECRET, "")
+        if len(secret.encode()) < 16:
+            raise CommandError(f"--webhook needs ${WEBHOOK_SECRET}, at least 16 bytes", 2)
+        deliver = WebhookDelivery(args.webhook, secret=secret.encode())
+    else:
+        host, _, port = args.smtp.rpartition(":") if ":" in args.smtp else (args.smtp, "", "25")
+        if not port.isdigit() or args.sender is None:
+            raise CommandError("--smtp takes HOST or HOST:PORT, with --from ADDRESS", 2)
+        deliver = SMTPDelivery(
+            host,
+            int(port),
+            sender=args.sender,
+            starttls=args.starttls,
+            username=args.smtp_user,
+            password=os.environ.get(SMTP_PASSWORD),
+        )
+    notifier = Notifier(
+        _manager(db),
+        deliver=deliver,
+        address_of=lambda account: args.to.replace("{account}", account),
+        console_url=args.console_url,
+        window=args.window,
+        by=By(channel=Channel.CLI, actor=f"operator {_operator()}"),
+    )
+    report = notifier.run()
+    print(
+        f"Sent {report.sent} notice(s); {report.already_sent} already sent; "
+        f"{report.failed} failed (sent again by the next run); "
+        f"{report.no_address} without an address."
+    )
+    if report.failed:
+        raise CommandError(f"{report.failed} notice(s) could not be delivered: see the log")
 
 
 def _since(text: str) -> datetime:
@@ -596,6 +627,8 @@ examples:
   keyturn keys list --as alice --status active --json
   keyturn keys revoke --as alice 3fZk8QmPx2Lw --reason "leaked in a build log"
   keyturn audit export --since 7d --output events.jsonl
+  keyturn notify --console-url https://app.example/keys --smtp mail.example:25 \\
+      --from keys@app.example --to "{account}@example.com"
   keyturn scan --staged               # exit 1 if the next commit adds a key
 
 Keys are created and rotated in the key console only, by the signed-in user.
@@ -755,6 +788,40 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub.add_argument(
         "--output", metavar="FILE", help="write to FILE (mode 600, replaced) instead of stdout"
+    )
+
+    sub = commands.add_parser(
+        "notify",
+        parents=[store],
+        help="tell keys' creators what is due: expiring, expired, Inactive, leaked, revoked",
+        description="Send the lifecycle notices due now, each once per key whatever runs at "
+        "once (for cron or a systemd timer), by email or a signed webhook. The SMTP password "
+        f"is read from ${SMTP_PASSWORD}, the webhook's secret from ${WEBHOOK_SECRET}. Exit "
+        "status 1 if a notice could not be delivered (the next run sends it).",
+    )
+    sub.set_defaults(run=partial(_in_store, notify))
+    sub.add_argument(
+        "--console-url", required=True, metavar="URL", help="the key console every notice links to"
+    )
+    channel = sub.add_mutually_exclusive_group(required=True)
+    channel.add_argument("--smtp", metavar="HOST[:PORT]", help="send email through this server")
+    channel.add_argument("--webhook", metavar="URL", help="POST each notice, signed, to URL")
+    sub.add_argument("--from", dest="sender", metavar="ADDRESS", help="the email's sender")
+    sub.add_argument("--starttls", action="store_true", help="upgrade SMTP with STARTTLS")
+    sub.add_argument("--smtp-user", metavar="USER", help="log in to the SMTP server as USER")
+    sub.add_argument(
+        "--to",
+        default="{account}",
+        metavar="TEMPLATE",
+        help="the creator's address, {account} standing for the account id "
+        "(default: the account id itself), e.g. {account}@example.com",
+    )
+    sub.add_argument(
+        "--window",
+        type=_within,
+        default=timedelta(days=30),
+        metavar="SPAN",
+        help="how far back to look for what happened (default: 30d)",
     )
 
     sub = commands.add_parser(
