@@ -59,6 +59,7 @@ from keyturn.protocols import (
     Database,
     KeyStore,
     MembershipProvider,
+    RecordKeepingStore,
     WritableMembership,
 )
 
@@ -104,6 +105,7 @@ __all__ = [
     "Policy",
     "Principal",
     "Reason",
+    "RecordKeepingStore",
     "Refusal",
     "SchemaTooNew",
     "Scope",

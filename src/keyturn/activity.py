@@ -54,7 +54,7 @@ class Action(enum.Enum):
     """What happened to the key."""
 
     CREATED = "created"
-    ROTATED = "rotated"  # the key was created as the replacement of another (detail: its id)
+    ROTATED = "rotated"  # the key was created as the replacement of another (detail: which)
     REVOKED = "revoked"  # by its creator, or by an operator (the actor says which)
     AUTO_REVOKED = "auto_revoked"  # at its replacement's first use, or on a leak report
     LEAK_REPORTED = "leak_reported"  # detail: where it was seen

@@ -134,7 +134,7 @@ class LeakRecordingStore(KeyStore, Protocol):
 
 
 class RecordKeepingStore(LeakRecordingStore, Protocol):
-    """A :class:`LeakRecordingStore` that also keeps the record of key actions
+    """A key store that keeps leak reports and also the record of key actions
     (:mod:`keyturn.activity`) and the notices sent (:mod:`keyturn.notices`), as keyturn's
     own stores do. A host store without these works for everything else."""
 

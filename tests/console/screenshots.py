@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from keyturn import Lifetime, Scope
+from keyturn.activity import By
 from keyturn.console import Console
 from tests.console.conftest import CHROMIUM, CHROMIUM_ARGS
 from tests.console.support import (
@@ -40,18 +41,23 @@ def main() -> None:
     manager = world.manager
     research = Scope.organization("acme-research", tenant_id="acme")
     manager.create("alice", name="old laptop", scope=Scope.tenant("acme"), expiry=Lifetime.HOURS_3)
-    manager.create("alice", name="research notebooks", scope=research)
-    backups = manager.create("alice", name="nightly backups", scope=Scope.tenant("acme"))
+    browser = By.console(
+        "alice", client_address="203.0.113.7", user_agent="Mozilla/5.0 (X11; Linux) Firefox/133.0"
+    )
+    manager.create("alice", name="research notebooks", scope=research, by=browser)
+    backups = manager.create(
+        "alice", name="nightly backups", scope=Scope.tenant("acme"), by=browser
+    )
     world.clock.now += timedelta(days=2)
     ci = manager.create("alice", name="CI deploys", scope=Scope.tenant("acme"))
     gone = manager.create(
         "alice", name="staging", scope=Scope.organization("acme-main", tenant_id="acme")
     )
-    manager.revoke("alice", gone.info.key_id)
+    manager.revoke("alice", gone.info.key_id, by=By.operator("ops", reason="seen in a CI log"))
     main = Scope.organization("acme-main", tenant_id="acme")
     agent = manager.create("alice", name="agent on build box", scope=main, expiry=Lifetime.DAYS_7)
     # Two rotations: one whose new key was first used, one whose new key was not seen yet.
-    new_backups = manager.rotate("alice", backups.info.key_id)
+    new_backups = manager.rotate("alice", backups.info.key_id, by=browser)
     world.store.mark_used(new_backups.info.key_id, world.clock.now + timedelta(minutes=50))
     world.clock.now += timedelta(minutes=30)
     manager.rotate("alice", agent.info.key_id, revoke_old_on_first_use=True)
@@ -95,6 +101,8 @@ def main() -> None:
         page.locator(f"tr[data-key='{ci.info.key_id}'] a.rotate").click()
         page.check("#revoke-old")
         page.screenshot(path=OUT / "console-rotate.png")
+        page.goto(url + "activity")
+        page.screenshot(path=OUT / "console-activity.png", full_page=True)
         narrow = page_at(375)
         narrow.set_viewport_size({"width": 375, "height": 1400})
         narrow.screenshot(path=OUT / "console-375px.png")

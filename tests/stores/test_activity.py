@@ -54,7 +54,7 @@ def test_every_console_action_is_recorded_with_who_and_through_what(backend: Bac
     assert [e.at for e in events] == [START + timedelta(minutes=m) for m in (2, 1, 0)]
     rotated = events[1]
     assert (rotated.client_address, rotated.user_agent) == ("203.0.113.7", "Mozilla/5.0 (X11)")
-    assert rotated.detail == f"replaces key {created.info.key_id}"
+    assert rotated.detail == f"replaces {created.info.hint} (key {created.info.key_id})"
     assert (rotated.hint, rotated.name) == (new.info.hint, "deploys")
     assert events[0].client_address is None
 

@@ -347,7 +347,7 @@ _TEMPLATES.globals.update(
         Channel.CONSOLE: "console",
         Channel.CLI: "keyturn command",
         Channel.LEAK_ENDPOINT: "secret scanning",
-        Channel.LIBRARY: "service",
+        Channel.LIBRARY: "this service",
     },
 )
 _TEMPLATES.filters["scope_label"] = _scope_label
