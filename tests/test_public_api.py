@@ -165,6 +165,7 @@ def test_a_wrong_argument_names_the_method() -> None:
         "self",
         "account_id",
         "key_id",
+        "by",
     ]
 
 

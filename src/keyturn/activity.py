@@ -85,7 +85,7 @@ class By:
     """
 
     channel: Channel = Channel.LIBRARY
-    actor: str | None = None
+    actor: str | None = attrs.field(default=None, converter=_clip)
     client_address: str | None = attrs.field(default=None, converter=_clip)
     user_agent: str | None = attrs.field(default=None, converter=_clip)
     reason: str | None = attrs.field(default=None, converter=_clip)
