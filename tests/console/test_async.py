@@ -56,6 +56,9 @@ def walk(client: Any, origin: str) -> str:
     revoke = {"token": form_token(confirm.text), "key": key_id}
     revoked = client.post("/console/revoke", data=revoke, headers={"Origin": origin})
     assert revoked.status_code == 303
+    activity = client.get("/console/activity")  # the record, read back through the loop
+    assert activity.status_code == 200, activity.text
+    assert activity.text.count('<tr data-event="') == 2 and "Revoked" in activity.text
     return secret
 
 

@@ -182,6 +182,9 @@ class Awaited:
             "get_role",
             "reaches_tenant",
             "organizations_of",
+            "record_event",
+            "events_of",
+            "events_since",
         ):
             if hasattr(target, name):
                 setattr(self, name, self._async(getattr(target, name)))
