@@ -41,6 +41,7 @@ import logging
 import smtplib
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -403,7 +404,9 @@ class SMTPDelivery:
 class WebhookDelivery:
     """POSTs a notice as JSON to *url*, signed: ``keyturn-timestamp`` (Unix seconds) and
     ``keyturn-signature: v1=<hex HMAC-SHA256 of "<timestamp>." + body under secret>``.
-    Receivers check it with :func:`verify_webhook`. Any answer but 2xx is a failure.
+    Receivers check it with :func:`verify_webhook`. Any answer but 2xx is a failure, a
+    redirect too (a client that follows one re-sends a POST as an empty GET). Logs and the
+    repr show the URL's scheme and host only: a webhook URL may hold a token.
 
     :param url: the receiver (``https://`` in production).
     :param secret: the key shared with the receiver, at least 16 bytes.
@@ -428,8 +431,13 @@ class WebhookDelivery:
         self.timeout = timeout
         self.clock = clock
 
-    def __repr__(self) -> str:  # never the secret
-        return f"WebhookDelivery({self.url!r})"
+    def __repr__(self) -> str:  # never the secret, nor a token in the URL's path
+        return f"WebhookDelivery({self._shown!r})"
+
+    @property
+    def _shown(self) -> str:
+        parts = urllib.parse.urlsplit(self.url)
+        return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}/…"
 
     def __call__(self, notice: Notice) -> None:
         body = json.dumps(notice.as_json(), ensure_ascii=False).encode()
@@ -445,14 +453,25 @@ class WebhookDelivery:
             },
         )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
+            with _OPENER.open(request, timeout=self.timeout) as response:
                 status = response.status
         except urllib.error.HTTPError as exc:
-            raise DeliveryFailed(f"webhook {self.url} answered {exc.code}") from None
+            raise DeliveryFailed(f"webhook {self._shown} answered {exc.code}") from None
         except OSError as exc:
-            raise DeliveryFailed(f"webhook {self.url}: {exc}") from exc
+            reason = getattr(exc, "reason", None) or type(exc).__name__
+            raise DeliveryFailed(f"webhook {self._shown}: {reason}") from None
         if not 200 <= status < 300:
-            raise DeliveryFailed(f"webhook {self.url} answered {status}")
+            raise DeliveryFailed(f"webhook {self._shown} answered {status}")
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is an answer like any other: not 2xx, so the delivery failed."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER: Final = urllib.request.build_opener(_NoRedirect)
 
 
 def sign(secret: bytes, timestamp: str, body: bytes) -> str:

@@ -258,6 +258,8 @@ def receiver() -> Iterator[Receiver]:
                 with state.lock:
                     state.bodies.append(notice)
                 self.send_response(state.answer)
+                if 300 <= state.answer < 400:
+                    self.send_header("location", "/elsewhere")
             self.send_header("content-length", "0")
             self.end_headers()
 
@@ -265,7 +267,7 @@ def receiver() -> Iterator[Receiver]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.url = f"http://127.0.0.1:{server.server_port}/keyturn-notices"
+    state.url = f"http://127.0.0.1:{server.server_port}/hooks/T0KEN-in-the-path"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -276,9 +278,12 @@ def receiver() -> Iterator[Receiver]:
         server.server_close()
 
 
-def test_a_signed_webhook_is_verified_by_the_receiver(receiver: Receiver) -> None:
-    """The notice's JSON arrives signed and in the replay window; a 500 is a failure whose
-    claim is given back; a wrong secret is refused by the receiver."""
+def test_a_signed_webhook_is_verified_by_the_receiver(
+    receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The notice's JSON arrives signed and in the replay window; a 500 or a redirect is a
+    failure whose claim is given back; a wrong secret is refused by the receiver; the log
+    never shows the URL's path, which may hold a token."""
     store, membership = MemoryKeyStore(), MemoryMembership()
     membership.add_organization("org_default", tenant_id="acme", default=True)
     membership.add_member("alice", "org_default", role="admin")
@@ -292,6 +297,9 @@ def test_a_signed_webhook_is_verified_by_the_receiver(receiver: Receiver) -> Non
     assert run(b"another-secret-of-16-bytes").failed == 1  # the receiver answered 401
     receiver.answer = 500
     assert run().failed == 1
+    receiver.answer = 302  # not followed: the POST would arrive as an empty GET
+    assert run().failed == 1
+    assert "answered 302" in caplog.text and "T0KEN" not in caplog.text
     receiver.answer = 204
     assert run().sent == 1
     notice = receiver.bodies[-1]
