@@ -41,7 +41,9 @@ __all__ = [
     "EventHook",
     "KeyEvent",
     "as_json",
+    "each_event_since",
     "emit",
+    "json_line",
     "new_event",
 ]
 
