@@ -5,7 +5,8 @@ Rules of this file (keep them):
 1. Whether a request passes is decided here, or in the pure modules named below; every
    other file only carries a request in or an outcome out:
 
-   - ``_target.py``: which requests are guarded at all (the canonical path under the prefix);
+   - ``_target.py``: which requests are guarded at all (the canonical path under the
+     prefix), and the 400 for a target with no single reading;
    - this file: the credential, the header syntax, the organization, the Inactive reach
      rule (:func:`reach_question`, which the console's :class:`~keyturn.KeyManager` uses
      too), the policy's 403 and the service headers it carries (``Refusal.principal``),

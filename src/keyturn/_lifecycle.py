@@ -6,6 +6,8 @@
   first instant of the next local day, or at now + 365 days if that comes first.
 - Status (D11): Revoked and Expired are final; Inactive while the creator does not reach the
   key's scope; Active otherwise. Derived on every use, never stored.
+- Rotation (spec section 5): a replacement's recorded use revokes the key it replaces when
+  its creator asked for it (:func:`revoked_by_use`), in the same write as the use.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ __all__ = [
     "custom_date_bounds",
     "derive_status",
     "expiry_for",
+    "revoked_by_use",
     "validate_name",
 ]
 
@@ -135,3 +138,22 @@ def derive_status(key: ApiKey, now: datetime, *, reaches_scope: bool) -> Status:
     if now >= key.expires_at:
         return Status.EXPIRED
     return Status.ACTIVE if reaches_scope else Status.INACTIVE
+
+
+def revoked_by_use(replacement: ApiKey, old: ApiKey | None, at: datetime) -> bool:
+    """Whether a use of *replacement* recorded at *at* revokes *old* (revoked at *at*).
+
+    Yes when *old* is the key *replacement* replaces, its creator asked for it at rotation
+    (``revoke_old_on_first_use``), and *old* is neither Revoked nor Expired at *at*: a
+    final status stays as it is. A late write (an *at* before the recorded use) is a use
+    too. Every store applies this rule in the write that records the use, so both land
+    together, across processes: the memory store calls this function, and the SQL stores'
+    ``mark_used`` statement (``stores/_sql.py``) is its translation, held to the same
+    answers by a property test.
+    """
+    return (
+        old is not None
+        and replacement.revoke_old_on_first_use
+        and replacement.replaces == old.key_id
+        and derive_status(old, at, reaches_scope=True).revocable
+    )

@@ -18,7 +18,8 @@ Rules of this file (keep them):
 3. Where the readings disagree about a path under the prefix (it climbs out with ``..``,
    still holds percent-escapes after the server decoded it, or reads as two different paths
    under the prefix), there is no one path to authenticate, so the request is refused with
-   an :class:`Unreadable` verdict that says what was wrong, never passed.
+   an :class:`Unreadable` verdict that says what was wrong, never passed: its 400 is made
+   here (:meth:`Unreadable.refusal`).
 4. A guarded request is authenticated under its canonical path (slashes collapsed, dot
    segments resolved, leading slash present): the path the role policy sees and the public
    paths are matched against.
@@ -41,6 +42,8 @@ import re
 from collections.abc import Callable, Collection
 from typing import Final
 from urllib.parse import unquote
+
+from keyturn.errors import InvalidRequest, Reason
 
 __all__ = ["Paths", "PublicPaths", "Unreadable", "canonical", "decoded", "forms", "readings"]
 
@@ -66,6 +69,16 @@ class Unreadable(enum.Enum):
         "it reads as two different paths under the prefix "
         "(a scheme such as 'http:' or a '//host' before the path)"
     )
+
+    def refusal(self) -> InvalidRequest:
+        """The 400 for a target with no single reading: it says what is wrong, and how to
+        send the path instead; the adapters only pass it on."""
+        return InvalidRequest(
+            Reason.UNREADABLE_TARGET,
+            f"The request path has no single reading: {self.value}. Send it as one path that "
+            "starts with a single '/', with no '.' or '..' segments and no percent-escapes of "
+            "its own.",
+        )
 
 
 def canonical(target: str) -> str:

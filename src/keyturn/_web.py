@@ -19,7 +19,7 @@ from keyturn._decision import AuthRequest
 from keyturn._model import Principal
 from keyturn._target import Paths, PublicPaths, Unreadable
 from keyturn.authenticator import Authenticator
-from keyturn.errors import InvalidRequest, MissingPrincipal, Reason, Refusal
+from keyturn.errors import MissingPrincipal, Refusal
 
 __all__ = [
     "AUTHORIZATION_HEADER",
@@ -122,14 +122,8 @@ def expiry_headers(expires_at: datetime | None) -> tuple[tuple[str, str], ...]:
 def unreadable(
     authenticator: Authenticator, why: Unreadable, method: str, root: str, path: str
 ) -> Refusal:
-    """The 400 for a target routers may read as different paths under the prefix (_target),
-    saying what is wrong with it; logged and audited as the decision's refusals are, with the
-    target as sent.
+    """The decision's 400 for a target routers may read as different paths under the prefix
+    (:meth:`~keyturn._target.Unreadable.refusal`), logged and audited as the decision's
+    other refusals are, with the target as sent.
     """
-    error = InvalidRequest(
-        Reason.UNREADABLE_TARGET,
-        f"The request path has no single reading: {why.value}. Send it as one path that "
-        "starts with a single '/', with no '.' or '..' segments and no percent-escapes of "
-        "its own.",
-    )
-    return authenticator.record(AuthRequest((), (), method.upper(), root + path), error)
+    return authenticator.record(AuthRequest((), (), method.upper(), root + path), why.refusal())

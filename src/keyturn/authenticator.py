@@ -279,8 +279,8 @@ class Authenticator:
         return outcome
 
     def record(self, request: AuthRequest, refusal: Refusal) -> Refusal:
-        """Log and audit a refusal an adapter made before asking (a target with no single
-        reading), as the decision's own are; the refusal.
+        """Log and audit a refusal made before the decision runs (``_target``'s 400 for a
+        target with no single reading), as the decision's own are; the refusal.
         """
         self._finish(request.method, request.path, refusal)
         return refusal

@@ -70,7 +70,8 @@ class KeyStore(Protocol):
         ``last_used_at`` never moves backwards; ``first_used_at`` is set by the first such
         write and never changes after. If the key has ``revoke_old_on_first_use``,
         the same write also sets ``revoked_at = at`` on the key it ``replaces``, unless that
-        one is already revoked or expired at *at*: the creator's choice at rotation.
+        one is already revoked or expired at *at*: the creator's choice at rotation (the
+        rule is ``keyturn._lifecycle.revoked_by_use``; the memory store applies it).
         """
 
 

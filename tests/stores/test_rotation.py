@@ -7,6 +7,7 @@ Each test runs against memory, SQLite, PostgreSQL and async PostgreSQL (see ``ba
 from __future__ import annotations
 
 import asyncio
+import tempfile
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -15,6 +16,8 @@ from typing import Any
 import attrs
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -192,3 +195,45 @@ def test_the_usage_write_finds_both_rows_by_primary_key(sqlite_path: Path) -> No
     steps = [row[3] for row in plan]
     assert not any(step.startswith("SCAN") for step in steps), steps
     assert sum("USING INDEX" in step and "(key_id=?)" in step for step in steps) == 3, steps
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    asked=st.booleans(),
+    linked=st.booleans(),
+    old_revoked=st.sampled_from([None, -60, 0, 60]),  # seconds from the use, or never
+    old_expires=st.sampled_from([-60, 0, 60]),  # seconds from the use
+    late=st.booleans(),  # the write is older than the use already recorded
+)
+def test_the_sql_usage_write_follows_the_one_rule(
+    asked: bool, linked: bool, old_revoked: int | None, old_expires: int, late: bool
+) -> None:
+    """SQLite's mark_used statement revokes the old key exactly when the rule the memory
+    store calls (``_lifecycle.revoked_by_use``) says so, at the use's instant."""
+    from keyturn._lifecycle import revoked_by_use
+    from keyturn.stores.sqlite import SQLiteDatabase
+
+    at = clock_now().now
+    seconds = timedelta(seconds=1)
+    old = make_key(
+        "OldKey000001",
+        created_at=at - timedelta(days=40),
+        revoked_at=None if old_revoked is None else at + old_revoked * seconds,
+    )
+    old = attrs.evolve(old, expires_at=at + old_expires * seconds)
+    new = make_key(
+        "NewKey000001",
+        replaces="OldKey000001" if linked else None,
+        revoke_old_on_first_use=asked,
+        last_used_at=at + seconds if late else None,
+    )
+    with (
+        tempfile.TemporaryDirectory() as scratch,
+        SQLiteDatabase(Path(scratch) / "k.sqlite3") as db,
+    ):
+        db.keys.add_key(old)
+        db.keys.add_key(new)
+        db.keys.mark_used(new.key_id, at)
+        stored = db.keys.get_key(old.key_id)
+    expected = attrs.evolve(old, revoked_at=at) if revoked_by_use(new, old, at) else old
+    assert stored == expected

@@ -89,12 +89,17 @@ Header = tuple[str, str]
 
 FORM_TOKEN_TTL: Final = 12 * 3600  # seconds a form stays usable
 ACTIVITY_LIMIT: Final = 200  # events the Activity page shows at most
+
+
+def _spoken(lifetime: Lifetime) -> str:
+    """A lifetime's short form in words: ``3h`` is "3 hours", ``1d`` "1 day"."""
+    amount, unit = int(lifetime.label[:-1]), {"h": "hour", "d": "day"}[lifetime.label[-1]]
+    return f"{amount} {unit}" + ("" if amount == 1 else "s")
+
+
+# The library's lifetimes, each under its short form and in words, then a custom date.
 LIFETIME_CHOICES: Final[Sequence[tuple[str, str, Lifetime | None]]] = (
-    ("3h", "3 hours", Lifetime.HOURS_3),
-    ("1d", "1 day", Lifetime.DAYS_1),
-    ("7d", "7 days", Lifetime.DAYS_7),
-    ("30d", "30 days", Lifetime.DAYS_30),
-    ("90d", "90 days", Lifetime.DAYS_90),
+    *((lifetime.label, _spoken(lifetime), lifetime) for lifetime in Lifetime),
     ("custom", "Custom date", None),
 )
 _LIFETIMES: Final = {code: lifetime for code, _, lifetime in LIFETIME_CHOICES}

@@ -382,9 +382,10 @@ class Statements:
     )
     # One statement writes the use (first_used_at only the first time) and, when the creator
     # asked for it at rotation, revokes the key this one replaces: both rows change together
-    # or not at all. The old key is revoked at the instant of the use, unless it is already
-    # Revoked or Expired. Each side of the OR is a primary-key lookup: no scan. It returns
-    # the ids of the rows it changed.
+    # or not at all. The rule is keyturn._lifecycle.revoked_by_use, translated: the old key
+    # is revoked at the instant of the use, unless it is already Revoked or Expired. Each
+    # side of the OR is a primary-key lookup: no scan. It returns the ids of the rows it
+    # changed.
     # Parameters: key_id, at, key_id, at, key_id, at, key_id, at, at, key_id.
     mark_used: str = """
         UPDATE keyturn_keys SET

@@ -19,6 +19,7 @@ from datetime import datetime
 
 import attrs
 
+from keyturn._lifecycle import revoked_by_use
 from keyturn._model import ApiKey, Leaked, Organization
 from keyturn.activity import EventHook, KeyEvent, emit
 from keyturn.errors import DuplicateKey, OrganizationConflict, UnknownOrganization
@@ -83,8 +84,8 @@ class MemoryKeyStore:
             if key.last_used_at is None or key.last_used_at < at:
                 first = key.first_used_at or at
                 self._keys[key_id] = attrs.evolve(key, last_used_at=at, first_used_at=first)
-            old = self._keys.get(key.replaces or "") if key.revoke_old_on_first_use else None
-            revoked = old is not None and old.revoked_at is None and old.expires_at > at
+            old = self._keys.get(key.replaces or "")
+            revoked = revoked_by_use(key, old, at)
             if old is not None and revoked:
                 self._keys[old.key_id] = attrs.evolve(old, revoked_at=at)
         if old is not None and revoked:
