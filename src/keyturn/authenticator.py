@@ -185,6 +185,9 @@ class Authenticator:
             caller_for(store, "get_key", self._calls, timeout),
             Verifying(self.verifier, self.cache),
         )
+        # What each driver asks in place, by Step.via (None: through the caller).
+        self._here = tuple(caller.here for caller in self._callers)
+        self._here_in_loop = tuple(caller.here_in_loop for caller in self._callers)
         self._is_async = any(caller.is_async for caller in self._callers)
         # No deadline to keep when no call can block: the warm path reads no clock for it.
         blocks = any(caller.here_in_loop is None for caller in self._callers[:2])
@@ -216,15 +219,15 @@ class Authenticator:
         del request
         deadline = None if self._timeout is None else time.monotonic() + self._timeout
         answer: Any = None
-        callers = self._callers
+        here = self._here
         try:
             while True:
                 step = flow.send(answer)
-                caller = callers[step.via]
                 try:
-                    if caller.here is None:
-                        answer = caller.call(step, deadline)
-                    elif not isinstance(answer := step.ask(caller.here), step.answers):
+                    target = here[step.via]
+                    if target is None:
+                        answer = self._callers[step.via].call(step, deadline)
+                    elif not isinstance(answer := step.ask(target), step.answers):
                         raise WrongAnswer(step, answer)
                 except Exception as exc:
                     flow.close()
@@ -242,15 +245,15 @@ class Authenticator:
         del request  # as in authenticate()
         deadline = None if self._timeout is None else time.monotonic() + self._timeout
         answer: Any = None
-        callers = self._callers
+        here = self._here_in_loop
         try:
             while True:
                 step = flow.send(answer)
-                caller = callers[step.via]
                 try:
-                    if caller.here_in_loop is None:
-                        answer = await caller.call_async(step, deadline)
-                    elif not isinstance(answer := step.ask(caller.here_in_loop), step.answers):
+                    target = here[step.via]
+                    if target is None:
+                        answer = await self._callers[step.via].call_async(step, deadline)
+                    elif not isinstance(answer := step.ask(target), step.answers):
                         raise WrongAnswer(step, answer)  # never blocks: no coroutine, no await
                 except Exception as exc:
                     flow.close()

@@ -57,6 +57,8 @@ from keyturn._model import (
     utc_now,
 )
 from keyturn._steps import (
+    MEMBERSHIP,
+    STORE,
     AddKey,
     EventsOf,
     GetKey,
@@ -95,11 +97,27 @@ class _Operations:
     """The operations, each a generator of steps; a subclass runs them (sync or awaited)."""
 
     def __init__(self, store: Any, membership: Any, clock: Clock) -> None:
-        self.store = store
-        self.membership = membership
         self.clock = clock
         # Indexed by Step.via: MEMBERSHIP, STORE. No deadline: a console waits for its store.
         self._callers = (caller_for(membership, "get_role"), caller_for(store, "add_key"))
+
+    @property
+    def store(self) -> Any:
+        """The key store; one put in its place is called as it needs (sync or awaited)."""
+        return self._callers[STORE].target
+
+    @store.setter
+    def store(self, store: Any) -> None:
+        self._callers = (self._callers[MEMBERSHIP], caller_for(store, "add_key"))
+
+    @property
+    def membership(self) -> Any:
+        """The membership provider; replaceable as :attr:`store` is."""
+        return self._callers[MEMBERSHIP].target
+
+    @membership.setter
+    def membership(self, membership: Any) -> None:
+        self._callers = (caller_for(membership, "get_role"), self._callers[STORE])
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(store={self.store!r}, membership={self.membership!r})"
