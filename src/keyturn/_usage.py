@@ -9,6 +9,9 @@ lookup and one float comparison. When a write is due, it goes:
   and ``max_in_flight`` in all, so writes never take every pooled connection from requests;
 - straight to the store, for one that says it never blocks (``nonblocking = True``).
 
+Which of the three is read once, from the store's caller (``_calls.caller_for``), and each
+write is the :class:`~keyturn._steps.MarkUsed` step asked through it.
+
 The write is best effort: a failure is logged and forgotten, never raised into a request,
 and the key is still considered written so a failing database is not asked again at once.
 The store's ``mark_used`` never moves ``last_used_at`` backwards, so a late write is harmless.

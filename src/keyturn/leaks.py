@@ -21,9 +21,12 @@ What it decides, in order:
     string or absent ``source``), JSON nested deeper than Python's stack included: 400,
     all or nothing.
 -   Each candidate as the authenticator checks a key: shape and checksum (junk never reaches
-    the store), key id in the store, secret against the argon2id hash. A real id with a
-    wrong secret is a false positive. The answer is ``200``, one ``{"token_hash",
-    "token_type", "label"}`` per candidate in order: a hash, never the secret.
+    the store), key id in the store, secret against the argon2id hash -- through a
+    :class:`~keyturn._hashing.SecretVerifier` and its cache (the authenticator's, when
+    given), so a flood of candidates is bounded as a flood of requests is; a verifier past
+    its bounds is a 503. A real id with a wrong secret is a false positive. The answer is
+    ``200``, one ``{"token_hash", "token_type", "label"}`` per candidate in order: a hash,
+    never the secret.
 -   A true positive, whatever the key's state, is recorded on the key (``KeyInfo.leaked``:
     the first report's URL and time) and handed to *on_leak* as a :class:`LeakReport`. The
     key is revoked only with ``revoke=True``: the spec lets only its creator revoke it. A

@@ -15,7 +15,8 @@ a thin page over these methods::
 Rotation (spec section 5: create a new key with the same scope, deploy it, confirm it works,
 then revoke the old one) is decided here and recorded on the new key; the confirmation is
 the new key's ``first_used_at``, and the revoke the creator may ask for is done by the
-store's usage write (``KeyStore.mark_used``), never on a request's path.
+store's usage write (``KeyStore.mark_used``, by the rule ``_lifecycle.revoked_by_use``),
+never on a request's path. A store that drops the link is refused at rotation.
 
 Each operation decides, so it is written once, as a generator that yields its steps
 (``_steps.py``, the decision's own vocabulary) and receives their answers. The two managers
