@@ -597,3 +597,32 @@ def test_over_real_http_on_loopback(server: str) -> None:
     assert answered.json()[0]["label"] == "true_positive"
     assert [oversize.status_code, unsigned.status_code] == [413, 401]
     assert world.leaked() == Leaked(url=URL, at=NOW)
+
+
+def test_candidates_are_checked_through_the_authenticator_s_verifier_and_cache() -> None:
+    """Given the authenticator's verifier and cache, a report's argon2 runs count against the
+    same bounds, and a key verified once (by a report or a request) is not hashed again."""
+    probe = World()
+    auth = Authenticator(probe.store, probe.membership, clock=lambda: NOW)
+    try:
+        responder = LeakResponder(
+            probe.store,
+            public_keys={IDENTIFIER: PEM},
+            clock=lambda: NOW,
+            verifier=auth.verifier,
+            cache=auth.cache,
+        )
+        client = Client(WSGILeakEndpoint(responder=responder, path=PATH))
+        body = batch(probe.created.secret)
+        first = client.post(PATH, data=body, headers=signed(body))
+        assert first.json[0]["label"] == "true_positive"
+        assert auth.verifier.runs == 1  # the report's one argon2 run, on the shared verifier
+        request = AuthRequest(
+            authorization=(f"Bearer {probe.created.secret}",), organization=("default",)
+        )
+        assert not isinstance(auth.authenticate(request), Refusal)
+        again = client.post(PATH, data=body, headers=signed(body))
+        assert again.json[0]["label"] == "true_positive"
+        assert auth.verifier.runs == 1  # the request and the second report hit the cache
+    finally:
+        auth.close()
