@@ -16,7 +16,8 @@ Rules of this file (keep them):
 
    ``authenticator.py`` drives it, and the callers of ``_calls.py`` answer its steps;
    the adapters ``_web.py``, ``asgi.py``, ``wsgi.py``, ``django.py`` and ``fastapi.py``
-   translate a request into an :class:`AuthRequest` and the outcome into a response.
+   translate a request into an :class:`AuthRequest` and the outcome into a response;
+   ``_memo.py`` gives back this decision's last answer while nothing it read has changed.
 2. No I/O and no framework. :func:`decide` is a generator: it yields steps (``_steps.py``:
    read a key, verify a secret, resolve an organization, get a role) and receives their
    answers. It mutates nothing it is given. The sync and async drivers in
@@ -73,6 +74,7 @@ __all__ = [
     "Rules",
     "decide",
     "holds_key",
+    "police",
     "reach_question",
     "unavailable",
 ]
@@ -347,22 +349,39 @@ def decide(
         role,
         key.expires_at,
     )
-    # 4. The application's own rule on roles, if it has one. Its 403 names the organization
-    # the request reached, so the response carries the service headers (D16).
+    # 4. The application's own rule on roles, if it has one.
     if rules.policy is not None:
         # The policy may raise, and error trackers send the locals of a traceback's frames:
         # from here on, neither this frame nor the policy holds any part of the key.
-        request = AuthRequest((), request.organization, request.method, request.path)
-        values, line, token, secret, parsed_header = (), "", "", "", ""
-        # Read as any object: a policy may break its bool contract, and the check below
-        # says so with its message.
-        policy: Callable[[Principal, AuthRequest], object] = rules.policy
-        allowed = policy(principal, request)
-        if allowed is not True:
-            if allowed is False:
-                return PermissionDenied(Reason.POLICY, key_id=key_id, principal=principal)
-            if inspect.iscoroutine(allowed):
-                allowed.close()
-            # Like a policy that raises: a bug, so a 500, never a pass (D15).
-            raise TypeError(f"the policy must return a bool, got {type(allowed).__name__}")
+        organization, method, path = request.organization, request.method, request.path
+        request, values, line, token, secret, parsed_header = _NO_KEY, (), "", "", "", ""
+        return police(principal, organization, method, path, rules)
     return principal
+
+
+_NO_KEY: Final = AuthRequest()
+
+
+def police(
+    principal: Principal, organization: Sequence[str], method: str, path: str, rules: Rules
+) -> Principal | Refusal:
+    """4. The application's own rule on roles, if it has one: *principal*, or its 403.
+
+    Its 403 names the organization the request reached, so the response carries the service
+    headers (D16). The policy sees the request without its ``Authorization`` lines. (Also
+    run on every request the memo answers: ``_memo.py``.)
+    """
+    if rules.policy is None:
+        return principal
+    # Read as any object: a policy may break its bool contract, and the check below says
+    # so with its message.
+    policy: Callable[[Principal, AuthRequest], object] = rules.policy
+    allowed = policy(principal, AuthRequest((), organization, method, path))
+    if allowed is True:
+        return principal
+    if allowed is False:
+        return PermissionDenied(Reason.POLICY, key_id=principal.key_id, principal=principal)
+    if inspect.iscoroutine(allowed):
+        allowed.close()
+    # Like a policy that raises: a bug, so a 500, never a pass (D15).
+    raise TypeError(f"the policy must return a bool, got {type(allowed).__name__}")

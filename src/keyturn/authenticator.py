@@ -48,9 +48,11 @@ from keyturn._decision import (
     Policy,
     Rules,
     decide,
+    police,
     unavailable,
 )
 from keyturn._hashing import SecretVerifier, VerifiedTokenCache
+from keyturn._memo import Memo
 from keyturn._model import Clock, Principal, utc_now
 from keyturn._steps import WrongAnswer
 from keyturn._usage import UsageRecorder
@@ -192,6 +194,7 @@ class Authenticator:
         # No deadline to keep when no call can block: the warm path reads no clock for it.
         blocks = any(caller.here_in_loop is None for caller in self._callers[:2])
         self._timeout = timeout if blocks else None
+        self.memo = Memo(store, membership)  # the decision's answers, while they hold
         # A store without mark_used (a read-only double) simply has no usage recorded.
         self.usage = (
             UsageRecorder(store, interval=usage_interval, clock=clock)
@@ -213,7 +216,14 @@ class Authenticator:
         method, path = request.method, request.path
         if self.closed:
             return self._finish(method, path, self._shutting_down(), started)
-        flow = decide(request, self.clock(), self.cache, self.rules)
+        now = self.clock()
+        remembered = self.memo.recall(request, now)
+        if isinstance(remembered, Principal):  # decide()'s answer holds: the policy runs anew
+            organization = request.organization
+            del request  # the policy may raise: as below
+            outcome = police(remembered, organization, method, path, self.rules)
+            return self._finish(method, path, outcome, started)
+        flow = decide(request, now, self.cache, self.rules)
         # A store, provider, policy or audit hook may raise, and error trackers send the
         # locals of a traceback's frames: only the decision holds the key from here on.
         del request
@@ -233,6 +243,7 @@ class Authenticator:
                     flow.close()
                     return self._finish(method, path, self._unavailable(exc), started)
         except StopIteration as done:
+            self.memo.keep(remembered, done.value)
             return self._finish(method, path, done.value, started)
 
     async def authenticate_async(self, request: AuthRequest) -> Principal | Refusal:
@@ -241,7 +252,14 @@ class Authenticator:
         method, path = request.method, request.path
         if self.closed:
             return self._finish(method, path, self._shutting_down(), started)
-        flow = decide(request, self.clock(), self.cache, self.rules)
+        now = self.clock()
+        remembered = self.memo.recall(request, now)
+        if isinstance(remembered, Principal):  # decide()'s answer holds: the policy runs anew
+            organization = request.organization
+            del request  # the policy may raise: as below
+            outcome = police(remembered, organization, method, path, self.rules)
+            return self._finish(method, path, outcome, started)
+        flow = decide(request, now, self.cache, self.rules)
         del request  # as in authenticate()
         deadline = None if self._timeout is None else time.monotonic() + self._timeout
         answer: Any = None
@@ -259,6 +277,7 @@ class Authenticator:
                     flow.close()
                     return self._finish(method, path, self._unavailable(exc), started)
         except StopIteration as done:
+            self.memo.keep(remembered, done.value)
             return self._finish(method, path, done.value, started)
 
     # --- shared by both drivers ------------------------------------------------------------

@@ -30,6 +30,10 @@ class AsyncSQLKeyStore:
     def __repr__(self) -> str:
         return f"AsyncSQLKeyStore({self.database!r})"
 
+    def changes(self) -> int | None:
+        """What moves with every change the decision could read here (``_memo.py``)."""
+        return self.database.changes()  # type: ignore[no-any-return]
+
     async def get_key(self, key_id: str) -> ApiKey | None:
         async with self.database.connection() as connection:
             row = await (await connection.execute(self._sql.get_key, (key_id,))).fetchone()
@@ -165,6 +169,10 @@ class AsyncSQLMembership:
 
     def __repr__(self) -> str:
         return f"AsyncSQLMembership({self.database!r})"
+
+    def changes(self) -> int | None:
+        """What moves with every change the decision could read here (``_memo.py``)."""
+        return self.database.changes()  # type: ignore[no-any-return]
 
     async def get_organization(self, organization_id: str) -> Organization | None:
         async with self.database.connection() as connection:

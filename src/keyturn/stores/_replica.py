@@ -9,7 +9,9 @@ Rules of this file:
 2. A change the feed reports drops what it touches before the next lookup can read it; a
    write through a store of this process drops it before the write returns. What a read
    found is kept only if no change or reset came in while it ran (the epoch), so a read
-   that raced a change never outlives it.
+   that raced a change never outlives it. The epoch moves *after* what a change or reset
+   drops is gone: whoever reads the epoch and then the replica (the memo, ``_memo.py``,
+   through :meth:`Replica.changes`) reads every change the epoch counts.
 3. Bounded: past its size a table is emptied, never grown.
 4. One replica per database per process (:func:`shared`), whichever store objects read
    it: a sync console beside an async API sees one replica. A forked child starts empty
@@ -79,6 +81,11 @@ class Replica:
             key=key, asked=organization, named=named, default=default, roles=roles, reaches=reaches
         )
 
+    def changes(self) -> int | None:
+        """The epoch, while the replica is current; ``None`` while it cannot say."""
+        epoch = self.epoch  # first: a reset that makes it current moves the epoch after
+        return epoch if self.current else None
+
     def keep(self, key_id: str, found: Found, epoch: int) -> None:
         """Keep what a read-through lookup *found*, unless a change came in since *epoch*."""
         with self._lock:
@@ -104,7 +111,6 @@ class Replica:
         """Drop what a change of *kind* (``_sql.KEY``, ``MEMBERSHIP``, ``ORGANIZATION``) to
         *changed_id* touches."""
         with self._lock:
-            self.epoch += 1
             if kind == KEY:
                 self._keys.pop(changed_id, None)
             elif kind == MEMBERSHIP:
@@ -115,12 +121,11 @@ class Replica:
                 self._defaults.clear()
                 self._roles.clear()
                 self._reach.clear()
+            self.epoch += 1  # last (rule 2)
 
     def reset(self, *, current: bool) -> None:
         """Empty the replica (the feed may have missed changes) and say whether it is current."""
         with self._lock:
-            self.epoch += 1
-            self.current = current
             for table in (
                 self._keys,
                 self._organizations,
@@ -129,6 +134,8 @@ class Replica:
                 self._reach,
             ):
                 table.clear()
+            self.current = current
+            self.epoch += 1  # last (rule 2)
 
 
 # --- one replica per database per process ---------------------------------------------------

@@ -39,6 +39,10 @@ class SQLKeyStore:
     def __repr__(self) -> str:
         return f"SQLKeyStore({self.database!r})"
 
+    def changes(self) -> int | None:
+        """What moves with every change the decision could read here (``_memo.py``)."""
+        return self.database.changes()  # type: ignore[no-any-return]
+
     def get_key(self, key_id: str) -> ApiKey | None:
         with self.database.connection() as connection:
             row = connection.execute(self._sql.get_key, (key_id,)).fetchone()
@@ -174,6 +178,10 @@ class SQLMembership:
 
     def __repr__(self) -> str:
         return f"SQLMembership({self.database!r})"
+
+    def changes(self) -> int | None:
+        """What moves with every change the decision could read here (``_memo.py``)."""
+        return self.database.changes()  # type: ignore[no-any-return]
 
     def get_organization(self, organization_id: str) -> Organization | None:
         with self.database.connection() as connection:

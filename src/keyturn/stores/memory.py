@@ -43,12 +43,17 @@ class MemoryKeyStore:
         self._notices: dict[tuple[str, str], datetime] = {}
         self._lock = threading.Lock()
         self.on_event = on_event
+        self._changes = 0  # moved by every write the decision could see, after it
 
     def __repr__(self) -> str:
         return f"MemoryKeyStore(keys={len(self._keys)})"
 
     def __len__(self) -> int:
         return len(self._keys)
+
+    def changes(self) -> int:
+        """A number that moves with every change the decision could read (``_memo.py``)."""
+        return self._changes
 
     def get_key(self, key_id: str) -> ApiKey | None:
         return self._keys.get(key_id)
@@ -62,6 +67,7 @@ class MemoryKeyStore:
                     if other.replaces == key.replaces and other.revoked_at is None:
                         raise replaced(key, other.key_id)
             self._keys[key.key_id] = key
+            self._changes += 1
 
     def keys_of(self, account_id: str) -> Sequence[ApiKey]:
         with self._lock:
@@ -74,6 +80,7 @@ class MemoryKeyStore:
             if key is None or key.revoked_at is not None:
                 return False
             self._keys[key_id] = attrs.evolve(key, revoked_at=at)
+            self._changes += 1
             return True
 
     def mark_used(self, key_id: str, at: datetime) -> None:
@@ -88,6 +95,7 @@ class MemoryKeyStore:
             revoked = revoked_by_use(key, old, at)
             if old is not None and revoked:
                 self._keys[old.key_id] = attrs.evolve(old, revoked_at=at)
+                self._changes += 1  # the usage write itself changes nothing the decision reads
         if old is not None and revoked:
             self.record_event(auto_revoked(old, at, key_id))
 
@@ -168,6 +176,7 @@ class MemoryMembership:
         self._roles: dict[tuple[str, str], str] = {}
         self._reach: Counter[tuple[str, str]] = Counter()  # (account, tenant) -> memberships
         self._lock = threading.Lock()
+        self._changes = 0  # moved by every write, after it
 
     def __repr__(self) -> str:
         return (
@@ -192,6 +201,7 @@ class MemoryMembership:
             self._organizations[organization_id] = organization
             if default:
                 self._defaults[tenant_id] = organization
+            self._changes += 1
         return organization
 
     def add_member(self, account_id: str, organization_id: str, *, role: str) -> None:
@@ -205,11 +215,17 @@ class MemoryMembership:
             if (account_id, organization_id) not in self._roles:
                 self._reach[account_id, organization.tenant_id] += 1
             self._roles[account_id, organization_id] = role
+            self._changes += 1
 
     def remove_member(self, account_id: str, organization_id: str) -> None:
         with self._lock:
             if self._roles.pop((account_id, organization_id), None) is not None:
                 self._unreach(account_id, self._organizations[organization_id].tenant_id)
+                self._changes += 1
+
+    def changes(self) -> int:
+        """A number that moves with every change the decision could read (``_memo.py``)."""
+        return self._changes
 
     def get_organization(self, organization_id: str) -> Organization | None:
         return self._organizations.get(organization_id)
@@ -244,6 +260,7 @@ class MemoryMembership:
             for account_id, _ in self._members(organization_id):
                 del self._roles[account_id, organization_id]
                 self._unreach(account_id, organization.tenant_id)
+            self._changes += 1
         return True
 
     def _unreach(self, account_id: str, tenant_id: str) -> None:

@@ -117,6 +117,14 @@ class _Replicated:
         self._listener.ensure_running()
         return self.replica.found(key_id, organization)
 
+    def changes(self) -> int | None:
+        """A number that moves with every change the decision could read, as the listener
+        hears of it; ``None`` while the replica is off or not current."""
+        if self._listener is None:
+            return None
+        self._listener.ensure_running()
+        return self.replica.changes()
+
 
 class PostgresDatabase(_Replicated, _sql.ClosedOnExit):
     """A PostgreSQL database holding keyturn's tables, through a connection pool.

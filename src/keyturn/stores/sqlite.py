@@ -162,13 +162,23 @@ class SQLiteDatabase(_sql.ClosedOnExit):
     # --- the replica, for the stores -------------------------------------------------------
 
     def lookup_cached(self, key_id: str, organization: str | None) -> Found | None:
-        if self._feed is None:
+        if not self._caught_up():
             return None
+        return self.replica.found(key_id, organization)
+
+    def changes(self) -> int | None:
+        """A number that moves with every change the decision could read, once caught up
+        with every commit made before this call; ``None`` without a replica."""
+        return self.replica.changes() if self._caught_up() else None
+
+    def _caught_up(self) -> bool:
+        if self._feed is None:
+            return False
         if not self._schema_ready:  # the feed reads keyturn_changes: create it first
             with self.connection():
                 pass
         self._feed.catch_up()
-        return self.replica.found(key_id, organization)
+        return True
 
     # --- connections --------------------------------------------------------------------------
 
