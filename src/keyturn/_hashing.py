@@ -10,7 +10,8 @@ The cache maps a keyed BLAKE2b digest of the whole presented token (per-process 
 to a fingerprint of the stored hash it was verified against. It holds no secret and nothing
 that helps guess one. Only successful verifications are added, so failed guesses can neither
 evict nor block a real key. A hit skips argon2 only: the key record is still read on every
-request, so revocation and expiry act on the very next one.
+request (or known unchanged, by the memo's change numbers: ``_memo.py``), so revocation and
+expiry act on the very next one.
 """
 
 from __future__ import annotations

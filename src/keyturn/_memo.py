@@ -58,12 +58,12 @@ _MEMBERSHIP_READS: Final = (
 
 
 def _changes_of(target: object, reads: tuple[str, ...]) -> Changes | None:
-    """*target*'s ``changes``, if it has one and its class answers every read of *reads*
-    with the methods of the class that counts the changes."""
+    """*target*'s ``changes``, if it is a keyturn store's and *target* answers every read
+    of *reads* with that store's own methods."""
     kind = type(target)
     owner = next((klass for klass in kind.__mro__ if "changes" in vars(klass)), None)
-    if owner is None:
-        return None
+    if owner is None or not owner.__module__.startswith("keyturn.stores."):
+        return None  # a host's method of that name may mean anything
     if any(getattr(kind, read, None) is not getattr(owner, read, None) for read in reads):
         return None
     if any(read in getattr(target, "__dict__", ()) for read in (*reads, "changes")):

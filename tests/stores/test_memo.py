@@ -41,8 +41,8 @@ from keyturn import (
     Scope,
 )
 from keyturn._decision import Rules, decide
-from keyturn._steps import STORE, VerifySecret
 from keyturn._hashing import VerifiedTokenCache, check_secret
+from keyturn._steps import STORE, VerifySecret
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 from keyturn.stores.sqlite import SQLiteDatabase
 from tests.world import START, Clock, WorldKeyStore, WorldMembership, mistype
@@ -445,3 +445,45 @@ def test_a_policy_runs_on_every_request_the_memo_answers() -> None:
             assert isinstance(outcome, Principal) == (method == "GET")
         assert seen == ["GET", "DELETE", "GET", "DELETE"]
         assert auth.memo.hits == 3
+
+
+class Boom(RuntimeError):
+    pass
+
+
+@pytest.mark.parametrize("in_loop", [False, True], ids=["sync", "async"])
+def test_no_frame_holds_the_key_when_the_policy_raises_on_a_remembered_answer(
+    in_loop: bool,
+) -> None:
+    """The memo's answer goes through the policy as the decision's does: a policy that
+    raises leaves no keyturn frame of the traceback holding the key."""
+    from keyturn._token import split
+    from tests.web.test_frames import traceback_frames_holding
+
+    broken = False
+
+    def policy(principal: Principal, request: AuthRequest) -> bool:
+        if broken:
+            raise Boom("a bug in the host's policy")
+        return True
+
+    store, membership = MemoryKeyStore(), MemoryMembership()
+    membership.add_organization("org_main", tenant_id="acme", default=True)
+    membership.add_member("alice", "org_main", role="admin")
+    scope = Scope.organization("org_main", tenant_id="acme")
+    key = KeyManager(store, membership).create("alice", name="k", scope=scope).secret
+    request = AuthRequest((f"Bearer {key}",))
+    with Authenticator(store, membership, policy=policy, usage_interval=None) as auth:
+        assert isinstance(auth.authenticate(request), Principal)  # decided, and kept
+        broken = True
+
+        def again() -> object:
+            if in_loop:
+                return asyncio.run(auth.authenticate_async(request))
+            return auth.authenticate(request)
+
+        with pytest.raises(Boom) as raised:
+            again()
+        assert auth.memo.hits == 1
+    assert traceback_frames_holding(raised.value, split(key)[1]) == []
+    assert traceback_frames_holding(raised.value, key) == []
