@@ -29,12 +29,13 @@ def public_methods(cls: type) -> dict[str, object]:
 @pytest.mark.parametrize(("sync", "awaited"), TWINS)
 def test_the_twins_have_the_same_methods_and_parameters(sync: type, awaited: type) -> None:
     """Every method of a sync store has an async twin with the same parameters, awaited
-    (the replica's ``lookup_cached`` never waits, in both)."""
+    (the replica's ``lookup_cached`` and ``changes`` never wait, in both)."""
     plain, twin = public_methods(sync), public_methods(awaited)
     assert plain.keys() == twin.keys()
     for name, method in plain.items():
         assert inspect.signature(method) == inspect.signature(twin[name]), name  # type: ignore[arg-type]
-        assert inspect.iscoroutinefunction(twin[name]) == (name != "lookup_cached"), name
+        waits = name not in ("lookup_cached", "changes")
+        assert inspect.iscoroutinefunction(twin[name]) == waits, name
 
 
 @pytest.mark.parametrize("cls", [cls for pair in TWINS for cls in pair])
