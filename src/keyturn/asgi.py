@@ -68,6 +68,9 @@ What it does, precisely:
 -   A refusal to ``HEAD`` has the headers of the ``GET`` refusal and no body.
 -   The role policy sees the canonical path and the upper-cased method: what the router
     dispatches.
+-   With ``payload_guard=PayloadGuard()`` (:mod:`keyturn.payload`), the body of an accepted
+    HTTP request is read and scanned before the app is called: one holding a key is
+    refused with 400 ``key_in_payload`` (``docs/payload-guard.md``).
 -   Lifespan events pass through. When the app reports its shutdown complete, the
     middleware first waits (at most five seconds) for the ``last_used_at`` writes still
     running on the loop, so an async store does not lose them to a forgotten ``aclose()``.
@@ -102,6 +105,7 @@ from keyturn._web import (
 )
 from keyturn.authenticator import Authenticator
 from keyturn.errors import Refusal
+from keyturn.payload import PayloadGuard
 
 if TYPE_CHECKING:
     from keyturn.fastapi import current_principal as current_principal
@@ -146,6 +150,8 @@ class ApiKeyMiddleware:
     :param strip_authorization: remove the ``Authorization`` header before the app sees it.
     :param expiry_header: add ``service-key-expires-at`` (when the key stops working) to
         every response to an accepted request; never to a refusal.
+    :param payload_guard: a :class:`~keyturn.payload.PayloadGuard`: refuse accepted requests
+        whose body holds a key, and record the key as leaked.
     """
 
     def __init__(
@@ -158,8 +164,10 @@ class ApiKeyMiddleware:
         realm: str = DEFAULT_REALM,
         strip_authorization: bool = True,
         expiry_header: bool = False,
+        payload_guard: PayloadGuard | None = None,
     ) -> None:
         check_options(authenticator, realm)
+        self.payload_guard = payload_guard and payload_guard.check(authenticator)
         self.app = app
         self.authenticator = authenticator
         self.paths = Paths(prefix, public_paths)
@@ -197,6 +205,14 @@ class ApiKeyMiddleware:
         if isinstance(outcome, Refusal):
             await self._refuse(outcome, scope, send)
             return
+        if self.payload_guard is not None and kind == "http":  # the body, read before the app
+            screened = await self.payload_guard.screen_asgi(
+                scope, receive, path, outcome, self.authenticator
+            )
+            if isinstance(screened, Refusal):
+                await self._refuse(screened, scope, send)
+                return
+            receive = screened
         scope.setdefault("state", {})[PRINCIPAL_KEY] = outcome
         # Encoded now, so a provider id that is no header value fails before the app runs.
         service = _encoded_service_headers(outcome.organization_id, outcome.tenant_id)

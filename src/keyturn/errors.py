@@ -3,7 +3,8 @@
 Two families, and only the second are exceptions:
 
 - :class:`Refusal` and its subclasses (:class:`Unauthorized`, :class:`InvalidRequest`,
-  :class:`NotFound`, :class:`PermissionDenied`, :class:`ServiceUnavailable`) are *returned*
+  :class:`NotFound`, :class:`PermissionDenied`, :class:`ServiceUnavailable`, and the payload
+  guard's :class:`KeyInPayload` and :class:`PayloadTooLarge`) are *returned*
   by :meth:`~keyturn.Authenticator.authenticate`, never raised: they are not exceptions, so
   ``except Unauthorized:`` is a type error, not a silent no-op. Each knows its HTTP status,
   its ``code`` for the JSON body, a client-safe ``message`` and the headers to send. The
@@ -32,6 +33,7 @@ __all__ = [
     "InvalidRequest",
     "InvalidStoreURL",
     "KeyAlreadyReplaced",
+    "KeyInPayload",
     "KeyNotFound",
     "KeyNotRevocable",
     "KeyNotRotatable",
@@ -41,6 +43,7 @@ __all__ = [
     "NotAKeyDatabase",
     "NotFound",
     "OrganizationConflict",
+    "PayloadTooLarge",
     "PermissionDenied",
     "Reached",
     "Reason",
@@ -81,6 +84,8 @@ class Reason(enum.Enum):
     BACKEND_TIMEOUT = "backend_timeout"  # ... or did not answer in time
     OVERLOADED = "overloaded"  # too many secret verifications at once
     CLOSED = "closed"  # the Authenticator was closed: the process is shutting down
+    KEY_IN_PAYLOAD = "key_in_payload"  # the body holds a key (keyturn.payload)
+    PAYLOAD_TOO_LARGE = "payload_too_large"  # the body is longer than the guard reads
 
 
 class KeyturnError(Exception):
@@ -205,6 +210,34 @@ class ServiceUnavailable(Refusal):
 
     def headers(self, realm: str = "agents-api") -> list[tuple[str, str]]:
         return [("retry-after", str(self.retry_after))]
+
+
+class KeyInPayload(Refusal):
+    """400: the request body holds an API key (the payload guard, an extension; D32).
+
+    The request did reach an organization: *principal* says which one. The message never
+    repeats the key; *key_id* names the first one found, for logs.
+    """
+
+    __slots__ = ()
+    status = 400
+    code = "key_in_payload"
+    default_message = (
+        "An API key was found in the request body: remove it and send the request again. "
+        "A key belongs only in the Authorization header, never in a prompt or message."
+    )
+
+
+class PayloadTooLarge(Refusal):
+    """413: the request body is longer than the payload guard reads (an extension; D32).
+
+    The request did reach an organization: *principal* says which one.
+    """
+
+    __slots__ = ()
+    status = 413
+    code = "payload_too_large"
+    default_message = "The request body is longer than this API reads: send a smaller one."
 
 
 # --- console errors -------------------------------------------------------------------

@@ -63,6 +63,9 @@ What it does, precisely:
 -   With ``expiry_header=True``, responses to accepted requests also carry
     ``service-key-expires-at``, the key's expiry; refusals and the middleware's own 500
     never do (``docs/expiry.md``).
+-   With ``payload_guard=PayloadGuard()`` (:mod:`keyturn.payload`), the body of an accepted
+    request is read and scanned before the app is called: one holding a key is refused
+    with 400 ``key_in_payload`` (``docs/payload-guard.md``).
 -   If the app raises before it starts its response (Flask and Django turn their errors
     into responses of their own, which carry the headers), the middleware answers 500 with
     the service headers and logs the traceback on the ``keyturn`` logger: re-raised, the
@@ -98,6 +101,7 @@ from keyturn._web import (
 )
 from keyturn.authenticator import Authenticator
 from keyturn.errors import Refusal
+from keyturn.payload import PayloadGuard
 
 if TYPE_CHECKING:
     from _typeshed import OptExcInfo
@@ -132,6 +136,8 @@ class ApiKeyMiddleware:
     :param strip_authorization: remove ``HTTP_AUTHORIZATION`` before the app sees it.
     :param expiry_header: add ``service-key-expires-at`` (when the key stops working) to
         every response to an accepted request; never to a refusal.
+    :param payload_guard: a :class:`~keyturn.payload.PayloadGuard`: refuse accepted requests
+        whose body holds a key, and record the key as leaked.
     """
 
     def __init__(
@@ -144,8 +150,10 @@ class ApiKeyMiddleware:
         realm: str = DEFAULT_REALM,
         strip_authorization: bool = True,
         expiry_header: bool = False,
+        payload_guard: PayloadGuard | None = None,
     ) -> None:
         check_options(authenticator, realm)
+        self.payload_guard = payload_guard and payload_guard.check(authenticator)
         self.app = app
         self.authenticator = authenticator
         self.paths = Paths(prefix, public_paths)
@@ -181,6 +189,10 @@ class ApiKeyMiddleware:
         )
         if isinstance(outcome, Refusal):
             return _refuse(outcome, self.realm, method, start_response)
+        if self.payload_guard is not None:  # the body, read before the app
+            screened = self.payload_guard.screen_wsgi(environ, path, outcome, self.authenticator)
+            if screened is not None:
+                return _refuse(screened, self.realm, method, start_response)
 
         environ[PRINCIPAL_KEY] = outcome
         service = service_headers(outcome.organization_id, outcome.tenant_id)

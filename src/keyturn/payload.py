@@ -1,0 +1,424 @@
+"""
+Keys kept out of request bodies
+===============================
+
+The spec's handling rule: never put a key into a system prompt or session message. The
+payload guard enforces it at the door: hand a :class:`PayloadGuard` to the ASGI, WSGI or
+Django middleware, and a request under the API's prefix whose body holds a keyturn key is
+refused with 400 ``key_in_payload`` before the app sees a byte of it. A real key found so
+is recorded as leaked (the console and ``keyturn keys leaked`` show it, and the creator is
+told where notices are set up) and, if you opt in, revoked. ``docs/payload-guard.md`` is
+the guide. ::
+
+    from keyturn.asgi import ApiKeyMiddleware
+    from keyturn.payload import PayloadGuard
+
+    app = ApiKeyMiddleware(app, authenticator=auth, payload_guard=PayloadGuard())
+
+What it decides, in order:
+
+-   Which requests: those the middleware accepted (a refused request's body is never read),
+    over HTTP (WebSocket messages are not bodies and are not read), whose ``Content-Type``
+    matches one of *content_types* (JSON by default: ``application/json`` and any
+    ``application/*+json``), or that send none: most frameworks read such a body as JSON.
+-   How much: at most *max_bytes* (1 MiB by default). A longer body is refused with 413
+    ``payload_too_large`` -- at once when its ``Content-Length`` says so, else once that
+    many bytes are read -- since what lies beyond could hold a key. Raise the bound for an
+    API that takes larger bodies.
+-   When: the whole body is read and scanned before the app is called, which then gets it
+    as one message (ASGI) or a fresh ``wsgi.input`` (WSGI). So the app never receives a key's
+    bytes, and a refusal is always a clean 400, never a response cut off half-way.
+-   What is a key: ``rma_`` and 46 letters and digits whose checksum holds, written plainly
+    or with JSON escapes (``\\u0072ma_...``), anywhere in the body (``_payload.py`` says
+    exactly how it reads). Keys are refused whether or not they are real: a forged one
+    looks the same to an agent, and the answer tells no one which keys exist.
+-   Which are recorded: each distinct key found (at most eight per body) is looked up in
+    the key store and its secret checked by the authenticator's argon2 verifier, as a
+    request's key would be; only a real key with the right secret is recorded as leaked
+    (``report_leak``, with the source ``request-body:<METHOD> <path>``), and revoked with
+    ``revoke=True``. A forgery of someone's key id marks nothing. A store that fails or
+    a verifier that is full is logged; the 400 stands.
+-   The refusal has the spec's error body, carries ``service-organization-id`` and
+    ``service-tenant-id`` (the request reached its organization), reaches the audit hook
+    and the ``keyturn`` log like the other refusals, and never repeats the key: the log
+    line names the key id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import io
+import logging
+import re
+from collections.abc import Awaitable, Callable, Collection, Generator, MutableMapping
+from fnmatch import fnmatchcase
+from typing import Any, Final, NamedTuple
+from wsgiref.types import WSGIEnvironment
+
+from keyturn._decision import AuthRequest
+from keyturn._model import ApiKey, Principal
+from keyturn._payload import BodyScanner
+from keyturn._token import ParsedToken
+from keyturn.authenticator import Authenticator
+from keyturn.errors import KeyInPayload, PayloadTooLarge, Reason, Refusal
+
+__all__ = ["DEFAULT_CONTENT_TYPES", "DEFAULT_MAX_BYTES", "PayloadGuard"]
+
+log: Final = logging.getLogger("keyturn")
+
+DEFAULT_CONTENT_TYPES: Final = ("application/json", "application/*+json")
+DEFAULT_MAX_BYTES: Final = 1 << 20
+SOURCE_PREFIX: Final = "request-body:"  # the leak's recorded place: request-body:POST /path
+_CHUNK: Final = 64 * 1024  # bytes read from wsgi.input at a time
+_MAX_SOURCE: Final = 2048  # characters of the recorded place
+_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+
+
+class _Ask(NamedTuple):
+    """A question the recording flow asks: a store method, or ``verify`` (argon2)."""
+
+    name: str
+    args: tuple[Any, ...]
+
+
+# What each question must be answered with; anything else stops the recording, logged.
+_ANSWERS: Final = {
+    "get_key": (ApiKey, type(None)),
+    "verify": (Reason, type(None)),
+    "report_leak": (bool,),
+    "revoke_key": (bool,),
+}
+
+
+class PayloadGuard:
+    """Refuses request bodies that hold a keyturn key, and records the real ones as leaked.
+
+    :param max_bytes: the longest body read; a longer one is refused with 413.
+    :param content_types: the media types whose bodies are read; ``*`` matches any run of
+        characters (``"application/*+json"``, ``"*"`` for every body). A request without
+        ``Content-Type`` is always read.
+    :param revoke: also revoke each real key found. Off by default: the spec lets only its
+        creator revoke a key, and the request may be theirs.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        content_types: Collection[str] = DEFAULT_CONTENT_TYPES,
+        revoke: bool = False,
+    ) -> None:
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+            raise ValueError(f"max_bytes must be a positive number of bytes, got {max_bytes!r}")
+        if isinstance(content_types, str) or not all(
+            isinstance(kind, str) and kind.strip() for kind in content_types
+        ):
+            raise TypeError(
+                "content_types must be a collection of media types such as "
+                f"('application/json',), got {content_types!r}"
+            )
+        self.max_bytes = max_bytes
+        self.content_types = tuple(kind.strip().lower() for kind in content_types)
+        self.revoke = bool(revoke)
+        self._exact = frozenset(kind for kind in self.content_types if "*" not in kind)
+        self._patterns = tuple(kind for kind in self.content_types if "*" in kind)
+
+    def __repr__(self) -> str:
+        return (
+            f"PayloadGuard(max_bytes={self.max_bytes}, content_types={self.content_types!r}, "
+            f"revoke={self.revoke})"
+        )
+
+    def check(self, authenticator: Authenticator) -> PayloadGuard:
+        """This guard, once *authenticator*'s store can record leaks (said at startup)."""
+        missing = [
+            name
+            for name in ("get_key", "report_leak") + (("revoke_key",) if self.revoke else ())
+            if not callable(getattr(authenticator.store, name, None))
+        ]
+        if missing:
+            raise TypeError(
+                f"the payload guard records leaks in the key store, which lacks "
+                f"{', '.join(missing)} (every store keyturn ships has them)"
+            )
+        return self
+
+    def scans(self, content_type: str | None) -> bool:
+        """Whether a body sent with *content_type* is read."""
+        if content_type is None or not content_type.strip():
+            return True  # most frameworks read a body without a type as JSON
+        media = content_type.split(";", 1)[0].strip().lower()
+        return media in self._exact or any(fnmatchcase(media, kind) for kind in self._patterns)
+
+    # --- the edges: read a body, scan it, answer --------------------------------------------
+
+    async def screen_asgi(
+        self,
+        scope: MutableMapping[str, Any],
+        receive: Receive,
+        path: str,
+        principal: Principal,
+        authenticator: Authenticator,
+    ) -> Receive | Refusal:
+        """Read and scan an accepted HTTP request's body before the app is called.
+
+        :returns: the refusal, or the ``receive`` to call the app with: it hands the app the
+            body that was read, as one message, then what the server sends next.
+        """
+        content_type, length = _asgi_headers(scope.get("headers", ()))
+        if not self.scans(content_type):
+            return receive
+        method = scope.get("method", "GET")
+        if length is not None and length > self.max_bytes:  # said before a byte is read
+            return self._too_large(method, path, principal, authenticator)
+        scanner = BodyScanner()
+        chunks: list[bytes] = []
+        size, over = 0, False
+        message: Message = {"type": "http.request", "body": b"", "more_body": False}
+        for _ in range(self.max_bytes + 2):  # each message but the last brings a byte, or is empty
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away: the app is told
+                break
+            chunk: bytes = message.get("body", b"")
+            more = bool(message.get("more_body", False))
+            if size + len(chunk) > self.max_bytes:
+                scanner.feed(chunk[: self.max_bytes - size], final=True)
+                over = True
+                break
+            size += len(chunk)
+            scanner.feed(chunk, final=not more)
+            chunks.append(chunk)
+            if not more:
+                break
+        else:
+            over = True  # a server that sends empty messages forever
+        scanner.end()
+        refused = self._refusal(scanner, over, method, path, principal, authenticator)
+        if refused is not None:
+            if scanner.keys:
+                await self._record_async(scanner, method, path, authenticator)
+            return refused
+        if message["type"] != "http.request":
+            return _replay(message, receive)
+        body = b"".join(chunks)
+        return _replay({"type": "http.request", "body": body, "more_body": False}, receive)
+
+    def screen_wsgi(
+        self,
+        environ: WSGIEnvironment,
+        path: str,
+        principal: Principal,
+        authenticator: Authenticator,
+    ) -> Refusal | None:
+        """Read and scan an accepted request's body before the app is called; the refusal,
+        or ``None`` with ``wsgi.input`` replaced by the body that was read.
+        """
+        if not self.scans(environ.get("CONTENT_TYPE")):
+            return None
+        method = environ.get("REQUEST_METHOD", "GET")
+        declared = (environ.get("CONTENT_LENGTH") or "").strip()
+        if declared.isascii() and declared.isdigit():
+            left = int(declared)
+            if left > self.max_bytes:  # said before a byte is read
+                return self._too_large(method, path, principal, authenticator)
+        elif environ.get("wsgi.input_terminated"):  # chunked: the server ends the stream
+            left = self.max_bytes + 1
+        else:
+            return None  # no body the app may read (PEP 3333)
+        scanner = BodyScanner()
+        stream = environ["wsgi.input"]
+        chunks: list[bytes] = []
+        size = 0
+        while size < left:  # each pass reads at least a byte, or ends
+            chunk = stream.read(min(_CHUNK, left - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            scanner.feed(chunk[: max(0, self.max_bytes - size)])
+            size += len(chunk)
+        scanner.end()
+        over = size > self.max_bytes
+        refused = self._refusal(scanner, over, method, path, principal, authenticator)
+        if refused is not None:
+            if scanner.keys:
+                self._record(scanner, method, path, authenticator)
+            return refused
+        environ["wsgi.input"] = io.BytesIO(b"".join(chunks))
+        return None
+
+    def screen_body(
+        self,
+        body: bytes | None,
+        method: str,
+        path: str,
+        principal: Principal,
+        authenticator: Authenticator,
+    ) -> tuple[Refusal | None, BodyScanner]:
+        """Scan a body read whole (Django's ``request.body``); ``None`` for one too long to
+        read. The refusal, if any, and the scanner, whose keys are still to be recorded.
+        """
+        scanner = BodyScanner()
+        if body is not None:
+            scanner.feed(body, final=True)
+        return self._refusal(scanner, body is None, method, path, principal, authenticator), scanner
+
+    def _refusal(
+        self,
+        scanner: BodyScanner,
+        over: bool,
+        method: str,
+        path: str,
+        principal: Principal,
+        authenticator: Authenticator,
+    ) -> Refusal | None:
+        """The answer to a scanned body, logged and audited as the decision's refusals are."""
+        if scanner.keys:  # said even when the body was also too long: a key was there
+            refusal = KeyInPayload(
+                Reason.KEY_IN_PAYLOAD, key_id=scanner.keys[0].key_id, principal=principal
+            )
+            return authenticator.record(AuthRequest((), (), method.upper(), path), refusal)
+        if over:
+            return self._too_large(method, path, principal, authenticator)
+        return None
+
+    def _too_large(
+        self, method: str, path: str, principal: Principal, authenticator: Authenticator
+    ) -> Refusal:
+        refusal = PayloadTooLarge(
+            Reason.PAYLOAD_TOO_LARGE,
+            f"The request body is longer than the {self.max_bytes} bytes this API reads: "
+            "send a smaller one.",
+            principal=principal,
+        )
+        return authenticator.record(AuthRequest((), (), method.upper(), path), refusal)
+
+    # --- recording: a flow of questions, and a sync and an async driver ----------------------
+
+    def _leaks(
+        self, keys: list[ParsedToken], source: str, authenticator: Authenticator
+    ) -> Generator[_Ask, Any, None]:
+        """Record each real key of *keys* as leaked (and revoke it, if asked to)."""
+        now = authenticator.clock()
+        for parsed in keys:
+            key: ApiKey | None = yield _Ask("get_key", (parsed.key_id,))
+            if key is None:
+                log.info("a key found in %s has no such id in the store", source[:200])
+                continue
+            digest = authenticator.cache.digest(parsed.token)
+            failure = yield _Ask("verify", (digest, key.secret_hash, parsed.secret, key.account_id))
+            if failure is not None:  # a real id with another secret: someone else's, forged
+                log.info("a key found in %s is a forgery of key id %s", source[:200], key.key_id)
+                continue
+            first = yield _Ask("report_leak", (key.key_id, source, now))
+            revoked = self.revoke and (yield _Ask("revoke_key", (key.key_id, now)))
+            log.warning(
+                "key %s of account %r was found in %s and is recorded as leaked%s%s",
+                key.key_id,
+                key.account_id,
+                source[:200],
+                "" if first else " (it already was)",
+                "; revoked" if revoked else "",
+            )
+
+    def _record(
+        self, scanner: BodyScanner, method: str, path: str, authenticator: Authenticator
+    ) -> None:
+        flow = self._leaks(scanner.keys, _source(method, path), authenticator)
+        store, verifier, cache = authenticator.store, authenticator.verifier, authenticator.cache
+        answer: Any = None
+        try:
+            while True:
+                ask = flow.send(answer)
+                try:
+                    if ask.name == "verify":
+                        answer = verifier.submit(cache, *ask.args).result()
+                    else:
+                        answer = getattr(store, ask.name)(*ask.args)
+                    _check(ask, answer)
+                except Exception as exc:  # the refusal stands; the leak is not recorded
+                    flow.close()
+                    _failed(ask, exc)
+                    return
+        except StopIteration:
+            return
+
+    async def _record_async(
+        self, scanner: BodyScanner, method: str, path: str, authenticator: Authenticator
+    ) -> None:
+        flow = self._leaks(scanner.keys, _source(method, path), authenticator)
+        store, verifier, cache = authenticator.store, authenticator.verifier, authenticator.cache
+        answer: Any = None
+        try:
+            while True:
+                ask = flow.send(answer)
+                try:
+                    if ask.name == "verify":
+                        future = verifier.submit(cache, *ask.args)
+                        answer = await asyncio.shield(asyncio.wrap_future(future))
+                    else:
+                        method_ = getattr(store, ask.name)
+                        async with asyncio.timeout(authenticator.timeout):
+                            if inspect.iscoroutinefunction(method_):
+                                answer = await method_(*ask.args)
+                            elif getattr(store, "nonblocking", False):
+                                answer = method_(*ask.args)
+                            else:
+                                answer = await asyncio.to_thread(method_, *ask.args)
+                    _check(ask, answer)
+                except Exception as exc:  # the refusal stands; the leak is not recorded
+                    flow.close()
+                    _failed(ask, exc)
+                    return
+        except StopIteration:
+            return
+
+
+def _check(ask: _Ask, answer: Any) -> None:
+    if not isinstance(answer, _ANSWERS[ask.name]):
+        raise TypeError(f"{ask.name} answered a {type(answer).__name__}")
+
+
+def _failed(ask: _Ask, exc: Exception) -> None:
+    # The type and our own message only: the exception's frames hold the key's secret.
+    detail = str(exc) if isinstance(exc, TypeError) and ask.name in _ANSWERS else ""
+    log.error(
+        "recording a key found in a request body failed at %s: %s%s",
+        ask.name,
+        type(exc).__name__,
+        f" ({detail})" if detail else "",
+    )
+
+
+def _source(method: str, path: str) -> str:
+    """Where a key was found, as recorded on it: one line, bounded."""
+    source = _CONTROL.sub("\ufffd", f"{SOURCE_PREFIX}{method.upper()} {path}")
+    return source if len(source) <= _MAX_SOURCE else source[: _MAX_SOURCE - 1] + "\u2026"
+
+
+def _asgi_headers(headers: Any) -> tuple[str | None, int | None]:
+    """The ``Content-Type`` and the ``Content-Length`` (when it is one number) of a scope."""
+    content_type: str | None = None
+    length: int | None = None
+    for name, value in headers:
+        if len(name) == 12 and name.lower() == b"content-type" and content_type is None:
+            content_type = value.decode("latin-1")
+        elif len(name) == 14 and name.lower() == b"content-length":
+            text = value.decode("latin-1").strip()
+            length = int(text) if text.isascii() and text.isdigit() else None
+    return content_type, length
+
+
+def _replay(first: Message, receive: Receive) -> Receive:
+    """A ``receive`` that answers *first*, then whatever the server sends next."""
+    pending = [first]
+
+    async def replayed() -> Message:
+        if pending:
+            return pending.pop()
+        return await receive()
+
+    return replayed
