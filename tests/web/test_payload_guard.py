@@ -1,0 +1,475 @@
+"""The payload guard in both middlewares: bodies holding a key are refused, real keys recorded.
+
+Each test runs against the ASGI middleware (messages sent as a server sends them, in chunks
+the test chooses) and the WSGI middleware (a ``wsgi.input`` that hands out the chunks the
+test chooses), in front of an app that echoes the body it got.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import json
+import logging
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from typing import Any
+
+import attrs
+import pytest
+
+from keyturn import _token
+from keyturn import asgi as keyturn_asgi
+from keyturn import wsgi as keyturn_wsgi
+from keyturn.errors import Reason
+from keyturn.payload import PayloadGuard
+from tests.world import World, WorldKeyStore, make_world
+
+SESSIONS = "/managed-agents/v1/sessions"
+OUTSIDE = "/healthz"
+JSON = "application/json"
+
+
+@attrs.frozen
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    reads: int  # receive() calls, or wsgi.input reads
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def digest(body: bytes) -> str:
+    return hashlib.sha256(body).hexdigest()
+
+
+# --- the echo app, twice ------------------------------------------------------------------
+
+
+def echo_asgi(seen: list[bytes]) -> Any:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        body = b""
+        for _ in range(100_000):  # bounded: the tests send fewer messages
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body", False):
+                break
+        seen.append(body)
+        data = json.dumps({"size": len(body), "sha256": digest(body)}).encode()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": data})
+
+    return app
+
+
+def echo_wsgi(seen: list[bytes]) -> Any:
+    def app(environ: Any, start_response: Any) -> list[bytes]:
+        stream = environ["wsgi.input"]
+        length = environ.get("CONTENT_LENGTH")
+        body = stream.read(int(length)) if length else stream.read()
+        seen.append(body)
+        start_response("200 OK", [("content-type", JSON)])
+        return [json.dumps({"size": len(body), "sha256": digest(body)}).encode()]
+
+    return app
+
+
+class Chunks:
+    """A ``wsgi.input`` that hands out the given chunks, one per read (a short read for a
+    larger one), and counts the reads."""
+
+    def __init__(self, chunks: Sequence[bytes]) -> None:
+        self.chunks = [chunk for chunk in chunks if chunk]
+        self.reads = 0
+
+    def read(self, size: int = -1) -> bytes:
+        self.reads += 1
+        if not self.chunks:
+            return b""
+        chunk = self.chunks.pop(0)
+        if 0 <= size < len(chunk):
+            chunk, rest = chunk[:size], chunk[size:]
+            self.chunks.insert(0, rest)
+        return chunk
+
+
+@attrs.define
+class Guarded:
+    """One adapter with the guard, its world and the bodies its app received."""
+
+    adapter: str
+    world: World
+    app: Any
+    seen: list[bytes]
+
+    def post(
+        self,
+        body: bytes | Sequence[bytes],
+        *,
+        key: str = "research",
+        content_type: str | None = JSON,
+        path: str = SESSIONS,
+        length: bool = True,  # send Content-Length (else: chunked)
+    ) -> Reply:
+        chunks = [body] if isinstance(body, bytes) else list(body)
+        whole = b"".join(chunks)
+        headers = [("authorization", f"Bearer {self.world.keys[key]}")] if key else []
+        if content_type is not None:
+            headers.append(("content-type", content_type))
+        if length:
+            headers.append(("content-length", str(len(whole))))
+        if self.adapter == "asgi":
+            return asyncio.run(self._asgi(path, headers, chunks))
+        return self._wsgi(path, headers, chunks, length)
+
+    async def _asgi(self, path: str, headers: list[tuple[str, str]], chunks: list[bytes]) -> Reply:
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": path,
+            "raw_path": path.encode(),
+            "root_path": "",
+            "query_string": b"",
+            "headers": [(n.encode("latin-1"), v.encode("latin-1")) for n, v in headers],
+            "server": ("127.0.0.1", 80),
+            "client": ("127.0.0.1", 50000),
+        }
+        pending = list(chunks) or [b""]
+        reads = 0
+        started: dict[str, Any] = {}
+        body = b""
+
+        async def receive() -> dict[str, Any]:
+            nonlocal reads
+            reads += 1
+            if not pending:
+                return {"type": "http.disconnect"}
+            return {"type": "http.request", "body": pending.pop(0), "more_body": bool(pending)}
+
+        async def send(message: dict[str, Any]) -> None:
+            nonlocal body
+            if message["type"] == "http.response.start":
+                assert not started, "a second http.response.start"
+                started.update(message)
+            else:
+                body += message.get("body", b"")
+
+        await self.app(scope, receive, send)
+        names = {n.decode("latin-1"): v.decode("latin-1") for n, v in started["headers"]}
+        return Reply(started["status"], names, body, reads)
+
+    def _wsgi(
+        self, path: str, headers: list[tuple[str, str]], chunks: list[bytes], length: bool
+    ) -> Reply:
+        stream = Chunks(chunks)
+        environ: dict[str, Any] = {
+            "REQUEST_METHOD": "POST",
+            "SCRIPT_NAME": "",
+            "PATH_INFO": path,
+            "QUERY_STRING": "",
+            "SERVER_NAME": "127.0.0.1",
+            "SERVER_PORT": "80",
+            "SERVER_PROTOCOL": "HTTP/1.1",
+            "wsgi.version": (1, 0),
+            "wsgi.url_scheme": "http",
+            "wsgi.input": stream,
+            "wsgi.errors": io.StringIO(),
+            "wsgi.multithread": False,
+            "wsgi.multiprocess": False,
+            "wsgi.run_once": False,
+            "wsgi.input_terminated": not length,
+        }
+        for name, value in headers:
+            if name in ("content-type", "content-length"):
+                environ[name.upper().replace("-", "_")] = value
+            else:
+                environ["HTTP_" + name.upper().replace("-", "_")] = value
+        started: list[Any] = []
+
+        def start_response(status: str, response_headers: Any, exc_info: Any = None) -> Any:
+            started[:] = [int(status.split()[0]), dict(response_headers)]
+            return lambda data: None
+
+        body = b"".join(self.app(environ, start_response))
+        return Reply(started[0], {k.lower(): v for k, v in started[1].items()}, body, stream.reads)
+
+
+@pytest.fixture
+def world() -> Iterator[World]:
+    world = make_world(keys=True)
+    yield world
+    for authenticator in world.authenticators:
+        authenticator.close()
+
+
+@pytest.fixture(params=["asgi", "wsgi"])
+def guarded(request: pytest.FixtureRequest, world: World) -> Any:
+    """Build one adapter (asgi, wsgi) with the guard: ``guarded(**guard_options)``."""
+
+    def build(store: Any = None, **options: Any) -> Guarded:
+        seen: list[bytes] = []
+        authenticator = world.authenticator(**({} if store is None else {"store": store}))
+        guard = PayloadGuard(**options)
+        if request.param == "asgi":
+            app: Any = keyturn_asgi.ApiKeyMiddleware(
+                echo_asgi(seen), authenticator=authenticator, payload_guard=guard
+            )
+        else:
+            app = keyturn_wsgi.ApiKeyMiddleware(
+                echo_wsgi(seen), authenticator=authenticator, payload_guard=guard
+            )
+        return Guarded(request.param, world, app, seen)
+
+    return build
+
+
+def forged(key_id: str) -> str:
+    """A key with a real key id, a valid checksum and a secret of its own (a test fixture)."""
+    body = _token.PREFIX + key_id + _token.generate().secret
+    return body + _token._checksum(body)
+
+
+def message(key: str) -> bytes:
+    return json.dumps({"role": "user", "content": f"Here is my key: {key}. Deploy it."}).encode()
+
+
+# --- refusals ----------------------------------------------------------------------------
+
+
+def test_a_real_key_in_a_json_body_is_refused_and_recorded(guarded: Any) -> None:
+    """400 key_in_payload in the error shape, with the service headers; the app never runs;
+    the key is recorded as leaked with where it was found, and not revoked."""
+    site = guarded()
+    world = site.world
+    leaked = world.keys["main"]
+
+    reply = site.post(message(leaked))
+
+    assert reply.status == 400
+    assert reply.json() == {
+        "error": {
+            "code": "key_in_payload",
+            "message": "An API key was found in the request body: remove it and send the "
+            "request again. A key belongs only in the Authorization header, never in a prompt "
+            "or message.",
+        }
+    }
+    assert reply.headers["content-type"] == JSON
+    assert reply.headers["content-length"] == str(len(reply.body))
+    assert reply.headers["service-organization-id"] == "org_research"
+    assert reply.headers["service-tenant-id"] == "acme"
+    assert leaked.encode() not in reply.body
+    assert site.seen == []
+    key = world.store.get_key(world.key_ids["main"])
+    assert key is not None and key.leaked is not None
+    assert key.leaked.url == f"request-body:POST {SESSIONS}"
+    assert key.leaked.at == world.clock.now
+    assert key.revoked_at is None
+    refused = world.audit[-1]
+    assert refused.error.reason is Reason.KEY_IN_PAYLOAD
+    assert refused.error.key_id == world.key_ids["main"]
+    assert (refused.method, refused.path) == ("POST", SESSIONS)
+
+
+def test_the_requests_own_key_in_its_body_is_recorded_too(guarded: Any) -> None:
+    """An agent echoing the very key it sends: refused and recorded."""
+    site = guarded()
+    reply = site.post(message(site.world.keys["research"]))
+    assert reply.status == 400
+    key = site.world.store.get_key(site.world.key_ids["research"])
+    assert key is not None and key.leaked is not None
+
+
+def test_with_revoke_the_key_found_is_revoked(guarded: Any) -> None:
+    """revoke=True: the key found is revoked at once, and stops working."""
+    site = guarded(revoke=True)
+    world = site.world
+
+    assert site.post(message(world.keys["main"])).status == 400
+
+    key = world.store.get_key(world.key_ids["main"])
+    assert key is not None and key.revoked_at == world.clock.now
+    assert site.post(b"{}", key="main").status == 401
+
+
+def test_a_forgery_of_a_real_key_id_is_refused_but_marks_nothing(guarded: Any) -> None:
+    """A checksum-valid key with alice's key id and another secret: refused (it looks like a
+    key to whoever reads the body), her key is neither marked leaked nor revoked."""
+    site = guarded(revoke=True)
+    world = site.world
+    fake = forged(world.key_ids["main"])
+
+    reply = site.post(message(fake))
+
+    assert reply.status == 400 and reply.json()["error"]["code"] == "key_in_payload"
+    key = world.store.get_key(world.key_ids["main"])
+    assert key is not None and key.leaked is None and key.revoked_at is None
+
+
+def test_an_unknown_key_and_a_typo(guarded: Any) -> None:
+    """A key no store holds is refused and records nothing; a mistyped one is no key at all."""
+    site = guarded()
+    world = site.world
+    assert site.post(message(world.keys["unknown"])).status == 400
+    typo = site.post(message(world.keys["tenant_typo"]))
+    assert typo.status == 200
+    assert site.seen == [message(world.keys["tenant_typo"])]
+    assert world.store.leaked_keys() == []
+
+
+def test_the_key_is_never_echoed_nor_logged(guarded: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """The log names the key id and where it was found, never the secret."""
+    site = guarded()
+    leaked = site.world.keys["main"]
+    with caplog.at_level(logging.INFO, logger="keyturn"):
+        reply = site.post(message(leaked))
+    assert reply.status == 400
+    text = "\n".join(record.getMessage() for record in caplog.records)
+    assert site.world.key_ids["main"] in text
+    assert f"request-body:POST {SESSIONS}" in text
+    assert leaked not in text
+    assert all(leaked not in value for value in reply.headers.values())
+
+
+@pytest.mark.parametrize("size", [1, 7, 25, 49, 50, 64])
+def test_a_key_split_across_chunks_is_found(guarded: Any, size: int) -> None:
+    """A body sent in chunks of any size, the key (plain or escaped) across boundaries."""
+    site = guarded()
+    key = site.world.keys["main"]
+    for body in (message(key), json.dumps({"content": key}, ensure_ascii=True).encode()):
+        escaped = body.replace(b"rma_", b"\\u0072ma\\u005f")
+        for sent in (body, escaped):
+            chunks = [sent[at : at + size] for at in range(0, len(sent), size)]
+            for length in (True, False):
+                reply = site.post(chunks, length=length)
+                assert reply.status == 400, (size, sent, length)
+    assert site.seen == []
+
+
+def test_a_clean_body_reaches_the_app_byte_for_byte(guarded: Any) -> None:
+    """No key: the app gets the very bytes sent, however they were chunked."""
+    site = guarded()
+    body = json.dumps({"content": "rma_ is the prefix of a key \\u0072ma_ " * 500}).encode()
+    chunks = [body[at : at + 777] for at in range(0, len(body), 777)]
+    for length in (True, False):
+        reply = site.post(chunks, length=length)
+        assert reply.status == 200
+        assert reply.json() == {"size": len(body), "sha256": digest(body)}
+    assert site.seen == [body, body]
+
+
+def test_content_types(guarded: Any) -> None:
+    """JSON and +json types and a body without a type are read; other types pass by default,
+    and are read when configured."""
+    site = guarded()
+    body = message(site.world.keys["main"])
+    assert site.post(body, content_type="application/json; charset=utf-8").status == 400
+    assert site.post(body, content_type="Application/Vnd.Api+JSON").status == 400
+    assert site.post(body, content_type=None).status == 400
+    assert site.post(body, content_type="text/plain").status == 200
+    assert site.post(body, content_type="multipart/form-data; boundary=x").status == 200
+    assert site.seen == [body, body]
+
+    everything = guarded(content_types=["*"])
+    assert everything.post(body, content_type="text/plain").status == 400
+    plain = guarded(content_types=["text/plain"])
+    assert plain.post(body, content_type="text/plain").status == 400
+    assert plain.post(body, content_type=JSON).status == 200
+
+
+def test_a_body_longer_than_the_bound_is_refused(guarded: Any) -> None:
+    """Past max_bytes: 413 without reading a byte when Content-Length says so, after reading
+    the bound when it does not; a key within the bound still gets 400."""
+    site = guarded(max_bytes=1000)
+    world = site.world
+    big = b"[" + b" " * 2000 + b"]"
+
+    declared = site.post(big)
+    assert declared.status == 413
+    assert declared.json() == {
+        "error": {
+            "code": "payload_too_large",
+            "message": "The request body is longer than the 1000 bytes this API reads: "
+            "send a smaller one.",
+        }
+    }
+    assert declared.headers["service-organization-id"] == "org_research"
+    assert declared.reads == 0
+
+    streamed = site.post([big[:600], big[600:1200], big[1200:]], length=False)
+    assert streamed.status == 413
+    assert streamed.reads <= 2
+
+    early_key = message(world.keys["main"]) + b" " * 2000
+    assert site.post([early_key[:500], early_key[500:]], length=False).status == 400
+    exact = b"[" + b" " * 998 + b"]"
+    assert site.post(exact).status == 200
+    assert site.seen == [exact]
+
+
+def test_a_refused_or_unguarded_request_body_is_not_read(guarded: Any) -> None:
+    """A request the decision refuses never has its body read; nor one outside the prefix."""
+    site = guarded()
+    world = site.world
+    body = message(world.keys["main"])
+
+    assert site.post(body, key="").status == 401
+    assert site.post(body, key="tenant").status == 400  # no x-organization-id
+    outside = site.post(body, path=OUTSIDE)
+    assert outside.status == 200
+    assert world.store.leaked_keys() == []
+
+
+class FailingLeakStore(WorldKeyStore):
+    """The world's store, whose leak record fails like a dropped database."""
+
+    def report_leak(self, key_id: str, url: str, at: datetime) -> bool:
+        raise ConnectionError("key store unreachable")
+
+
+def test_a_failing_store_leaves_the_refusal_standing(
+    guarded: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The record fails: still 400, and the failure is logged without the key."""
+    store = FailingLeakStore()
+    world = make_world(keys=True)
+    for name in ("main", "research"):
+        key = world.store.get_key(world.key_ids[name])
+        assert key is not None
+        store.add_key(key)
+    site = guarded(store=store)
+    site.world.keys = {**site.world.keys, "research": world.keys["research"]}
+    leaked = world.keys["main"]
+    with caplog.at_level(logging.ERROR, logger="keyturn"):
+        reply = site.post(message(leaked))
+    assert reply.status == 400
+    errors = [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR]
+    assert errors == [
+        "recording a key found in a request body failed at report_leak: ConnectionError"
+    ]
+    assert all(record.exc_info is None for record in caplog.records)
+
+
+def test_the_options_are_checked_at_startup(world: World) -> None:
+    """Bad options and a store that cannot record leaks fail when the app is built."""
+    with pytest.raises(ValueError, match="max_bytes"):
+        PayloadGuard(max_bytes=0)
+    with pytest.raises(TypeError, match="content_types"):
+        PayloadGuard(content_types="application/json")
+
+    class ReadOnly:
+        def get_key(self, key_id: str) -> None:
+            return None
+
+    authenticator = world.authenticator(store=ReadOnly())
+    with pytest.raises(TypeError, match="report_leak"):
+        keyturn_wsgi.ApiKeyMiddleware(
+            echo_wsgi([]), authenticator=authenticator, payload_guard=PayloadGuard()
+        )
+    assert "max_bytes=1048576" in repr(PayloadGuard())
