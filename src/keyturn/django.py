@@ -22,6 +22,7 @@ Configure it in ``settings.py``::
         "REALM": "agents-api",
         "STRIP_AUTHORIZATION": True,
         "EXPIRY_HEADER": False,  # True: service-key-expires-at on accepted responses
+        "PAYLOAD_GUARD": None,  # True, a dict of PayloadGuard options, or a PayloadGuard
     }
 
 and read the caller in a view::
@@ -79,6 +80,7 @@ from keyturn._web import (
 )
 from keyturn.authenticator import Authenticator
 from keyturn.errors import Refusal
+from keyturn.payload import PayloadGuard
 
 __all__ = ["ApiKeyMiddleware", "principal"]
 
@@ -93,6 +95,7 @@ _SETTINGS: Final = frozenset(
         "REALM",
         "STRIP_AUTHORIZATION",
         "EXPIRY_HEADER",
+        "PAYLOAD_GUARD",
     }
 )
 _built: dict[str, Authenticator] = {}  # STORE_URL -> its Authenticator, one per process
@@ -121,6 +124,7 @@ class ApiKeyMiddleware:
             realm = config.get("REALM", DEFAULT_REALM)
             check_options(authenticator, realm)
             paths = Paths(config.get("PREFIX", DEFAULT_PREFIX), config.get("PUBLIC_PATHS", ()))
+            guard = _payload_guard(config.get("PAYLOAD_GUARD"), authenticator)
         except (TypeError, ValueError) as exc:
             raise ImproperlyConfigured(f"KEYTURN: {exc}") from exc
         self.app = get_response
@@ -129,6 +133,7 @@ class ApiKeyMiddleware:
         self.realm: str = realm
         self.strip_authorization = bool(config.get("STRIP_AUTHORIZATION", True))
         self.expiry_header = bool(config.get("EXPIRY_HEADER", False))
+        self.payload_guard = guard
         self.is_async = iscoroutinefunction(get_response)
         if self.is_async:
             markcoroutinefunction(self)
@@ -144,6 +149,10 @@ class ApiKeyMiddleware:
         outcome = self.authenticator.authenticate(_read(request, path))
         if isinstance(outcome, Refusal):
             return self._refuse(outcome, request)
+        if self.payload_guard is not None:  # the body, read before the view
+            screened = self.payload_guard.screen_django(request, path, outcome, self.authenticator)
+            if screened is not None:
+                return self._refuse(screened, request)
         self._admit(request, outcome)
         response = self.app(request)
         assert isinstance(response, HttpResponseBase)  # a sync chain answers synchronously
@@ -158,6 +167,12 @@ class ApiKeyMiddleware:
         outcome = await self.authenticator.authenticate_async(_read(request, path))
         if isinstance(outcome, Refusal):
             return self._refuse(outcome, request)
+        if self.payload_guard is not None:  # the body, read before the view
+            screened = await self.payload_guard.screen_django_async(
+                request, path, outcome, self.authenticator
+            )
+            if screened is not None:
+                return self._refuse(screened, request)
         self._admit(request, outcome)
         return self._with_service_headers(await self._next(request), outcome)
 
@@ -228,6 +243,25 @@ def _read(request: HttpRequest, path: str) -> AuthRequest:
         method=(request.method or "GET").upper(),  # what the router dispatches on
         path=path,
     )
+
+
+def _payload_guard(setting: object, authenticator: Authenticator) -> PayloadGuard | None:
+    """``KEYTURN["PAYLOAD_GUARD"]``: ``None``/``False`` (off), ``True``, a dict of
+    :class:`~keyturn.payload.PayloadGuard` options, or a guard."""
+    if setting is None or setting is False:
+        return None
+    if setting is True:
+        guard = PayloadGuard()
+    elif isinstance(setting, dict):
+        guard = PayloadGuard(**setting)
+    elif isinstance(setting, PayloadGuard):
+        guard = setting
+    else:
+        raise TypeError(
+            "KEYTURN['PAYLOAD_GUARD'] must be True, a dict of PayloadGuard options or a "
+            f"PayloadGuard, got {type(setting).__name__}"
+        )
+    return guard.check(authenticator)
 
 
 def _authenticator(config: dict[str, Any]) -> Authenticator:

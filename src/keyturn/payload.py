@@ -250,21 +250,40 @@ class PayloadGuard:
         environ["wsgi.input"] = io.BytesIO(b"".join(chunks))
         return None
 
-    def screen_body(
-        self,
-        body: bytes | None,
-        method: str,
-        path: str,
-        principal: Principal,
-        authenticator: Authenticator,
-    ) -> tuple[Refusal | None, BodyScanner]:
-        """Scan a body read whole (Django's ``request.body``); ``None`` for one too long to
-        read. The refusal, if any, and the scanner, whose keys are still to be recorded.
-        """
+    def screen_django(
+        self, request: Any, path: str, principal: Principal, authenticator: Authenticator
+    ) -> Refusal | None:
+        """Scan a Django request's ``request.body`` (read whole: Django's handlers hold it
+        already) before the view runs; the refusal, or ``None``."""
+        scanner, over = self._django_scan(request)
+        method = request.method or "GET"
+        refused = self._refusal(scanner, over, method, path, principal, authenticator)
+        if refused is not None and scanner.keys:
+            self._record(scanner, method, path, authenticator)
+        return refused
+
+    async def screen_django_async(
+        self, request: Any, path: str, principal: Principal, authenticator: Authenticator
+    ) -> Refusal | None:
+        """:meth:`screen_django` for Django's async handler: the store awaited or on a thread."""
+        scanner, over = self._django_scan(request)
+        method = request.method or "GET"
+        refused = self._refusal(scanner, over, method, path, principal, authenticator)
+        if refused is not None and scanner.keys:
+            await self._record_async(scanner, method, path, authenticator)
+        return refused
+
+    def _django_scan(self, request: Any) -> tuple[BodyScanner, bool]:
         scanner = BodyScanner()
-        if body is not None:
-            scanner.feed(body, final=True)
-        return self._refusal(scanner, body is None, method, path, principal, authenticator), scanner
+        meta = request.META
+        if not self.scans(meta.get("CONTENT_TYPE")):
+            return scanner, False
+        declared = str(meta.get("CONTENT_LENGTH") or "").strip()
+        if declared.isascii() and declared.isdigit() and int(declared) > self.max_bytes:
+            return scanner, True  # said before a byte is read
+        body: bytes = request.body
+        scanner.feed(body[: self.max_bytes], final=True)
+        return scanner, len(body) > self.max_bytes
 
     def _refusal(
         self,
