@@ -26,6 +26,7 @@ SECTIONS: Final = {
     "lag": "bench.lag",
     "scale": "bench.scale",
     "breakdown": "bench.breakdown",
+    "payload": "bench.payload",
 }
 # What a run without --only runs: every section.
 DEFAULT: Final = tuple(SECTIONS)

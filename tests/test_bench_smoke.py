@@ -58,6 +58,7 @@ def test_sections_are_all_listed() -> None:
         "lag",
         "scale",
         "breakdown",
+        "payload",
     ]
     assert set(SECTIONS) == set(DEFAULT)
 
@@ -228,6 +229,20 @@ def test_breakdown_timed_without_valgrind() -> None:
     facts = smoke("breakdown").facts
     assert facts["counted"] == 0
     assert facts["missing"] == 0
+
+
+def test_payload_guard_costs_per_kib() -> None:
+    """The payload section finds, refuses and records a key in each kind of body (plain and
+    escaped), runs no argon2 for a key verified already, and prints a cost per KiB."""
+    report = smoke("payload")
+    facts = report.facts
+    assert facts["refused_and_recorded"] == 6
+    assert facts["verified_key.argon2_runs"] == 0
+    assert {name for name in facts if name.endswith(".scan_ns_per_kib")} == {
+        f"{kind}.{size}.scan_ns_per_kib"
+        for kind in ("machine", "chat", "non-Latin")
+        for size in (1024, 65536)
+    }
 
 
 def _postgres_dsn() -> str:

@@ -9,19 +9,21 @@ Rules of this file -- what it decides:
    its shape (``rma_`` and 46 letters and digits) and hands each to ``parse``, which checks
    the checksum. A candidate glued to other letters or digits counts: whoever reads the body
    can cut it out as easily.
-2. The body is read both as its raw bytes and as a JSON parser reads its strings, in one
-   pass: each backslash escape is replaced by what it stands for when that is an ASCII
-   character (``\\u0072`` is ``r``, ``\\u005f`` is ``_``; any other ``\\uXXXX`` reads as
-   a space), and the backslash of every other escape is dropped (``\\/`` reads as ``/``,
-   ``\\n`` as ``n``). So a key is found whether it is written plainly, spelled with escapes,
-   or sits right after an escape (``"\\rma_..."``, whose raw bytes hold the key). An escape
-   cut by a chunk's end is read with the next chunk. The cost of dropping the backslash:
-   a text that holds a key only once ``\\n`` is read as ``n`` is found too; it is made,
-   never met by chance.
+2. The body is read as its raw bytes and as a JSON parser reads its strings, at once, and
+   generously: each ``\\uXXXX`` escape of a letter, digit or underscore reads as that
+   character (``\\u0072`` is ``r``, ``\\u005f`` is ``_``), then every backslash is
+   dropped (``\\/`` reads as ``/``, ``\\n`` as ``n``, ``\\u00e9`` as ``u00e9``). So a key
+   is found whether it is written plainly, spelled with escapes, or sits right after an
+   escape (``"\\rma_..."``: JSON reads a carriage return, the raw bytes hold the key). A
+   letter or digit more around a key hides nothing (rule 1). The generosity finds keys a
+   JSON parser would not (``\\\\u0072ma_...``, an escaped backslash and then ``u0072``);
+   such bodies are made, never met by chance. An escape cut by a chunk's end is read with
+   the next chunk.
 3. A key cut by a chunk's end is found: the last 49 bytes of what was read are kept and
    read again with the next chunk. No key fits in 49 bytes, so none is found twice.
-4. Memory is bounded: one chunk and 54 bytes of state. Work is linear in the body's size;
-   a chunk with no backslash costs a search for ``rma_`` and no copy of the chunk.
+4. Memory is bounded: one chunk and 54 bytes of state. Work is linear in the body's size
+   and done in C passes over each chunk (a Python call only per escaped key character); a
+   chunk with no backslash costs a search for ``rma_`` and no copy.
 5. At most :data:`MAX_KEYS` distinct keys are kept, in order of appearance; the scan goes
    on and :attr:`BodyScanner.more` says whether more were seen.
 """
@@ -42,37 +44,25 @@ _CANDIDATE: Final = re.compile(
 )
 # Bytes kept for the next chunk: a key may start there (rule 3).
 _KEPT: Final = _token.TOKEN_LENGTH - 1
-_ESCAPE: Final = re.compile(rb"\\(?:u([0-9A-Fa-f]{4})|(.))", re.DOTALL)
-_HEX: Final = re.compile(rb"[0-9A-Fa-f]{0,3}")
-_DROP_BACKSLASH: Final = re.compile(rb"\\(.)", re.DOTALL)
-# \uXXXX -> the ASCII character, or a space for anything else (rule 2)
-_ASCII: Final = tuple(bytes([code]) for code in range(128))
+# Escapes, read in C passes (a Python call only per escape of a key character):
+_KEY_CHARACTER: Final = re.compile(  # \u0030-\u0039, \u0041-\u005a, \u005f, \u0061-\u007a
+    rb"\\u00(3[0-9]|4[1-9A-Fa-f]|5[0-9Aa]|5[Ff]|6[1-9A-Fa-f]|7[0-9Aa])"
+)
+_CUT: Final = re.compile(rb"\\(?:u[0-9A-Fa-f]{0,3})?")  # an escape the chunk's end may cut
+
+
+def _character(match: re.Match[bytes]) -> bytes:
+    return bytes((int(match.group(1), 16),))
 
 
 def _unescaped(data: bytes, final: bool) -> tuple[bytes, bytes]:
     """*data* with its escapes read (rule 2), and the bytes of an escape cut by its end."""
-    if b"\\u" not in data and not data.endswith(b"\\"):
-        # No \u escape and none cut: each escape is a backslash to drop, done in C.
-        return _DROP_BACKSLASH.sub(rb"\1", data), b""
-    pieces: list[bytes] = []
-    at = 0
-    for match in _ESCAPE.finditer(data):
-        start = match.start()
-        code = match.group(1)
-        if code is not None:
-            value = int(code, 16)
-            read = _ASCII[value] if value < 128 else b" "
-        else:
-            read = match.group(2)
-            if not final and read == b"u" and _HEX.fullmatch(data, match.end()):
-                return b"".join(pieces) + data[at:start], data[start:]  # \u cut short
-        pieces += (data[at:start], read)
-        at = match.end()
-    if not final and at < len(data) and data.endswith(b"\\"):
-        # The one backslash no escape took: an escape the next chunk finishes.
-        return b"".join(pieces) + data[at:-1], b"\\"
-    pieces.append(data[at:])
-    return b"".join(pieces), b""
+    cut = b""
+    if not final:
+        start = data.rfind(b"\\", max(0, len(data) - 5))
+        if start >= 0 and _CUT.fullmatch(data, start):
+            data, cut = data[:start], data[start:]
+    return _KEY_CHARACTER.sub(_character, data).translate(None, b"\\"), cut
 
 
 class BodyScanner:
