@@ -19,6 +19,7 @@ OPTIONS = {
     "realm": DEFAULT_REALM,
     "strip_authorization": True,
     "expiry_header": False,
+    "payload_guard": None,
 }
 MIDDLEWARES = pytest.mark.parametrize(
     "middleware", [asgi.ApiKeyMiddleware, wsgi.ApiKeyMiddleware], ids=["asgi", "wsgi"]
