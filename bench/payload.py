@@ -11,9 +11,13 @@ all, chat text (a ``\\n`` every line, some ``\\"``), and text in another script 
 - the same through the WSGI middleware (``wsgi.input`` a fresh ``BytesIO``).
 
 Each figure is given per request and divided by the body's size in KiB; an empty body
-(``{}``) shows what the guard costs a request by itself. Counted facts: the guard finds the one
-key put into each kind of body (plain, and escaped), refuses it with 400, records it as
-leaked, and runs argon2 once for a key not yet verified and never for one that is.
+(``{}``) shows what the guard costs a request by itself. The same variants are counted in
+instructions by callgrind (64 KiB bodies, one valgrind run per body, ``python -m
+bench.payload BODY N``): unlike times, counts do not move when the machine is busy.
+
+Counted facts: the guard finds the one key put into each kind of body (plain, and
+escaped), refuses it with 400, records it as leaked, and runs argon2 once for a key not yet
+verified and never for one that is.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import asyncio
 import io
 import json
 import logging
+import os
+import sys
 import time
 from collections.abc import Callable
 from typing import Any, Final
@@ -29,13 +35,14 @@ from typing import Any, Final
 from bench._apps import Message
 from bench._core import Batch, Report, Settings, Table, paired, us
 from bench._world import memory_world, new_key
+from bench.instructions import callgrind, valgrind_missing
 from keyturn import Authenticator
 from keyturn._payload import BodyScanner
 from keyturn.asgi import ApiKeyMiddleware as AsgiMiddleware
 from keyturn.payload import PayloadGuard
 from keyturn.wsgi import ApiKeyMiddleware as WsgiMiddleware
 
-__all__ = ["run"]
+__all__ = ["main", "run"]
 
 NAME: Final = "payload"
 TITLE: Final = "10. Payload guard: cost per request and per KiB of request body"
@@ -251,9 +258,101 @@ def _facts(report: Report) -> None:
     quiet.setLevel(level)
 
 
+# The variants one callgrind run counts, in order, each between two os.getppid() calls.
+COUNTED: Final = ("scan", "asgi on", "asgi off", "wsgi on", "wsgi off")
+COUNT_SIZE: Final = 64 * 1024
+
+
+def _bodies(sizes: dict[str, int]) -> list[tuple[str, str, bytes]]:
+    return [("empty JSON object", "2 B", b"{}")] + [
+        (kind, label, _fill(unit, size))
+        for kind, unit in KINDS.items()
+        for label, size in sizes.items()
+    ]
+
+
+def main(argv: list[str]) -> None:
+    """``python -m bench.payload BODY N``: for callgrind, the variants of :data:`COUNTED` on
+    body number BODY (0: empty, then each kind at 64 KiB), N requests each, every variant
+    between two ``os.getppid()`` calls (see ``bench._count``)."""
+    index, n = int(argv[0]), int(argv[1])
+    kind, _, body = _bodies({"64 KiB": COUNT_SIZE})[index]
+    store, membership, keys = memory_world()
+    loop = asyncio.new_event_loop()
+    with Authenticator(store, membership) as authenticator:
+        guard = PayloadGuard()
+        variants = _variants(loop, authenticator, guard, keys.organization, body)
+        for batch in variants.values():
+            batch(max(2, n // 4))  # warm-up; the key's one argon2 run falls here
+        for batch in variants.values():
+            os.getppid()  # the previous part ends
+            batch(n)
+        os.getppid()
+    loop.close()
+    print(json.dumps({"body": kind, "n": n}), flush=True)
+
+
+def _variants(
+    loop: asyncio.AbstractEventLoop,
+    authenticator: Authenticator,
+    guard: PayloadGuard,
+    token: str,
+    body: bytes,
+) -> dict[str, Batch]:
+    asgi_on = AsgiMiddleware(_reading_app, authenticator=authenticator, payload_guard=guard)
+    asgi_off = AsgiMiddleware(_reading_app, authenticator=authenticator)
+    wsgi_on = WsgiMiddleware(_reading_wsgi, authenticator=authenticator, payload_guard=guard)
+    wsgi_off = WsgiMiddleware(_reading_wsgi, authenticator=authenticator)
+    return {
+        "scan": _scan_batch(body),
+        "asgi on": _asgi_batch(loop, asgi_on, token, body),
+        "asgi off": _asgi_batch(loop, asgi_off, token, body),
+        "wsgi on": _wsgi_batch(wsgi_on, token, body),
+        "wsgi off": _wsgi_batch(wsgi_off, token, body),
+    }
+
+
+def _instructions(report: Report, settings: Settings) -> None:
+    """Instructions per request and per KiB, counted by callgrind: unlike time, the same on a
+    busy machine."""
+    missing = valgrind_missing()
+    if missing is not None:
+        report.notes.append(f"instruction counts skipped: {missing}")
+        return
+    table = Table(
+        "the guard's cost in instructions (callgrind), 64 KiB bodies",
+        ["body", "scanner instr/KiB", "ASGI guard instr/req", "instr/KiB", "WSGI instr/req",
+         "instr/KiB"],
+    )  # fmt: skip
+    bodies = _bodies({"64 KiB": COUNT_SIZE})
+    n = 2 if settings.label == "smoke" else 20
+    for index, (kind, _, body) in enumerate(bodies[:1] if settings.label == "smoke" else bodies):
+        said, parts = callgrind("bench.payload", str(index), str(n))
+        if said != {"body": kind, "n": n} or sorted(parts) != list(range(1, len(COUNTED) + 3)):
+            raise RuntimeError(f"callgrind run of {kind} said {said}, parts {sorted(parts)}")
+        per = {name: parts[2 + at] / n for at, name in enumerate(COUNTED)}
+        kib = len(body) / 1024
+        asgi, wsgi = per["asgi on"] - per["asgi off"], per["wsgi on"] - per["wsgi off"]
+        small = len(body) < 1024
+        table.add(
+            kind,
+            "-" if small else f"{per['scan'] / kib:,.0f}",
+            f"{asgi:,.0f}",
+            "-" if small else f"{asgi / kib:,.0f}",
+            f"{wsgi:,.0f}",
+            "-" if small else f"{wsgi / kib:,.0f}",
+        )
+        slug = kind.split(",")[0].split(" ")[0]
+        report.facts[f"{slug}.scan_instructions"] = per["scan"]
+        report.facts[f"{slug}.asgi_instructions"] = asgi
+        report.facts[f"{slug}.wsgi_instructions"] = wsgi
+    report.tables.append(table)
+
+
 def run(settings: Settings) -> Report:
     report = Report(NAME, TITLE)
     _facts(report)
+    _instructions(report, settings)
     sizes = SMOKE_SIZES if settings.label == "smoke" else SIZES
     store, membership, keys = memory_world()
     loop = asyncio.new_event_loop()
@@ -269,17 +368,9 @@ def run(settings: Settings) -> Report:
             "us/KiB",
         ],
     )
-    bodies = [("empty JSON object", "2 B", b"{}")] + [
-        (kind, label, _fill(unit, size))
-        for kind, unit in KINDS.items()
-        for label, size in sizes.items()
-    ]
+    bodies = _bodies(sizes)
     with Authenticator(store, membership) as authenticator:
         guard = PayloadGuard(max_bytes=max(sizes.values()))
-        asgi_on = AsgiMiddleware(_reading_app, authenticator=authenticator, payload_guard=guard)
-        asgi_off = AsgiMiddleware(_reading_app, authenticator=authenticator)
-        wsgi_on = WsgiMiddleware(_reading_wsgi, authenticator=authenticator, payload_guard=guard)
-        wsgi_off = WsgiMiddleware(_reading_wsgi, authenticator=authenticator)
         token = keys.organization
         try:
             for kind, label, body in bodies:
@@ -287,13 +378,7 @@ def run(settings: Settings) -> Report:
                 # About 4 MiB of body per variant and repetition, at least 2 requests.
                 n = max(2, min(settings.batch, (4 << 20) // len(body)))
                 result = paired(
-                    {
-                        "scan": _scan_batch(body),
-                        "asgi on": _asgi_batch(loop, asgi_on, token, body),
-                        "asgi off": _asgi_batch(loop, asgi_off, token, body),
-                        "wsgi on": _wsgi_batch(wsgi_on, token, body),
-                        "wsgi off": _wsgi_batch(wsgi_off, token, body),
-                    },
+                    _variants(loop, authenticator, guard, token, body),
                     reps=settings.reps,
                     n=n,
                     warmup=1,
@@ -323,3 +408,7 @@ def run(settings: Settings) -> Report:
         "a body with no escape costs a search for 'rma_', one with escapes a pass that reads them"
     )
     return report
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
