@@ -84,6 +84,9 @@ class _Ask(NamedTuple):
     name: str
     args: tuple[Any, ...]
 
+    def __repr__(self) -> str:  # the arguments of "verify" hold a secret
+        return f"_Ask({self.name!r})"
+
 
 # What each question must be answered with; anything else stops the recording, logged.
 _ANSWERS: Final = {
@@ -199,6 +202,9 @@ class PayloadGuard:
         scanner.end()
         refused = self._refusal(scanner, over, method, path, principal, authenticator)
         if refused is not None:
+            # No frame of ours holds the body while the store is asked (tracebacks' locals).
+            chunks.clear()
+            chunk, message = b"", {}
             if scanner.keys:
                 await self._record_async(scanner, method, path, authenticator)
             return refused
@@ -244,6 +250,8 @@ class PayloadGuard:
         over = size > self.max_bytes
         refused = self._refusal(scanner, over, method, path, principal, authenticator)
         if refused is not None:
+            chunks.clear()  # no frame of ours holds the body while the store is asked
+            chunk = b""
             if scanner.keys:
                 self._record(scanner, method, path, authenticator)
             return refused
