@@ -46,20 +46,35 @@ What it decides, in order:
 
 from __future__ import annotations
 
-import asyncio
-import inspect
+import copy
 import io
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable, Collection, Generator, MutableMapping
+from datetime import datetime
 from fnmatch import fnmatchcase
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 from wsgiref.types import WSGIEnvironment
 
+from keyturn._calls import Caller, Verifying, caller_for
 from keyturn._decision import AuthRequest
+from keyturn._hashing import fingerprint
 from keyturn._model import ApiKey, Principal
 from keyturn._payload import BodyScanner
+from keyturn._steps import (
+    ARGON2,
+    STORE,
+    GetKey,
+    RecordEvent,
+    ReportLeak,
+    RevokeKey,
+    Step,
+    VerifySecret,
+    WrongAnswer,
+)
 from keyturn._token import ParsedToken
+from keyturn.activity import Action, By, Channel, KeyEvent, new_event
 from keyturn.authenticator import Authenticator
 from keyturn.errors import KeyInPayload, PayloadTooLarge, Reason, Refusal
 
@@ -78,23 +93,8 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 
 
-class _Ask(NamedTuple):
-    """A question the recording flow asks: a store method, or ``verify`` (argon2)."""
-
-    name: str
-    args: tuple[Any, ...]
-
-    def __repr__(self) -> str:  # the arguments of "verify" hold a secret
-        return f"_Ask({self.name!r})"
-
-
-# What each question must be answered with; anything else stops the recording, logged.
-_ANSWERS: Final = {
-    "get_key": (ApiKey, type(None)),
-    "verify": (Reason, type(None)),
-    "report_leak": (bool,),
-    "revoke_key": (bool,),
-}
+# Who recorded a leak, in the record of key actions (keyturn.activity).
+_BY: Final = By(channel=Channel.LIBRARY, actor="payload guard")
 
 
 class PayloadGuard:
@@ -129,6 +129,9 @@ class PayloadGuard:
         self.revoke = bool(revoke)
         self._exact = frozenset(kind for kind in self.content_types if "*" not in kind)
         self._patterns = tuple(kind for kind in self.content_types if "*" in kind)
+        # Set by check(), on the copy a middleware keeps: who answers each step (Step.via).
+        self._callers: dict[int, Caller] = {}
+        self._records_events = False
 
     def __repr__(self) -> str:
         return (
@@ -137,7 +140,8 @@ class PayloadGuard:
         )
 
     def check(self, authenticator: Authenticator) -> PayloadGuard:
-        """This guard, once *authenticator*'s store can record leaks (said at startup)."""
+        """A copy of this guard bound to *authenticator*'s store and verifier, once the store
+        can record leaks (said at startup, by the middleware)."""
         missing = [
             name
             for name in ("get_key", "report_leak") + (("revoke_key",) if self.revoke else ())
@@ -148,7 +152,14 @@ class PayloadGuard:
                 f"the payload guard records leaks in the key store, which lacks "
                 f"{', '.join(missing)} (every store keyturn ships has them)"
             )
-        return self
+        bound = copy.copy(self)
+        store = authenticator.store
+        bound._callers = {
+            STORE: caller_for(store, "get_key"),
+            ARGON2: Verifying(authenticator.verifier, authenticator.cache),
+        }
+        bound._records_events = hasattr(store, "record_event")
+        return bound
 
     def scans(self, content_type: str | None) -> bool:
         """Whether a body sent with *content_type* is read."""
@@ -327,21 +338,27 @@ class PayloadGuard:
 
     def _leaks(
         self, keys: list[ParsedToken], source: str, authenticator: Authenticator
-    ) -> Generator[_Ask, Any, None]:
+    ) -> Generator[Step, Any, None]:
         """Record each real key of *keys* as leaked (and revoke it, if asked to)."""
         now = authenticator.clock()
+        cache = authenticator.cache
         for parsed in keys:
-            key: ApiKey | None = yield _Ask("get_key", (parsed.key_id,))
+            key: ApiKey | None = yield GetKey(parsed.key_id)
             if key is None:
                 log.info("a key found in %s has no such id in the store", source[:200])
                 continue
-            digest = authenticator.cache.digest(parsed.token)
-            failure = yield _Ask("verify", (digest, key.secret_hash, parsed.secret, key.account_id))
-            if failure is not None:  # a real id with another secret: someone else's, forged
+            # As the authenticator checks a key: a token verified before skips argon2.
+            digest = cache.digest(parsed.token)
+            if cache.lookup(digest) != fingerprint(key.secret_hash) and (
+                yield VerifySecret(digest, key.secret_hash, parsed.secret, key.account_id)
+            ):  # a real id with another secret: a forgery of someone's key
                 log.info("a key found in %s is a forgery of key id %s", source[:200], key.key_id)
                 continue
-            first = yield _Ask("report_leak", (key.key_id, source, now))
-            revoked = self.revoke and (yield _Ask("revoke_key", (key.key_id, now)))
+            first = yield ReportLeak(key.key_id, source, now)
+            revoked = bool(self.revoke and (yield RevokeKey(key.key_id, now)))
+            if self._records_events:  # the record of key actions (keyturn.activity)
+                for event in _events(key, now, source, revoked):
+                    yield RecordEvent(event)
             log.warning(
                 "key %s of account %r was found in %s and is recorded as leaked%s%s",
                 key.key_id,
@@ -355,20 +372,16 @@ class PayloadGuard:
         self, scanner: BodyScanner, method: str, path: str, authenticator: Authenticator
     ) -> None:
         flow = self._leaks(scanner.keys, _source(method, path), authenticator)
-        store, verifier, cache = authenticator.store, authenticator.verifier, authenticator.cache
+        deadline = _deadline(authenticator)
         answer: Any = None
         try:
             while True:
-                ask = flow.send(answer)
+                step = flow.send(answer)
                 try:
-                    if ask.name == "verify":
-                        answer = verifier.submit(cache, *ask.args).result()
-                    else:
-                        answer = getattr(store, ask.name)(*ask.args)
-                    _check(ask, answer)
+                    answer = self._callers[step.via].call(step, deadline)
                 except Exception as exc:  # the refusal stands; the leak is not recorded
                     flow.close()
-                    _failed(ask, exc)
+                    _failed(step, exc)
                     return
         except StopIteration:
             return
@@ -377,46 +390,45 @@ class PayloadGuard:
         self, scanner: BodyScanner, method: str, path: str, authenticator: Authenticator
     ) -> None:
         flow = self._leaks(scanner.keys, _source(method, path), authenticator)
-        store, verifier, cache = authenticator.store, authenticator.verifier, authenticator.cache
+        deadline = _deadline(authenticator)
         answer: Any = None
         try:
             while True:
-                ask = flow.send(answer)
+                step = flow.send(answer)
                 try:
-                    if ask.name == "verify":
-                        future = verifier.submit(cache, *ask.args)
-                        answer = await asyncio.shield(asyncio.wrap_future(future))
-                    else:
-                        method_ = getattr(store, ask.name)
-                        async with asyncio.timeout(authenticator.timeout):
-                            if inspect.iscoroutinefunction(method_):
-                                answer = await method_(*ask.args)
-                            elif getattr(store, "nonblocking", False):
-                                answer = method_(*ask.args)
-                            else:
-                                answer = await asyncio.to_thread(method_, *ask.args)
-                    _check(ask, answer)
+                    answer = await self._callers[step.via].call_async(step, deadline)
                 except Exception as exc:  # the refusal stands; the leak is not recorded
                     flow.close()
-                    _failed(ask, exc)
+                    _failed(step, exc)
                     return
         except StopIteration:
             return
 
 
-def _check(ask: _Ask, answer: Any) -> None:
-    if not isinstance(answer, _ANSWERS[ask.name]):
-        raise TypeError(f"{ask.name} answered a {type(answer).__name__}")
+def _deadline(authenticator: Authenticator) -> float | None:
+    """The store's answers to one recording are due within the authenticator's timeout."""
+    timeout = authenticator.timeout
+    return None if timeout is None else time.monotonic() + timeout
 
 
-def _failed(ask: _Ask, exc: Exception) -> None:
+def _events(key: ApiKey, now: datetime, source: str, revoked: bool) -> list[KeyEvent]:
+    """What a key found in a body adds to the record: the leak, and the revoke it made."""
+    events = [new_event(key, Action.LEAK_REPORTED, now, _BY, detail=source)]
+    if revoked:
+        events.append(
+            new_event(key, Action.AUTO_REVOKED, now, _BY, detail="found in a request body")
+        )
+    return events
+
+
+def _failed(step: Step, exc: Exception) -> None:
     # The type and our own message only: the exception's frames hold the key's secret.
-    detail = str(exc) if isinstance(exc, TypeError) and ask.name in _ANSWERS else ""
+    detail = f" ({exc})" if isinstance(exc, WrongAnswer) else ""
     log.error(
         "recording a key found in a request body failed at %s: %s%s",
-        ask.name,
+        step.method,
         type(exc).__name__,
-        f" ({detail})" if detail else "",
+        detail,
     )
 
 

@@ -22,6 +22,7 @@ import pytest
 from keyturn import _token
 from keyturn import asgi as keyturn_asgi
 from keyturn import wsgi as keyturn_wsgi
+from keyturn.activity import Action, Channel
 from keyturn.errors import Reason
 from keyturn.payload import PayloadGuard
 from tests.world import World, WorldKeyStore, make_world
@@ -287,7 +288,8 @@ def test_the_requests_own_key_in_its_body_is_recorded_too(guarded: Any) -> None:
 
 
 def test_with_revoke_the_key_found_is_revoked(guarded: Any) -> None:
-    """revoke=True: the key found is revoked at once, and stops working."""
+    """revoke=True: the key found is revoked at once, stops working, and the record of key
+    actions says what the guard did."""
     site = guarded(revoke=True)
     world = site.world
 
@@ -296,6 +298,20 @@ def test_with_revoke_the_key_found_is_revoked(guarded: Any) -> None:
     key = world.store.get_key(world.key_ids["main"])
     assert key is not None and key.revoked_at == world.clock.now
     assert site.post(b"{}", key="main").status == 401
+    events = [e for e in world.manager.activity("alice") if e.key_id == world.key_ids["main"]]
+    done = {(e.action, e.actor, e.channel, e.detail) for e in events}
+    assert (
+        Action.LEAK_REPORTED,
+        "payload guard",
+        Channel.LIBRARY,
+        f"request-body:POST {SESSIONS}",
+    ) in done
+    assert (
+        Action.AUTO_REVOKED,
+        "payload guard",
+        Channel.LIBRARY,
+        "found in a request body",
+    ) in done
 
 
 def test_a_forgery_of_a_real_key_id_is_refused_but_marks_nothing(guarded: Any) -> None:
