@@ -54,6 +54,8 @@ __all__ = [
     "MODELS",
     "FloorASGI",
     "FloorWSGI",
+    "RefuseAllASGI",
+    "RefuseAllWSGI",
     "Rule",
     "SameWorkFloorASGI",
     "SameWorkFloorWSGI",
@@ -65,6 +67,7 @@ __all__ = [
     "fastapi_bearer_same_work_app",
     "fastapi_caller_app",
     "fastapi_depends_app",
+    "fastapi_empty_depends_app",
     "fastapi_request_app",
     "flask_app",
     "flask_httpauth_app",
@@ -177,6 +180,23 @@ class FloorASGI:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+class RefuseAllASGI:
+    """What any refusal costs at least: a fixed 401, nothing read, the app never called."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 401,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
+        await send({"type": "http.response.body", "body": UNAUTHORIZED})
 
 
 class SameWorkFloorASGI:
@@ -346,6 +366,23 @@ def fastapi_depends_app(*middleware: Middleware) -> FastAPI:
 
     @app.get(MODELS, response_model=None)
     async def models(who: Principal = Depends(current_principal)) -> dict[str, Any]:  # noqa: B008
+        return {"items": ITEMS}
+
+    return app
+
+
+async def _nothing() -> None:
+    return None
+
+
+def fastapi_empty_depends_app() -> FastAPI:
+    """No guard; the route takes one async dependency that does nothing: what FastAPI itself
+    spends on any one dependency, whatever it does.
+    """
+    app = FastAPI(openapi_url=None)
+
+    @app.get(MODELS, response_model=None)
+    async def models(nothing: None = Depends(_nothing)) -> dict[str, Any]:
         return {"items": ITEMS}
 
     return app
@@ -580,6 +617,17 @@ class FloorWSGI:
             return start_response(status, headers + extra, exc_info)
 
         return self.app(environ, start_with_headers)
+
+
+class RefuseAllWSGI:
+    """What any refusal costs at least: a fixed 401, nothing read, the app never called."""
+
+    def __init__(self, app: WSGIApplication) -> None:
+        self.app = app
+
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        start_response("401 Unauthorized", [("content-type", "application/json")])
+        return [UNAUTHORIZED]
 
 
 class SameWorkFloorWSGI:

@@ -1,9 +1,9 @@
 """One variant's warm requests, for ``valgrind --tool=callgrind``: ``python -m bench._count``.
 
 ``python -m bench._count VARIANT N`` builds one variant of ``bench._variants``, checks
-that it answers 200 (with the service headers, where it promises them; for keyturn this
-is the key's one cold verification), runs warm-up requests, and then runs *N* warm
-requests between two calls of ``os.getppid()``. Run under callgrind with
+that it answers as it should (200 with the service headers, where it promises them, for
+keyturn the key's one cold verification; 401 for a refusal), runs warm-up requests, and
+then runs *N* warm requests between two calls of ``os.getppid()``. Run under callgrind with
 ``--dump-before=getppid``, the counts are dumped at those two calls: the second of the
 three parts holds the *N* requests and nothing else -- start-up, imports, argon2 and the
 warm-up fall in the first part, shutting down in the third. The garbage collector stays on.
@@ -40,7 +40,7 @@ def main(argv: list[str]) -> None:
         else:
             reply = wsgi_call(variant.app, variant.request)
             batch = wsgi_batch(variant.app, variant.request)
-        if reply.status != 200:
+        if reply.status != variant.status:
             raise SystemExit(f"{name} answered {reply.status}: {reply.body!r}")
         if variant.headers and reply.header("service-organization-id") is None:
             raise SystemExit(f"{name} did not set the service headers")

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from bench._world import ACCOUNT, ORGANIZATION, OTHER_ORGANIZATION, TENANT, Keys, memory_world
 
-__all__ = ["LABELS", "Variant", "World", "base_of", "build", "world"]
+__all__ = ["LABELS", "REFUSALS", "Variant", "World", "base_of", "build", "world"]
 
 # name -> what the tables call it, in the order the tables print them.
 LABELS: Final = {
@@ -38,6 +38,7 @@ LABELS: Final = {
     "fastapi.keyturn-depends": "fastapi: keyturn + Depends(current_principal)",
     "fastapi.keyturn-request": "fastapi: keyturn + principal(request), no dependency",
     "fastapi.bearer-trivial": "fastapi: HTTPBearer dependency, trivial",
+    "fastapi.empty-depends": "fastapi: one empty async Depends(), no guard (FastAPI's own cost)",
     "flask.bare": "flask: bare",
     "flask.floor": "flask: floor, same work",
     "flask.httpauth": "flask: Flask-HTTPAuth, same work",
@@ -49,15 +50,36 @@ LABELS: Final = {
     "flask.httpauth+tenant": "flask: Flask-HTTPAuth, same work (tenant key)",
     "flask.keyturn+tenant": "flask: keyturn (tenant key)",
 }
+# The refused request, counted in instructions: keyturn's refusal of a mistyped key (the
+# checksum fails) and of an unknown one (well formed, no such id) against the same-work
+# floor's refusal (one sha256, a dict miss, a fixed 401). Each is measured over its
+# framework's "refuse-all": a guard that answers a fixed 401 without reading anything.
+REFUSALS: Final = {
+    "starlette.refuse-all": "starlette: fixed 401, nothing read",
+    "starlette.floor-refusal": "starlette: floor's refusal, same work",
+    "starlette.keyturn-typo": "starlette: keyturn refuses a typo (bad checksum)",
+    "starlette.keyturn-unknown": "starlette: keyturn refuses an unknown key",
+    "flask.refuse-all": "flask: fixed 401, nothing read",
+    "flask.floor-refusal": "flask: floor's refusal, same work",
+    "flask.keyturn-typo": "flask: keyturn refuses a typo (bad checksum)",
+    "flask.keyturn-unknown": "flask: keyturn refuses an unknown key",
+}
 # The trivial mechanisms of the frameworks add no service headers; every other guard does.
 NO_HEADERS: Final = frozenset(
-    {"starlette.auth-trivial", "fastapi.bearer-trivial", "flask.httpauth-trivial"}
+    {
+        "starlette.auth-trivial",
+        "fastapi.bearer-trivial",
+        "fastapi.empty-depends",
+        "flask.httpauth-trivial",
+    }
 )
 
 
 def base_of(name: str) -> str:
     """The bare variant whose cost *name*'s overhead is measured over."""
     framework, _, rest = name.partition(".")
+    if name in REFUSALS:
+        return f"{framework}.refuse-all"
     return f"{framework}.bare+tenant" if rest.endswith("+tenant") else f"{framework}.bare"
 
 
@@ -95,15 +117,20 @@ class Variant:
     kind: str  # "asgi" or "wsgi"
     app: Any
     request: dict[str, Any]  # the ASGI scope or WSGI environ each call gets a copy of
+    status: int = 200  # what each call answers
 
     @property
     def label(self) -> str:
-        return LABELS[self.name]
+        return LABELS.get(self.name) or REFUSALS[self.name]
 
     @property
     def headers(self) -> bool:
         """Whether this variant promises the two service headers."""
-        return self.name != base_of(self.name) and self.name not in NO_HEADERS
+        return (
+            self.name != base_of(self.name)
+            and self.name not in NO_HEADERS
+            and self.name not in REFUSALS
+        )
 
 
 def _asgi(name: str, w: World) -> Any:
@@ -119,6 +146,10 @@ def _asgi(name: str, w: World) -> Any:
     keyturn = Middleware(ApiKeyMiddleware, authenticator=w.authenticator)
     middleware: dict[str, Callable[[], list[Middleware]]] = {
         "bare": list,
+        "refuse-all": lambda: [Middleware(_apps.RefuseAllASGI)],
+        "floor-refusal": lambda: [Middleware(_apps.SameWorkFloorASGI, keys=w.table, rule=w.rule)],
+        "keyturn-typo": lambda: [keyturn],
+        "keyturn-unknown": lambda: [keyturn],
         "floor": lambda: [Middleware(_apps.SameWorkFloorASGI, keys=w.table, rule=w.rule)],
         "floor-trivial": lambda: [Middleware(_apps.FloorASGI, keys=trivial_table)],
         "auth": lambda: _apps.starlette_auth_same_work(w.table, w.rule),
@@ -135,6 +166,8 @@ def _asgi(name: str, w: World) -> Any:
         return _apps.fastapi_caller_app(keyturn)
     if guard == "keyturn-depends":
         return _apps.fastapi_depends_app(keyturn)
+    if guard == "empty-depends":
+        return _apps.fastapi_empty_depends_app()
     if guard == "keyturn-request":
         return _apps.fastapi_request_app(keyturn)
     return _apps.fastapi_app(*middleware[guard]())
@@ -151,7 +184,9 @@ def _wsgi(name: str, w: World) -> Any:
     inner = _apps.flask_app().wsgi_app
     if guard == "bare":
         return inner
-    if guard == "floor":
+    if guard == "refuse-all":
+        return _apps.RefuseAllWSGI(inner)
+    if guard in ("floor", "floor-refusal"):
         return _apps.SameWorkFloorWSGI(inner, keys=w.table, rule=w.rule)
     if guard == "floor-trivial":
         return _apps.FloorWSGI(inner, keys=trivial_table)
@@ -164,10 +199,17 @@ def _wsgi(name: str, w: World) -> Any:
 
 def build(name: str, w: World) -> Variant:
     """The variant called *name*, in world *w* (imports only that framework)."""
-    if name not in LABELS:
-        raise ValueError(f"unknown variant {name!r}; known: {', '.join(LABELS)}")
+    if name not in LABELS and name not in REFUSALS:
+        raise ValueError(f"unknown variant {name!r}; known: {', '.join([*LABELS, *REFUSALS])}")
+    from bench._world import mistype, unknown_token
+
     tenant = name.endswith("+tenant")
     token = w.keys.tenant if tenant else w.keys.organization
+    if name.endswith(("-typo", "-refusal", "-all")):
+        token = mistype(w.keys.organization)
+    elif name.endswith("-unknown"):
+        token = unknown_token()
+    status = 401 if name in REFUSALS else 200
     headers = {"authorization": f"Bearer {token}"}
     if tenant:
         headers["x-organization-id"] = ORGANIZATION
@@ -175,8 +217,8 @@ def build(name: str, w: World) -> Variant:
         from bench._apps import wsgi_environ
 
         environ = wsgi_environ({k.title(): v for k, v in headers.items()})
-        return Variant(name, "wsgi", _wsgi(name, w), environ)
+        return Variant(name, "wsgi", _wsgi(name, w), environ, status)
     from bench._apps import http_scope
 
     scope = http_scope(list(headers.items()))
-    return Variant(name, "asgi", _asgi(name, w), scope)
+    return Variant(name, "asgi", _asgi(name, w), scope, status)

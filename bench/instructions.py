@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from bench._core import Report, Settings, Table, Target, run_module, times
-from bench._variants import LABELS, base_of
+from bench._variants import LABELS, REFUSALS, base_of
 
 __all__ = ["callgrind", "count", "run", "valgrind_missing"]
 
@@ -74,7 +74,8 @@ def callgrind(module: str, *args: str) -> tuple[dict[str, Any], dict[int, int]]:
 def count(variant: str, n: int) -> float:
     """Instructions per warm request of *variant*, from one valgrind run of *n* requests."""
     said, parts = callgrind("bench._count", variant, str(n))
-    if said != {"variant": variant, "n": n, "status": 200}:
+    status = 401 if variant in REFUSALS else 200
+    if said != {"variant": variant, "n": n, "status": status}:
         raise RuntimeError(f"callgrind run of {variant} said {said}")
     if sorted(parts) != [1, 2, 3]:
         raise RuntimeError(f"{variant}: expected 3 callgrind parts, got {sorted(parts)}")
@@ -102,7 +103,7 @@ def run(settings: Settings) -> Report:
         report.tables.append(Table("instructions per request", ["variant"], [["(skipped)"]]))
         return report
     report.facts["skipped"] = 0
-    names = list(settings.count_variants or LABELS)
+    names = list(settings.count_variants or [*LABELS, *REFUSALS])
     for name in list(names):  # every variant needs its bare app
         if base_of(name) not in names:
             names.append(base_of(name))
@@ -131,6 +132,22 @@ def run(settings: Settings) -> Report:
         table.add(LABELS[name], f"{counts[name]:,.0f}", over, versus)
         report.facts[f"{name}.instructions"] = counts[name]
     report.tables.append(table)
+    refused = Table(
+        f"instructions per refused request, {n} requests per variant, one valgrind run each",
+        ["variant", "instructions/req", "over a fixed 401", "/ floor's refusal"],
+    )
+    for name in (name for name in REFUSALS if name in counts):
+        base, floor = base_of(name), name.split(".")[0] + ".floor-refusal"
+        over = "-" if name == base else f"{_over(counts, name):,.0f}"
+        versus = (
+            times(_ratio(counts, name, floor))
+            if name not in (base, floor) and floor in counts
+            else "-"
+        )
+        refused.add(REFUSALS[name], f"{counts[name]:,.0f}", over, versus)
+        report.facts[f"{name}.instructions"] = counts[name]
+    if refused.rows:
+        report.tables.append(refused)
 
     def target(label: str, name: str, other: str, goal: float | None) -> None:
         if name in counts and other in counts:
@@ -188,6 +205,43 @@ def run(settings: Settings) -> Report:
         "fastapi.keyturn-depends",
         "fastapi.bearer",
         None,
+    )
+    target(
+        "ASGI refusal of a typo (bad checksum) / the floor's refusal, instructions",
+        "starlette.keyturn-typo",
+        "starlette.floor-refusal",
+        2.5,
+    )
+    target(
+        "ASGI refusal of an unknown key / the floor's refusal, instructions",
+        "starlette.keyturn-unknown",
+        "starlette.floor-refusal",
+        2.5,
+    )
+    target(
+        "WSGI refusal of a typo (bad checksum) / the floor's refusal, instructions",
+        "flask.keyturn-typo",
+        "flask.floor-refusal",
+        2.5,
+    )
+    target(
+        "WSGI refusal of an unknown key / the floor's refusal, instructions",
+        "flask.keyturn-unknown",
+        "flask.floor-refusal",
+        2.5,
+    )
+    if {"fastapi.keyturn-caller", "fastapi.keyturn", "fastapi.empty-depends"} <= set(counts):
+        report.notes.append(
+            "FastAPI: Caller costs "
+            f"{counts['fastapi.keyturn-caller'] - counts['fastapi.keyturn']:,.0f} instructions "
+            "over the middleware alone; one empty async dependency costs "
+            f"{_over(counts, 'fastapi.empty-depends'):,.0f} over the bare app (FastAPI's "
+            "own machinery for any dependency)"
+        )
+    report.notes.append(
+        "a refusal's overhead is over a guard that answers a fixed 401 without reading "
+        "anything (the app is never called); the floor's refusal is one sha256, a dict miss "
+        "and that fixed 401"
     )
     report.notes.append(
         "instructions counted by valgrind --tool=callgrind: every user-space instruction of "

@@ -30,7 +30,7 @@ from bench._apps import asgi_call, wsgi_call
 from bench._core import SMOKE, Report
 from bench._count import main as count_main
 from bench._databases import postgres_unavailable
-from bench._variants import LABELS, base_of, build, world
+from bench._variants import LABELS, REFUSALS, base_of, build, world
 from bench._world import OTHER_ORGANIZATION
 from bench.instructions import valgrind_missing
 from bench.real_http import Server, _python_load, cores
@@ -128,6 +128,15 @@ def test_count_harness_runs_every_variant(name: str, capsys: pytest.CaptureFixtu
     said = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert said == {"variant": name, "n": 3, "status": 200}
     assert base_of(name) in LABELS
+
+
+@pytest.mark.parametrize("name", list(REFUSALS))
+def test_count_harness_runs_every_refusal(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``bench._count`` runs every refused variant too: each answers 401, the app unreached."""
+    count_main([name, "3"])
+    said = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert said == {"variant": name, "n": 3, "status": 401}
+    assert base_of(name) in REFUSALS
 
 
 @pytest.mark.skipif(valgrind_missing() is not None, reason=f"{valgrind_missing()}")

@@ -2,8 +2,8 @@
 
 Nothing here decides whether a request passes (that is ``_decision.py``) or which requests
 are guarded (``_target.py``): this module holds the one header vocabulary of the adapters,
-checks their options once, renders an outcome identically for each, and reads back the
-principal an adapter stored for the app.
+checks their options once, renders a refusal identically for each (once per distinct
+refusal, not per request), and reads back the principal an adapter stored for the app.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import json
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, Final
+from http import HTTPStatus
+from typing import Any, Final, NamedTuple
 
 from keyturn._decision import AuthRequest
 from keyturn._model import Principal
@@ -34,10 +35,12 @@ __all__ = [
     "SERVICE_TENANT_HEADER",
     "Paths",
     "PublicPaths",
+    "Rendered",
     "check_options",
     "expiry_headers",
     "principal_in",
-    "refusal",
+    "rendered",
+    "response_headers",
     "service_headers",
     "unreadable",
 ]
@@ -85,20 +88,71 @@ def principal_in(stored: Mapping[str, Any] | None) -> Principal:
     return found
 
 
-def refusal(error: Refusal, realm: str, method: str = "GET") -> tuple[list[tuple[str, str]], bytes]:
-    """The headers and JSON body of the middleware's own refusal (D6, D7, D16).
-
-    A refusal to HEAD has the headers of the GET refusal and no body (D24): a body there
-    would be read as the start of the next response on the connection.
+class Rendered(NamedTuple):
+    """A refusal's wire form, built once per distinct refusal (:func:`rendered`) and shared
+    by every request refused alike: read it, never change it. The header lines are tuples:
+    an adapter hands the server a list of its own (servers add to what they are given).
     """
+
+    status: int
+    status_line: str  # WSGI's "401 Unauthorized"
+    headers: tuple[tuple[str, str], ...]  # as text: WSGI, Django
+    raw_headers: tuple[tuple[bytes, bytes], ...]  # as ASGI sends them
+    body: bytes  # empty for HEAD
+
+
+# The wire form of each distinct refusal (its class, reason, message, Retry-After and the
+# organization it reached; the realm; HEAD or not): a handful in practice, so a full
+# table is simply emptied and refilled.
+_RENDERED: Final[dict[tuple[object, ...], Rendered]] = {}
+_RENDERED_MAX: Final = 1024
+
+
+def rendered(error: Refusal, realm: str, method: str = "GET") -> Rendered:
+    """The middleware's own refusal on the wire (D6, D7, D16), rendered once per kind.
+
+    Every field the wire form reads (``Refusal.body()`` and ``Refusal.headers()`` read the
+    class, the reason, the message and a 503's ``retry_after``; the service headers read
+    the organization a 403 reached) is in the key, so two refusals share a rendering only
+    when they would render the same.
+    """
+    head = method == "HEAD" or method.upper() == "HEAD"
+    reached = error.principal
+    key = (
+        type(error),
+        error.reason,
+        error.message,
+        getattr(error, "retry_after", None),
+        None if reached is None else reached.organization_id,
+        None if reached is None else reached.tenant_id,
+        realm,
+        head,
+    )
+    found = _RENDERED.get(key)
+    if found is None:
+        if len(_RENDERED) >= _RENDERED_MAX:
+            _RENDERED.clear()
+        found = _RENDERED[key] = _render(error, realm, head)
+    return found
+
+
+def _render(error: Refusal, realm: str, head: bool) -> Rendered:
+    # A refusal to HEAD has the headers of the GET refusal and no body (D24): a body there
+    # would be read as the start of the next response on the connection.
     body = json.dumps(error.body(), separators=(",", ":")).encode("ascii")
     headers = [("content-type", "application/json"), ("content-length", str(len(body)))]
-    if method.upper() == "HEAD":
-        body = b""
     headers += error.headers(realm)
     if error.principal is not None:  # the decision says the request reached an organization
         headers += service_headers(error.principal.organization_id, error.principal.tenant_id)
-    return headers, body
+    return Rendered(
+        status=error.status,
+        status_line=f"{error.status} {HTTPStatus(error.status).phrase}",
+        headers=tuple(headers),
+        raw_headers=tuple(
+            (name.encode("latin-1"), value.encode("latin-1")) for name, value in headers
+        ),
+        body=b"" if head else body,
+    )
 
 
 @functools.lru_cache(maxsize=1024)
@@ -107,6 +161,17 @@ def service_headers(organization_id: str, tenant_id: str) -> tuple[tuple[str, st
     built once per organization.
     """
     return ((SERVICE_ORGANIZATION_HEADER, organization_id), (SERVICE_TENANT_HEADER, tenant_id))
+
+
+@functools.lru_cache(maxsize=4096)
+def response_headers(
+    organization_id: str, tenant_id: str, expires_at: datetime | None
+) -> tuple[tuple[str, str], ...]:
+    """Every header keyturn adds to a response of an accepted request: the service headers,
+    then the expiry (none for ``None``: the option is off). Built once per organization,
+    tenant and instant, not per request.
+    """
+    return service_headers(organization_id, tenant_id) + expiry_headers(expires_at)
 
 
 @functools.lru_cache(maxsize=4096)

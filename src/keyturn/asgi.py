@@ -55,9 +55,11 @@ What it does, precisely:
     ``Authorization`` header, so the key cannot leak into the app's logs.
 -   The service headers are set on every response to an accepted request, exactly once,
     replacing any the app set itself; of the middleware's own refusals only a policy's 403
-    carries them (the request reached its organization). If
-    the app crashes before it starts a response, the middleware sends a plain 500 with
-    the headers and re-raises, so the server still logs the error.
+    carries them (the request reached its organization). The response's start message is
+    edited in place, as Starlette's own middlewares do: its header list is replaced by a new
+    one, and the app's own list is left as it was. If the app crashes before it starts a
+    response, the middleware sends a plain 500 with the headers and re-raises, so the
+    server still logs the error.
 -   WebSocket handshakes under the prefix get the same decision. A refusal is sent as an
     HTTP response when the server supports the ``websocket.http.response`` extension, and
     as a close with code 1008 (policy violation) before accept otherwise. The service
@@ -95,12 +97,10 @@ from keyturn._web import (
     ORGANIZATION_ID_HEADER,
     PRINCIPAL_KEY,
     RESERVED_HEADER_NAMES,
-    SERVICE_ORGANIZATION_HEADER,
-    SERVICE_TENANT_HEADER,
     check_options,
-    expiry_headers,
     principal_in,
-    refusal,
+    rendered,
+    response_headers,
     unreadable,
 )
 from keyturn.authenticator import Authenticator
@@ -132,8 +132,6 @@ _ORGANIZATION_ID: Final = ORGANIZATION_ID_HEADER.encode("ascii")
 _READ_LENGTHS: Final = frozenset({len(_AUTHORIZATION), len(_ORGANIZATION_ID)})
 _SERVICE_NAMES: Final = frozenset(name.encode("ascii") for name in RESERVED_HEADER_NAMES)
 _SERVICE_LENGTHS: Final = frozenset(len(name) for name in _SERVICE_NAMES)
-_SERVICE_ORGANIZATION: Final = SERVICE_ORGANIZATION_HEADER.encode("ascii")
-_SERVICE_TENANT: Final = SERVICE_TENANT_HEADER.encode("ascii")
 
 
 class ApiKeyMiddleware:
@@ -213,17 +211,24 @@ class ApiKeyMiddleware:
                 await self._refuse(screened, scope, send)
                 return
             receive = screened
-        scope.setdefault("state", {})[PRINCIPAL_KEY] = outcome
+        state = scope.get("state")
+        if state is None:
+            scope["state"] = {PRINCIPAL_KEY: outcome}
+        else:
+            state[PRINCIPAL_KEY] = outcome
         # Encoded now, so a provider id that is no header value fails before the app runs.
-        service = _encoded_service_headers(outcome.organization_id, outcome.tenant_id)
-        extra = service + _encoded_expiry(outcome.expires_at) if self.expiry_header else service
+        extra = _response_headers(
+            outcome.organization_id,
+            outcome.tenant_id,
+            outcome.expires_at if self.expiry_header else None,
+        )
         started = False
 
         async def send_with_service_headers(message: Message) -> None:
             nonlocal started
             if message["type"] in _RESPONSE_STARTS:
                 started = True
-                headers = list(message.get("headers", ()))  # the app's list is left as is
+                headers = message.get("headers", ())
                 # The app's own service headers are dropped (ours are the canonical ones);
                 # the usual response has none, which map() finds without a Python loop.
                 if not _SERVICE_LENGTHS.isdisjoint(map(len, map(_name, headers))):
@@ -233,8 +238,8 @@ class ApiKeyMiddleware:
                         if len(line[0]) not in _SERVICE_LENGTHS
                         or line[0].lower() not in _SERVICE_NAMES
                     ]
-                headers += extra
-                message = {**message, "headers": headers}
+                # In place, as Starlette's own middlewares do; the app's list is left as is.
+                message["headers"] = [*headers, *extra]
             await send(message)
 
         try:
@@ -246,7 +251,7 @@ class ApiKeyMiddleware:
                     {
                         "type": "http.response.start",
                         "status": 500,
-                        "headers": [(b"content-type", b"text/plain; charset=utf-8"), *service],
+                        "headers": [(b"content-type", b"text/plain; charset=utf-8"), *extra[:2]],
                     }
                 )
                 await send({"type": "http.response.body", "body": b"Internal Server Error"})
@@ -262,31 +267,35 @@ class ApiKeyMiddleware:
         return send_after_usage
 
     async def _refuse(self, error: Refusal, scope: ASGIScope, send: Send) -> None:
-        headers, body = refusal(error, self.realm, scope.get("method", "GET"))
+        form = rendered(error, self.realm, scope.get("method", "GET"))
         if scope["type"] == "http":
-            kind = "http.response"
+            start, body = "http.response.start", "http.response.body"
         elif "websocket.http.response" in (scope.get("extensions") or {}):
-            kind = "websocket.http.response"
+            start, body = "websocket.http.response.start", "websocket.http.response.body"
         else:  # no way to answer the handshake with HTTP: close before accept
             await send({"type": "websocket.close", "code": 1008})
             return
-        raw = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers]
-        await send({"type": f"{kind}.start", "status": error.status, "headers": raw})
-        await send({"type": f"{kind}.body", "body": body})
+        # A list of the server's own: the rendering is shared by every request refused alike.
+        await send({"type": start, "status": form.status, "headers": list(form.raw_headers)})
+        await send({"type": body, "body": form.body})
 
 
 def _read(scope: ASGIScope, path: str, strip: bool) -> AuthRequest:
-    """The decision's input; with *strip*, the ``Authorization`` lines are taken out of the
-    scope now, before anything is called (a new list: the server's is left as is).
+    """The decision's input, from one pass over the header lines; with *strip*, the
+    ``Authorization`` lines are taken out of the scope now, before anything is called (a new
+    list: the server's is left as is).
     """
+    headers = scope["headers"]
     authorization: tuple[str, ...] = ()
     organization: tuple[str, ...] = ()
     credentials: Header | None = None
-    for line in scope["headers"]:
+    for line in headers:
         # Servers may pass the client's spelling of a name through: compare lower-cased.
+        # Only the two lengths are read, and a name already lower-case is not lowered again.
         name = line[0]
         if len(name) in _READ_LENGTHS:
-            name = name.lower()
+            if name != _AUTHORIZATION and name != _ORGANIZATION_ID:
+                name = name.lower()
             if name == _AUTHORIZATION:
                 authorization += (line[1].decode("latin-1"),)
                 if credentials is None:
@@ -294,12 +303,12 @@ def _read(scope: ASGIScope, path: str, strip: bool) -> AuthRequest:
             elif name == _ORGANIZATION_ID:
                 organization += (line[1].decode("latin-1"),)
     if strip and credentials is not None:
-        if len(authorization) == 1:  # the usual request: the line itself, found by identity
-            scope["headers"] = [line for line in scope["headers"] if line is not credentials]
+        if len(authorization) == 1:  # the usual request: drop that one line
+            headers = headers.copy()
+            del headers[headers.index(credentials)]
+            scope["headers"] = headers
         else:
-            scope["headers"] = [
-                line for line in scope["headers"] if line[0].lower() != _AUTHORIZATION
-            ]
+            scope["headers"] = [line for line in headers if line[0].lower() != _AUTHORIZATION]
     # What the router dispatches on: the upper-cased method (a WebSocket handshake is a GET).
     method = scope.get("method", "GET").upper()
     return _new_request(AuthRequest, (authorization, organization, method, path))
@@ -311,21 +320,15 @@ _name: Final = operator.itemgetter(0)
 _new_request: Final = tuple.__new__
 
 
-@functools.lru_cache(maxsize=1024)
-def _encoded_service_headers(organization_id: str, tenant_id: str) -> tuple[Header, Header]:
-    """The service headers as ASGI sends them, encoded once per organization and tenant."""
-    return (
-        (_SERVICE_ORGANIZATION, organization_id.encode("latin-1")),
-        (_SERVICE_TENANT, tenant_id.encode("latin-1")),
-    )
-
-
 @functools.lru_cache(maxsize=4096)
-def _encoded_expiry(expires_at: datetime | None) -> tuple[Header, ...]:
-    """The opt-in expiry header as ASGI sends it, encoded once per instant."""
-    return tuple(
-        (name.encode("ascii"), value.encode("ascii")) for name, value in expiry_headers(expires_at)
-    )
+def _response_headers(
+    organization_id: str, tenant_id: str, expires_at: datetime | None
+) -> tuple[Header, ...]:
+    """:func:`~keyturn._web.response_headers` as ASGI sends them (the two service headers
+    first), encoded once per organization, tenant and instant, not per request.
+    """
+    lines = response_headers(organization_id, tenant_id, expires_at)
+    return tuple((name.encode("latin-1"), value.encode("latin-1")) for name, value in lines)
 
 
 def principal(request_or_scope: Mapping[str, Any]) -> Principal:

@@ -72,10 +72,9 @@ from keyturn._web import (
     PRINCIPAL_KEY,
     RESERVED_HEADER_NAMES,
     check_options,
-    expiry_headers,
     principal_in,
-    refusal,
-    service_headers,
+    rendered,
+    response_headers,
     unreadable,
 )
 from keyturn.authenticator import Authenticator
@@ -207,17 +206,17 @@ class ApiKeyMiddleware:
         for name in RESERVED_HEADER_NAMES:
             if name in response:
                 del response[name]
-        extra = service_headers(caller.organization_id, caller.tenant_id)
-        if self.expiry_header:
-            extra += expiry_headers(caller.expires_at)
-        for name, value in extra:
+        expires_at = caller.expires_at if self.expiry_header else None
+        for name, value in response_headers(caller.organization_id, caller.tenant_id, expires_at):
             response[name] = value
         return response
 
     def _refuse(self, error: Refusal, request: HttpRequest) -> HttpResponse:
-        headers, body = refusal(error, self.realm, request.method or "GET")
-        response = HttpResponse(body, status=error.status, reason=HTTPStatus(error.status).phrase)
-        for name, value in headers:
+        form = rendered(error, self.realm, request.method or "GET")
+        response = HttpResponse(
+            form.body, status=form.status, reason=HTTPStatus(form.status).phrase
+        )
+        for name, value in form.headers:
             response[name] = value
         return response
 

@@ -78,7 +78,6 @@ from __future__ import annotations
 import logging
 import operator
 from collections.abc import Callable, Iterable, Mapping
-from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Final, Protocol
 from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
@@ -93,10 +92,9 @@ from keyturn._web import (
     PRINCIPAL_KEY,
     RESERVED_HEADER_NAMES,
     check_options,
-    expiry_headers,
     principal_in,
-    refusal,
-    service_headers,
+    rendered,
+    response_headers,
     unreadable,
 )
 from keyturn.authenticator import Authenticator
@@ -163,15 +161,19 @@ class ApiKeyMiddleware:
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         # PATH_INFO and SCRIPT_NAME hold the raw bytes as latin-1 (PEP 3333); apps route on
-        # UTF-8 text.
-        path = self.paths.read(_text(environ, "SCRIPT_NAME"), _text(environ, "PATH_INFO"))
+        # UTF-8 text. The usual request's are ASCII: the same text either way.
+        root: str = environ.get("SCRIPT_NAME", "")
+        raw: str = environ.get("PATH_INFO", "")
+        if not (root.isascii() and raw.isascii()):
+            root, raw = _text(root), _text(raw)
+        path = self.paths.read(root, raw)
         if path is None:
             return self.app(environ, start_response)
         method = environ.get("REQUEST_METHOD", "GET")
         if isinstance(path, Unreadable):
-            root, raw = _text(environ, "SCRIPT_NAME"), _text(environ, "PATH_INFO")
             error = unreadable(self.authenticator, path, method, root, raw)
             return _refuse(error, self.realm, method, start_response)
+        organization = environ.get(_ORGANIZATION_ID)
 
         # Built in the call: no frame of ours holds the key while anything it calls may
         # raise, nor while the app runs (error trackers send a traceback's frame locals).
@@ -181,7 +183,7 @@ class ApiKeyMiddleware:
                 AuthRequest,
                 (
                     _credentials(environ, self.strip_authorization),
-                    _values(environ, _ORGANIZATION_ID),
+                    () if organization is None else (organization,),
                     method.upper(),  # what the router dispatches on
                     path,
                 ),
@@ -195,8 +197,11 @@ class ApiKeyMiddleware:
                 return _refuse(screened, self.realm, method, start_response)
 
         environ[PRINCIPAL_KEY] = outcome
-        service = service_headers(outcome.organization_id, outcome.tenant_id)
-        extra = service + expiry_headers(outcome.expires_at) if self.expiry_header else service
+        extra = response_headers(
+            outcome.organization_id,
+            outcome.tenant_id,
+            outcome.expires_at if self.expiry_header else None,
+        )
 
         started = False
 
@@ -221,25 +226,23 @@ class ApiKeyMiddleware:
             log.exception("the application raised before responding; answering 500")
             start_response(  # our own 500: the service headers, never the key's expiry
                 "500 Internal Server Error",
-                [("content-type", "text/plain; charset=utf-8"), *service],
+                [("content-type", "text/plain; charset=utf-8"), *extra[:2]],
             )
             return [b"Internal Server Error"]
 
 
 def _refuse(error: Refusal, realm: str, method: str, start_response: StartResponse) -> list[bytes]:
-    headers, body = refusal(error, realm, method)
-    start_response(f"{error.status} {HTTPStatus(error.status).phrase}", headers)
-    return [body] if body else []
+    form = rendered(error, realm, method)
+    # A list of the server's own: the rendering is shared by every request refused alike.
+    start_response(form.status_line, list(form.headers))
+    return [form.body] if form.body else []
 
 
 _name: Final = operator.itemgetter(0)
 
 
-def _text(environ: WSGIEnvironment, key: str) -> str:
-    text: str = environ.get(key, "")
-    if text.isascii():  # the common case: the same text either way
-        return text
-    return text.encode("latin-1").decode("utf-8", "replace")
+def _text(raw: str) -> str:
+    return raw.encode("latin-1").decode("utf-8", "replace")
 
 
 def _credentials(environ: WSGIEnvironment, strip: bool) -> tuple[str, ...]:
@@ -247,11 +250,6 @@ def _credentials(environ: WSGIEnvironment, strip: bool) -> tuple[str, ...]:
     anything is called.
     """
     value = environ.pop(_AUTHORIZATION, None) if strip else environ.get(_AUTHORIZATION)
-    return () if value is None else (value,)
-
-
-def _values(environ: WSGIEnvironment, key: str) -> tuple[str, ...]:
-    value = environ.get(key)
     return () if value is None else (value,)
 
 
