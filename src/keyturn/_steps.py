@@ -10,8 +10,8 @@ module decides nothing and does no I/O: it only names the questions.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Mapping, Sequence
+from datetime import date, datetime
 from types import NoneType
 from typing import Any, ClassVar, Final
 
@@ -25,6 +25,7 @@ __all__ = [
     "MEMBERSHIP",
     "STORE",
     "AddKey",
+    "CountUsage",
     "EventsOf",
     "GetDefaultOrganization",
     "GetKey",
@@ -225,6 +226,22 @@ class EventsOf(Step):
 
     def ask(self, target: Any) -> Any:
         return target.events_of(self.account_id, self.limit)
+
+
+class CountUsage(Step):
+    """Add request counts (``(key_id, outcome) -> requests``) to a UTC day's."""
+
+    __slots__ = ("counts", "day")
+    via = STORE
+    method = "count_usage"
+    answers = (object,)
+
+    def __init__(self, day: date, counts: Mapping[tuple[str, str], int]) -> None:
+        self.day = day
+        self.counts = counts
+
+    def ask(self, target: Any) -> Any:
+        return target.count_usage(self.day, self.counts)
 
 
 # --- argon2 -------------------------------------------------------------------------------

@@ -136,7 +136,8 @@ class Authenticator:
     :param retry_after: the ``Retry-After`` seconds sent with a 503.
     :param clock: returns the current UTC time; injectable for tests.
     :param usage_interval: seconds between two ``last_used_at`` writes for one key, made
-        off the request's path (see ``_usage.py``); ``None`` never writes it.
+        off the request's path with the key's request counts (see :mod:`keyturn.usage`);
+        ``None`` writes neither.
     """
 
     def __init__(
@@ -323,10 +324,12 @@ class Authenticator:
                     outcome.reason.value,
                     outcome.key_id,
                 )
+            if self.usage is not None and outcome.key_id is not None:
+                self.usage.refused(outcome.key_id, outcome.reason)  # counted, if it names a key
         else:
             principal, error = outcome, None
             if self.usage is not None:
-                self.usage.seen(outcome.key_id)  # a dict lookup unless a write is due
+                self.usage.seen(outcome.key_id)  # a dict increment unless a write is due
         if self.audit is not None:
             event = AuditEvent(
                 at=self.clock(),

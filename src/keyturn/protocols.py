@@ -27,22 +27,25 @@ another type (a coroutine from a sync wrapper around an async function, say) is 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Mapping, Sequence
+from datetime import date, datetime
 from typing import Protocol, runtime_checkable
 
 from keyturn._model import ApiKey, Organization
 from keyturn.activity import KeyEvent
+from keyturn.usage import DailyUsage
 
 __all__ = [
     "AsyncKeyStore",
     "AsyncMembershipProvider",
+    "AsyncUsageStore",
     "ConsoleMembership",
     "Database",
     "KeyStore",
     "LeakRecordingStore",
     "MembershipProvider",
     "RecordKeepingStore",
+    "UsageStore",
     "WritableMembership",
 ]
 
@@ -157,6 +160,33 @@ class RecordKeepingStore(LeakRecordingStore, Protocol):
 
     def release_notice(self, key_id: str, notice: str) -> None:
         """Give a claim back (its delivery failed), so that a later run sends it."""
+
+
+@runtime_checkable
+class UsageStore(Protocol):
+    """A key store that also keeps daily request counts per key, as keyturn's own stores do
+    (see :mod:`keyturn.usage`). A store without these methods simply keeps no counts."""
+
+    def count_usage(self, day: date, counts: Mapping[tuple[str, str], int]) -> None:
+        """Add *counts* (``(key_id, outcome) -> requests``) to the UTC *day*'s counts, and
+        forget the days more than :data:`~keyturn.usage.KEPT_DAYS` - 1 before *day*.
+
+        Called by several processes at once for the same key and day, it must add up: no
+        count lost, none counted twice (an upsert that adds, ``+=`` on conflict).
+        """
+
+    def usage_of(self, account_id: str, since: date) -> Sequence[DailyUsage]:
+        """The counts of every key the account created, from the UTC day *since* on, by
+        key, day and outcome."""
+
+
+@runtime_checkable
+class AsyncUsageStore(Protocol):
+    """The async twin of :class:`UsageStore`."""
+
+    async def count_usage(self, day: date, counts: Mapping[tuple[str, str], int]) -> None: ...
+
+    async def usage_of(self, account_id: str, since: date) -> Sequence[DailyUsage]: ...
 
 
 @runtime_checkable

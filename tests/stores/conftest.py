@@ -29,8 +29,8 @@ TABLES = (
     "keyturn_organizations",
     "keyturn_events",
     "keyturn_notices",
+    "keyturn_usage",
 )
-
 
 # --- PostgreSQL ---------------------------------------------------------------------------
 

@@ -7,14 +7,15 @@ await: a warm lookup never leaves the event loop's turn.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Mapping, Sequence
+from datetime import date, datetime
 from typing import Any
 
 from keyturn._model import ApiKey, Found, Organization
 from keyturn.activity import KeyEvent, emit
 from keyturn.errors import Conflict, DuplicateKey, UnknownOrganization
 from keyturn.stores import _sql
+from keyturn.usage import DailyUsage
 
 __all__ = ["AsyncSQLKeyStore", "AsyncSQLMembership"]
 
@@ -157,6 +158,20 @@ class AsyncSQLKeyStore:
         """Give a claim back (its delivery failed), so that a later run sends it."""
         async with self.database.connection() as connection:
             await connection.execute(self._sql.release_notice, (key_id, notice))
+
+    async def count_usage(self, day: date, counts: Mapping[tuple[str, str], int]) -> None:
+        """Add *counts* (``(key_id, outcome) -> requests``) to *day*; forget old days."""
+        async with self.database.connection() as connection:
+            for text, params in _sql.count_rows(self._sql, day, counts):
+                await connection.execute(text, params)
+            await connection.execute(self._sql.prune_usage, (_sql.kept_from(day),))
+
+    async def usage_of(self, account_id: str, since: date) -> list[DailyUsage]:
+        """The counts of the account's keys from the day *since* on."""
+        async with self.database.connection() as connection:
+            cursor = await connection.execute(self._sql.usage_of, (account_id, since.isoformat()))
+            rows = await cursor.fetchall()
+        return [_sql.daily_usage(row) for row in rows]
 
 
 class AsyncSQLMembership:

@@ -22,8 +22,8 @@ Rules of this file:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, date, datetime, timedelta
 from typing import Any, Final, NamedTuple, Self
 
 import attrs
@@ -31,6 +31,7 @@ import attrs
 from keyturn._model import ApiKey, Found, Leaked, Organization, Scope
 from keyturn.activity import Action, By, Channel, KeyEvent, new_event
 from keyturn.errors import KeyAlreadyReplaced, NotAKeyDatabase, OrganizationConflict, SchemaTooNew
+from keyturn.usage import KEPT_DAYS, DailyUsage
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -174,6 +175,19 @@ MIGRATIONS: Final[Sequence[Sequence[str]]] = (
             claimed_at {timestamp} NOT NULL,
             PRIMARY KEY (key_id, notice)
         )""",
+    ),
+    (
+        # Version 6: usage, requests per key, UTC day and outcome ("accepted", or the
+        # refusal's reason), added to by every process; rows older than KEPT_DAYS go as it
+        # writes. No trigger: the decision never reads it. DATE holds ISO text in SQLite.
+        """CREATE TABLE keyturn_usage (
+            key_id   TEXT NOT NULL,
+            day      DATE NOT NULL,
+            outcome  TEXT NOT NULL,
+            requests BIGINT NOT NULL,
+            PRIMARY KEY (key_id, day, outcome)
+        )""",
+        "CREATE INDEX keyturn_usage_by_day ON keyturn_usage (day)",
     ),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
@@ -428,6 +442,21 @@ class Statements:
             ON fallback.tenant_id = k.tenant_id AND fallback.is_default
         WHERE k.key_id = %s
     """  # noqa: S608
+    # Adds to what other processes counted: one row per (key, day, outcome), rows in the
+    # order count_rows() sorts them, so that two writers never wait on each other in a
+    # circle. {rows} is USAGE_ROW once per row.
+    count_usage: str = (
+        "INSERT INTO keyturn_usage (key_id, day, outcome, requests) VALUES {rows} "
+        "ON CONFLICT (key_id, day, outcome) "
+        "DO UPDATE SET requests = keyturn_usage.requests + excluded.requests"
+    )
+    usage_row: str = "(%s, %s, %s, %s)"
+    prune_usage: str = "DELETE FROM keyturn_usage WHERE day < %s"
+    usage_of: str = (
+        "SELECT u.key_id, u.day, u.outcome, u.requests FROM keyturn_usage u "
+        "JOIN keyturn_keys k ON k.key_id = u.key_id "
+        "WHERE k.account_id = %s AND u.day >= %s ORDER BY u.key_id, u.day, u.outcome"
+    )
     get_organization: str = (
         f"SELECT {_ORGANIZATION_COLUMNS} FROM keyturn_organizations WHERE id = %s"  # noqa: S608
     )
@@ -630,6 +659,42 @@ def event_params(event: KeyEvent, instant: Callable[[datetime | None], Any]) -> 
         event.user_agent,
         event.detail,
     )
+
+
+# Rows per count_usage statement: 4 parameters each, under SQLite's oldest limit of 999.
+USAGE_ROWS_PER_STATEMENT: Final = 200
+
+
+def count_rows(
+    sql: Statements, day: date, counts: Mapping[tuple[str, str], int]
+) -> list[tuple[str, list[Any]]]:
+    """The ``count_usage`` statements, as (text, parameters), that add *counts* to *day*:
+    rows sorted, at most :data:`USAGE_ROWS_PER_STATEMENT` each, counts of zero left out."""
+    rows = sorted((key, n) for key, n in counts.items() if n > 0)
+    statements = []
+    for start in range(0, len(rows), USAGE_ROWS_PER_STATEMENT):
+        chunk = rows[start : start + USAGE_ROWS_PER_STATEMENT]
+        text = sql.count_usage.format(rows=", ".join([sql.usage_row] * len(chunk)))
+        params = [
+            value
+            for (key_id, outcome), requests in chunk
+            for value in (key_id, day.isoformat(), outcome, int(requests))
+        ]
+        statements.append((text, params))
+    return statements
+
+
+def kept_from(day: date) -> str:
+    """The first day ``count_usage`` keeps, written for ``prune_usage``."""
+    return (day - timedelta(days=KEPT_DAYS - 1)).isoformat()
+
+
+def daily_usage(row: Sequence[Any]) -> DailyUsage:
+    """The :class:`~keyturn.usage.DailyUsage` of a row of ``usage_of``."""
+    key_id, day, outcome, requests = row
+    if isinstance(day, str):  # SQLite: ISO text
+        day = date.fromisoformat(day)
+    return DailyUsage(key_id=key_id, day=day, outcome=outcome, requests=int(requests))
 
 
 def organization(row: Sequence[Any]) -> Organization:

@@ -15,14 +15,15 @@ and ``lookup_cached`` (the replica's answer, once its feed has caught up, or ``N
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Mapping, Sequence
+from datetime import date, datetime
 from typing import Any
 
 from keyturn._model import ApiKey, Found, Organization
 from keyturn.activity import KeyEvent, emit
 from keyturn.errors import Conflict, DuplicateKey, UnknownOrganization
 from keyturn.stores import _sql
+from keyturn.usage import DailyUsage
 
 __all__ = ["SQLKeyStore", "SQLMembership"]
 
@@ -159,6 +160,21 @@ class SQLKeyStore:
         """Give a claim back (its delivery failed), so that a later run sends it."""
         with self.database.connection() as connection:
             connection.execute(self._sql.release_notice, (key_id, notice))
+
+    def count_usage(self, day: date, counts: Mapping[tuple[str, str], int]) -> None:
+        """Add *counts* (``(key_id, outcome) -> requests``) to *day*; forget old days."""
+        with self.database.connection() as connection:
+            for text, params in _sql.count_rows(self._sql, day, counts):
+                connection.execute(text, params)
+            connection.execute(self._sql.prune_usage, (_sql.kept_from(day),))
+
+    def usage_of(self, account_id: str, since: date) -> list[DailyUsage]:
+        """The counts of the account's keys from the day *since* on."""
+        with self.database.connection() as connection:
+            rows = connection.execute(
+                self._sql.usage_of, (account_id, since.isoformat())
+            ).fetchall()
+        return [_sql.daily_usage(row) for row in rows]
 
 
 class SQLMembership:

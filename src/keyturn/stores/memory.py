@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Mapping, Sequence
+from datetime import date, datetime, timedelta
 
 import attrs
 
@@ -24,6 +24,7 @@ from keyturn._model import ApiKey, Leaked, Organization
 from keyturn.activity import EventHook, KeyEvent, emit
 from keyturn.errors import DuplicateKey, OrganizationConflict, UnknownOrganization
 from keyturn.stores._sql import auto_revoked, default_stays, refuse_organization, replaced
+from keyturn.usage import KEPT_DAYS, DailyUsage
 
 __all__ = ["MemoryKeyStore", "MemoryMembership"]
 
@@ -41,6 +42,7 @@ class MemoryKeyStore:
         self._keys: dict[str, ApiKey] = {}
         self._events: list[KeyEvent] = []  # in the order recorded
         self._notices: dict[tuple[str, str], datetime] = {}
+        self._usage: Counter[tuple[str, date, str]] = Counter()  # (key, day, outcome) -> n
         self._lock = threading.Lock()
         self.on_event = on_event
         self._changes = 0  # moved by every write the decision could see, after it
@@ -154,6 +156,27 @@ class MemoryKeyStore:
         """Give a claim back (its delivery failed), so that a later run sends it."""
         with self._lock:
             self._notices.pop((key_id, notice), None)
+
+    def count_usage(self, day: date, counts: Mapping[tuple[str, str], int]) -> None:
+        """Add *counts* (``(key_id, outcome) -> requests``) to *day*; forget old days."""
+        kept_from = day - timedelta(days=KEPT_DAYS - 1)
+        with self._lock:
+            for (key_id, outcome), requests in counts.items():
+                if requests > 0:
+                    self._usage[key_id, day, outcome] += requests
+            for old in [entry for entry in self._usage if entry[1] < kept_from]:
+                del self._usage[old]
+
+    def usage_of(self, account_id: str, since: date) -> list[DailyUsage]:
+        """The counts of the account's keys from the day *since* on."""
+        with self._lock:
+            rows = [
+                DailyUsage(key_id=key_id, day=day, outcome=outcome, requests=requests)
+                for (key_id, day, outcome), requests in self._usage.items()
+                if day >= since
+                and getattr(self._keys.get(key_id), "account_id", None) == account_id
+            ]
+        return sorted(rows, key=lambda row: (row.key_id, row.day, row.outcome))
 
 
 def _order(event: KeyEvent) -> tuple[datetime, str]:
