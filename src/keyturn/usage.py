@@ -84,9 +84,12 @@ class KeyUsage:
         return sum(self.refused)
 
 
-def by_key(rows: Iterable[DailyUsage], *, last_day: date, days: int) -> dict[str, KeyUsage]:
+def by_key(
+    rows: Iterable[DailyUsage], *, last_day: date, days: int, key_ids: Iterable[str] = ()
+) -> dict[str, KeyUsage]:
     """Each key's counts over the *days* days ending on *last_day*; days outside are left
-    out, and a day without a row counts zero. Keys without a row in the window are absent.
+    out, and a day without a row counts zero. A key without a row in the window is absent,
+    unless *key_ids* names it: then it is there with zeros.
     """
     if days < 1:
         raise ValueError(f"days must be at least 1, got {days}")
@@ -95,6 +98,8 @@ def by_key(rows: Iterable[DailyUsage], *, last_day: date, days: int) -> dict[str
     accepted: dict[str, list[int]] = {}
     refused: dict[str, list[int]] = {}
     reasons: dict[str, dict[str, int]] = {}
+    for key_id in key_ids:
+        accepted[key_id], refused[key_id], reasons[key_id] = [0] * days, [0] * days, {}
     for row in rows:
         if not first_day <= row.day <= last_day:
             continue

@@ -177,6 +177,7 @@ class Awaited:
             "keys_of",
             "revoke_key",
             "mark_used",
+            "usage_of",
             "get_organization",
             "get_default_organization",
             "get_role",

@@ -64,6 +64,7 @@ from keyturn._decision import holds_key
 from keyturn._lifecycle import MAX_NAME_LENGTH, custom_date_bounds, expiry_for, validate_name
 from keyturn._model import CreatedKey, CustomDate, KeyInfo, Lifetime, Organization, Scope, Status
 from keyturn.activity import Action, ActivityNotKept, By, Channel, KeyEvent
+from keyturn.console._chart import CHART_DAYS, chart, window
 from keyturn.console._visit import (
     HEADERS,
     MAX_FORM_BYTES,
@@ -82,6 +83,7 @@ from keyturn.errors import (
 )
 from keyturn.manager import AsyncKeyManager, KeyManager
 from keyturn.protocols import ConsoleMembership
+from keyturn.usage import DailyUsage, KeyUsage, by_key
 
 _log = logging.getLogger("keyturn.console")
 StartOn = Literal["tenant", "organization"]
@@ -89,6 +91,8 @@ Header = tuple[str, str]
 
 FORM_TOKEN_TTL: Final = 12 * 3600  # seconds a form stays usable
 ACTIVITY_LIMIT: Final = 200  # events the Activity page shows at most
+# A key that still works, older than this and not used for as long: "revoke it?"
+UNUSED_FOR: Final = timedelta(days=30)
 
 
 def _spoken(lifetime: Lifetime) -> str:
@@ -377,6 +381,12 @@ class _Awaited:
     def list(self, account_id: str) -> list[KeyInfo]:
         return anyio.from_thread.run(self.manager.list, account_id)
 
+    def usage_of(self, account_id: str, since: date) -> Sequence[DailyUsage]:
+        found: Sequence[DailyUsage] = anyio.from_thread.run(
+            self.manager.store.usage_of, account_id, since
+        )
+        return found
+
     def create(self, account_id: str, **options: Any) -> CreatedKey:
         return anyio.from_thread.run(partial(self.manager.create, account_id, **options))
 
@@ -487,6 +497,12 @@ class Console:
         else:
             self._keys = _Awaited(manager)
             self._organizations_of = self._keys.organizations_of
+        # The usage charts, from a store that keeps counts (keyturn.protocols.UsageStore).
+        self._usage_of: Callable[[str, date], Sequence[DailyUsage]] | None = None
+        if callable(getattr(manager.store, "usage_of", None)):
+            self._usage_of = (
+                self._keys.usage_of if isinstance(self._keys, _Awaited) else manager.store.usage_of
+            )
         self.signed_in = signed_in
         self.sign_in_url = sign_in_url
         self.start_on: StartOn = start_on
@@ -598,6 +614,7 @@ class Console:
             if (wanted_status is None or info.status is wanted_status)
             and (wanted_scope is None or info.scope == wanted_scope)
         ]
+        usage = self._usage(account_id, now, [info.key_id for info in shown]) if shown else None
         context = {
             "values": values,
             "errors": defaultdict(str, errors or {}),
@@ -606,7 +623,9 @@ class Console:
             "preview": preview(values["lifetime"], values["date"], zone_name, now),
             "token": self._tokens.issue(account_id, "create"),
             "revoke_token": self._tokens.issue(account_id, "revoke"),
-            "rows": [self._row(info, now, by_id) for info in _paired(shown)],
+            "rows": [self._row(info, now, by_id, usage) for info in _paired(shown)],
+            "charts": usage is not None,
+            "chart_days": CHART_DAYS,
             "zone": zone,
             "total": len(every_key),
             "filters": {
@@ -768,17 +787,41 @@ class Console:
         }
         return self._render(visit, "activity.html", 200, context)
 
-    def _row(self, info: KeyInfo, now: datetime, keys: Mapping[str, KeyInfo]) -> dict[str, Any]:
-        """One key as the templates show it: with its expiry warning and, from *keys* (the
-        account's keys by id), the other key of its rotation."""
+    def _usage(
+        self, account_id: str, now: datetime, key_ids: Sequence[str]
+    ) -> dict[str, KeyUsage] | None:
+        """The counts of the account's keys *key_ids* over the chart's days (zeros for an
+        unused one); ``None`` when the store keeps none."""
+        if self._usage_of is None:
+            return None
+        first, last = window(now.date())
+        rows = self._usage_of(account_id, first)
+        return by_key(rows, last_day=last, days=CHART_DAYS, key_ids=key_ids)
+
+    def _row(
+        self,
+        info: KeyInfo,
+        now: datetime,
+        keys: Mapping[str, KeyInfo],
+        usage: Mapping[str, KeyUsage] | None = None,
+    ) -> dict[str, Any]:
+        """One key as the templates show it: with its expiry warning, its usage chart (from
+        *usage*, when given) and, from *keys* (the account's keys by id), the other key of
+        its rotation."""
         new = keys.get(info.replaced_by or "")
         left = info.expires_at - now
         expiring = info.status in (Status.ACTIVE, Status.INACTIVE) and left <= self.expiring_within
+        counts = None if usage is None else usage.get(info.key_id)
         return {
             "info": info,
             "old": keys.get(info.replaces or ""),
             "new": new,
             "expiring": f"expires in {_time_left(left)}" if expiring else None,
+            "chart": None if counts is None else chart(info.name, counts),
+            # Still works, has existed long enough to have been used, and nobody used it.
+            "unused": info.status.revocable
+            and now - info.created_at >= UNUSED_FOR
+            and (info.last_used_at is None or now - info.last_used_at >= UNUSED_FOR),
             # Only hides the Rotate button the library would refuse: an Active key whose
             # replacement, if any, no longer works.
             "rotatable": info.status is Status.ACTIVE and (new is None or not new.status.revocable),
