@@ -36,7 +36,7 @@ import re
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -55,7 +55,9 @@ from keyturn._model import (
 from keyturn.activity import By, Channel, each_event_since, json_line
 from keyturn.errors import InvalidExpiry, InvalidKeyName, InvalidStoreURL, KeyNotFound, KeyturnError
 from keyturn.manager import KeyManager
+from keyturn.protocols import UsageStore
 from keyturn.stores import open_database, redact_url
+from keyturn.usage import BLOCKS, NONE, KeyUsage, by_key, sparkline
 
 if TYPE_CHECKING:
     from keyturn.protocols import Database
@@ -66,6 +68,7 @@ _log: Final = logging.getLogger("keyturn.cli")
 ENVIRONMENT_VARIABLE: Final = "KEYTURN_STORE_URL"
 DEFAULT_STORE_URL: Final = "sqlite:///keyturn.sqlite3"
 STATUSES: Final = {status.value.lower(): status for status in Status}
+WEEK: Final = 7  # days of requests `keys list` shows
 
 
 class CommandError(Exception):
@@ -153,12 +156,25 @@ def keys_list(db: Database, args: argparse.Namespace) -> None:
     infos = _manager(db).list(args.account, status=STATUSES.get(args.status), scope=kind)
     if args.scope is not None and kind is None:  # one organization's id
         infos = [info for info in infos if info.scope.organization_id == args.scope]
+    usage = _last_week(db, args.account, infos)
     if args.json:
-        _json([_as_json(info) for info in infos])
+        _json([_as_json(info, usage) for info in infos])
     elif not infos:
         print(f"{args.account} has no key that matches.")
     else:
-        _key_table(infos)
+        _key_table(infos, usage)
+
+
+def _last_week(
+    db: Database, account_id: str, infos: Sequence[KeyInfo]
+) -> dict[str, KeyUsage] | None:
+    """The keys' counts of the last seven UTC days, today included; ``None`` when the
+    store keeps none."""
+    if not isinstance(db.keys, UsageStore) or not infos:
+        return None
+    today = datetime.now(UTC).date()
+    rows = db.keys.usage_of(account_id, today - timedelta(days=WEEK - 1))
+    return by_key(rows, last_day=today, days=WEEK, key_ids=[info.key_id for info in infos])
 
 
 def keys_revoke(db: Database, args: argparse.Namespace) -> None:
@@ -384,7 +400,8 @@ def _instant(at: datetime | None) -> str | None:
     return None if at is None else at.astimezone(UTC).isoformat()
 
 
-def _as_json(info: KeyInfo) -> dict[str, Any]:
+def _as_json(info: KeyInfo, usage: Mapping[str, KeyUsage] | None = None) -> dict[str, Any]:
+    counts = None if usage is None else usage[info.key_id]
     return {
         "key_id": info.key_id,
         "hint": info.hint,
@@ -404,19 +421,38 @@ def _as_json(info: KeyInfo) -> dict[str, Any]:
         "revoke_old_on_first_use": info.revoke_old_on_first_use,
         "replaced_by": info.replaced_by,
         "replacement_first_used_at": _instant(info.replacement_first_used_at),
+        # Requests per UTC day, oldest first; absent when the store keeps no counts.
+        **(
+            {}
+            if counts is None
+            else {
+                "last_7_days": [
+                    {"day": day.isoformat(), "accepted": accepted, "refused": refused}
+                    for day, accepted, refused in zip(
+                        counts.days, counts.accepted, counts.refused, strict=True
+                    )
+                ]
+            }
+        ),
     }
 
 
-def _key_table(infos: Sequence[KeyInfo]) -> None:
-    header = ("KEY ID", "HINT", "STATUS", "SCOPE", "EXPIRES", "LAST USED", "NAME")
+def _key_table(infos: Sequence[KeyInfo], usage: Mapping[str, KeyUsage] | None = None) -> None:
+    # The blocks of a sparkline where the output can show them, else plain ASCII; an
+    # output that cannot show the hint's ellipsis gets "..." and escapes.
+    plain = not _can_show(BLOCKS + NONE + "…")
+    if plain and hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="backslashreplace")
+    header = ("KEY ID", "HINT", "STATUS", "SCOPE", "EXPIRES", "LAST USED", "LAST 7 DAYS", "NAME")
     rows = [
         (
             info.key_id,
-            info.hint,
+            info.hint.replace("…", "...") if plain else info.hint,
             info.status.value,
             info.scope.organization_id or f"tenant {info.scope.tenant_id}",
             _when(info.expires_at),
             _when(info.last_used_at),
+            "-" if usage is None else _week(usage[info.key_id], plain=plain),
             info.name,
         )
         for info in infos
@@ -427,6 +463,22 @@ def _key_table(infos: Sequence[KeyInfo]) -> None:
         print("\nRotations (old key -> its replacement):")
         for line in filter(None, rotations):
             print(f"  {line}")
+
+
+def _week(usage: KeyUsage, *, plain: bool) -> str:
+    """A key's last seven days: a sparkline of its accepted requests, their total, and its
+    refusals if any: ``▁▃█▅▂·· 1204 (3 refused)``."""
+    text = f"{sparkline(usage.accepted, ascii=plain)} {usage.total_accepted}"
+    return text + (f" ({usage.total_refused} refused)" if usage.total_refused else "")
+
+
+def _can_show(text: str) -> bool:
+    """Whether standard output's encoding can write *text*."""
+    try:
+        text.encode(sys.stdout.encoding or "ascii")
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
 
 
 def _rotation(old: KeyInfo, infos: Sequence[KeyInfo]) -> str:

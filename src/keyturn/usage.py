@@ -50,9 +50,9 @@ ACCEPTED: Final = "accepted"  # the outcome of a request that passed
 KEPT_DAYS: Final = 90  # days of counts a store keeps, today included
 # The levels of a sparkline, lowest first, and what a day without requests shows.
 BLOCKS: Final = "▁▂▃▄▅▆▇█"
-ASCII_BLOCKS: Final = "_.-=+*#@"
+ASCII_BLOCKS: Final = "_-~=+*#@"
 NONE: Final = "·"
-ASCII_NONE: Final = " "
+ASCII_NONE: Final = "."
 
 
 @attrs.frozen(kw_only=True)
@@ -128,9 +128,9 @@ def by_key(
 def sparkline(values: Sequence[int], *, ascii: bool = False) -> str:
     """One character per value, its height relative to the largest: ``·▁▃█``.
 
-    A zero shows as ``·`` (a space in ASCII); any count above zero is at least the lowest
+    A zero shows as ``·`` (``.`` in ASCII); any count above zero is at least the lowest
     block, so a day with one request never looks like a day with none. With *ascii*, the
-    levels are ``_.-=+*#@``, for a terminal that cannot show the blocks.
+    levels are ``_-~=+*#@``, for a terminal that cannot show the blocks.
     """
     levels, none = (ASCII_BLOCKS, ASCII_NONE) if ascii else (BLOCKS, NONE)
     top = max(values, default=0)
