@@ -15,6 +15,7 @@ from typing import Any
 from keyturn import Lifetime, Scope
 from keyturn.activity import By
 from keyturn.console import Console
+from keyturn.usage import ACCEPTED
 from tests.console.conftest import CHROMIUM, CHROMIUM_ARGS
 from tests.console.support import (
     ACCOUNT_COOKIE,
@@ -30,6 +31,7 @@ from tests.console.support import (
 )
 
 OUT = Path(__file__).resolve().parents[2] / "docs" / "img"
+DAYS_90 = Lifetime.DAYS_90
 FAKE_SECRET = "rma_DOCS-EXAMPLE-NOT-A-REAL-KEY"
 
 
@@ -37,8 +39,10 @@ def main() -> None:
     from playwright.sync_api import expect, sync_playwright
 
     world = make_world()
-    world.clock.now = datetime(2026, 6, 1, 9, 0, tzinfo=UTC)
     manager = world.manager
+    world.clock.now = datetime(2026, 4, 15, 9, 0, tzinfo=UTC)  # nobody has used it since
+    manager.create("alice", name="staging dashboard", scope=Scope.tenant("acme"), expiry=DAYS_90)
+    world.clock.now = datetime(2026, 6, 1, 9, 0, tzinfo=UTC)
     research = Scope.organization("acme-research", tenant_id="acme")
     manager.create("alice", name="old laptop", scope=Scope.tenant("acme"), expiry=Lifetime.HOURS_3)
     browser = By.console(
@@ -66,6 +70,9 @@ def main() -> None:
     leak_url = "https://github.com/acme/deploy-scripts/blob/main/.env"  # a plainly made-up one
     world.store.report_leak(ci.info.key_id, leak_url, world.clock.now - timedelta(minutes=40))
     world.clock.now += timedelta(hours=2)  # the 7-day key has 6 days and 22 hours left
+    world.store.mark_used(ci.info.key_id, world.clock.now - timedelta(minutes=5))
+    usage(world, ci.info.key_id, weekday=120, weekend=6, refused_every=4)
+    usage(world, new_backups.info.key_id, weekday=24, weekend=24, refused_every=0)
     OUT.mkdir(parents=True, exist_ok=True)
     with serving("asgi", world.console) as origin, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -103,6 +110,8 @@ def main() -> None:
         page.screenshot(path=OUT / "console-rotate.png")
         page.goto(url + "activity")
         page.screenshot(path=OUT / "console-activity.png", full_page=True)
+        page.goto(url)
+        page.locator("section.panel").nth(1).screenshot(path=OUT / "console-usage.png")
         narrow = page_at(375)
         narrow.set_viewport_size({"width": 375, "height": 1400})
         narrow.screenshot(path=OUT / "console-375px.png")
@@ -110,6 +119,19 @@ def main() -> None:
         step_up_screenshot(browser, world)
         browser.close()
     print(f"wrote {len(list(OUT.glob('console-*.png')))} screenshots to {OUT}")
+
+
+def usage(world: Any, key_id: str, *, weekday: int, weekend: int, refused_every: int) -> None:
+    """Thirty days of requests for the key, up to today: a working week's rhythm, and a
+    refusal (an organization the key cannot reach) every *refused_every* days."""
+    today = world.clock.now.date()
+    for days_ago in range(30):
+        day = today - timedelta(days=days_ago)
+        busy = weekday + (days_ago * 7) % 40 if day.weekday() < 5 else weekend
+        counts = {(key_id, ACCEPTED): busy}
+        if refused_every and days_ago % refused_every == 1:
+            counts[key_id, "org_not_reachable"] = 1 + days_ago % 3
+        world.store.count_usage(day, counts)
 
 
 def django_screenshot(browser: Any, world: Any) -> None:

@@ -624,7 +624,6 @@ class Console:
             "token": self._tokens.issue(account_id, "create"),
             "revoke_token": self._tokens.issue(account_id, "revoke"),
             "rows": [self._row(info, now, by_id, usage) for info in _paired(shown)],
-            "charts": usage is not None,
             "chart_days": CHART_DAYS,
             "zone": zone,
             "total": len(every_key),
@@ -812,6 +811,8 @@ class Console:
         left = info.expires_at - now
         expiring = info.status in (Status.ACTIVE, Status.INACTIVE) and left <= self.expiring_within
         counts = None if usage is None else usage.get(info.key_id)
+        if counts is not None and not counts.total_accepted + counts.total_refused:
+            counts = None  # nothing to draw: "Last used" says enough
         return {
             "info": info,
             "old": keys.get(info.replaces or ""),
