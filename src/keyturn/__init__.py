@@ -57,11 +57,13 @@ from keyturn.manager import AsyncKeyManager, KeyManager
 from keyturn.protocols import (
     AsyncKeyStore,
     AsyncMembershipProvider,
+    AsyncUsageStore,
     ConsoleMembership,
     Database,
     KeyStore,
     MembershipProvider,
     RecordKeepingStore,
+    UsageStore,
     WritableMembership,
 )
 
@@ -71,6 +73,7 @@ __all__ = [
     "AsyncKeyManager",
     "AsyncKeyStore",
     "AsyncMembershipProvider",
+    "AsyncUsageStore",
     "AuditEvent",
     "AuditHook",
     "AuthRequest",
@@ -123,6 +126,7 @@ __all__ = [
     "StoreUnreachable",
     "Unauthorized",
     "UnknownOrganization",
+    "UsageStore",
     "VerifiedTokenCache",
     "WritableMembership",
     "custom_date_bounds",

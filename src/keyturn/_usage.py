@@ -111,7 +111,7 @@ class UsageRecorder:
         if not self.counting:
             log.info(
                 "the key store %s has no count_usage(): requests per key and day are not "
-                "counted (see keyturn.protocols.UsageStore)",
+                "counted (see keyturn.UsageStore)",
                 type(store).__name__,
             )
         self._due: dict[str, float] = {}  # key id -> next write allowed; oldest first

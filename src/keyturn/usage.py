@@ -17,7 +17,7 @@ A refusal made before that names no key of yours: no header, not a key, a mistyp
 checksum, an id the store does not hold. Such requests are in the log and the audit hook,
 never in a key's counts, so nobody can fill your chart by sending made-up keys.
 
-Read them back with :meth:`~keyturn.protocols.UsageStore.usage_of` and summarize them per
+Read them back with :meth:`~keyturn.UsageStore.usage_of` and summarize them per
 key with :func:`by_key`::
 
     from datetime import date, timedelta
