@@ -394,3 +394,18 @@ def test_every_count_lands_once_in_its_day(
             expected[key_id, clock.at.date(), outcome] += 1
     usage.close()
     assert store.totals() == expected
+
+
+def test_an_async_store_without_counts_closes_quietly(caplog: pytest.LogCaptureFixture) -> None:
+    """Closing the recorder of an async store that keeps no counts warns of nothing lost."""
+    usage, _ = recorder(AsyncSpy())
+
+    async def scenario() -> None:
+        usage.seen("k1")
+        usage.seen("k1")
+        await usage.flush()
+
+    asyncio.run(scenario())
+    with caplog.at_level(logging.WARNING, logger="keyturn"):
+        usage.close()
+    assert caplog.records == []
