@@ -12,14 +12,17 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.testclient import TestClient
 
 from keyturn import AsyncKeyManager, KeyManager, Lifetime, Scope
 from keyturn.console import Console
+from keyturn.console._chart import CHART_DAYS, chart, window
 from keyturn.console._visit import CSP
-from keyturn.usage import ACCEPTED
+from keyturn.usage import ACCEPTED, KeyUsage
 from tests.console.support import (
     ACCOUNT_COOKIE,
     BROWSER_EDGES,
@@ -225,3 +228,39 @@ def test_the_chart_in_a_browser(browser: Any, edge_name: str) -> None:
             assert page.evaluate("document.documentElement.scrollWidth") <= width
             assert not [text for text in said if "Content Security Policy" in text]
             context.close()
+
+
+COUNTS = st.lists(
+    st.integers(min_value=0, max_value=10**7), min_size=CHART_DAYS, max_size=CHART_DAYS
+)
+
+
+@given(accepted=COUNTS, refused=COUNTS)
+def test_bars_fit_the_chart_and_follow_the_counts(accepted: list[int], refused: list[int]) -> None:
+    """Every bar stays inside the chart on its baseline; a day with requests is at least a
+    pixel high and a day without none; both parts show when the bar has room; a busier day
+    is never drawn lower; the name adds up."""
+    first, _ = window(TODAY)
+    usage = KeyUsage(
+        key_id="k1",
+        days=tuple(first + timedelta(days=n) for n in range(CHART_DAYS)),
+        accepted=tuple(accepted),
+        refused=tuple(refused),
+    )
+    drawn = chart("CI", usage)
+    assert (drawn.width, drawn.height, len(drawn.bars)) == (CHART_DAYS * 4, 28, CHART_DAYS)
+    heights = []
+    for bar, ok, no in zip(drawn.bars, accepted, refused, strict=True):
+        assert 0 <= bar.refused_y <= bar.accepted_y <= 27
+        assert bar.accepted_y + bar.accepted_height == 27  # on the baseline
+        assert bar.refused_y + bar.refused_height == bar.accepted_y  # stacked on top
+        height = bar.accepted_height + bar.refused_height
+        assert (height > 0) == (ok + no > 0)
+        assert bar.accepted_height == 0 or ok > 0
+        assert bar.refused_height == 0 or no > 0
+        if ok and no and height >= 2:
+            assert bar.accepted_height >= 1 and bar.refused_height >= 1
+        heights.append((ok + no, height))
+    heights.sort()
+    assert [height for _, height in heights] == sorted(height for _, height in heights)
+    assert f"{sum(accepted):,} accepted, {sum(refused):,} refused" in drawn.title

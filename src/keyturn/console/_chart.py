@@ -68,10 +68,13 @@ def chart(name: str, usage: KeyUsage) -> Chart:
     for index, (day, accepted, refused) in enumerate(
         zip(usage.days, usage.accepted, usage.refused, strict=True)
     ):
-        accepted_height = _height(accepted, top, room)
-        refused_height = _height(refused, top, room)
-        if accepted_height + refused_height > room:  # two rounded-up heights at the top
-            accepted_height = room - refused_height
+        # The bar's height follows the day's total, so a busier day is never lower; the
+        # refusals take their share of it, at least a pixel, leaving one to the accepted.
+        height = _height(accepted + refused, top, room)
+        refused_height = min(_height(refused, top, room), height - (1 if accepted else 0))
+        if height == 1 and refused > accepted:  # one pixel: the larger count has it
+            refused_height = 1
+        accepted_height = height - refused_height
         accepted_y = HEIGHT - 1 - accepted_height
         bars.append(
             Bar(
