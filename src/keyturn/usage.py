@@ -20,10 +20,10 @@ never in a key's counts, so nobody can fill your chart by sending made-up keys.
 Read them back with :meth:`~keyturn.UsageStore.usage_of` and summarize them per
 key with :func:`by_key`::
 
-    from datetime import date, timedelta
+    from datetime import UTC, datetime, timedelta
     from keyturn.usage import by_key, sparkline
 
-    today = date.today()
+    today = datetime.now(UTC).date()
     rows = db.keys.usage_of("alice", since=today - timedelta(days=6))
     for key_id, usage in by_key(rows, last_day=today, days=7).items():
         print(key_id, sparkline(usage.accepted), usage.total_accepted)
