@@ -5,7 +5,7 @@ the managers, the leak responder) picks its caller when it is built, with
 :func:`caller_for`, which holds keyturn's one "is it async" check (:func:`is_async`):
 
 - :class:`InPlace`: a sync object that says it never blocks (``nonblocking = True``) is
-  asked where the driver runs: no thread hop, no coroutine, no timer;
+  asked where the driver runs: no thread hop, no timer;
 - :class:`Blocking`: a sync object that may block runs on a pool of threads under an async
   driver, and under a sync one in place -- on the pool too when a deadline must be enforced
   for it (it does not say ``enforces_timeout = True``);
@@ -14,9 +14,8 @@ the managers, the leak responder) picks its caller when it is built, with
   threads, shielded, so a cancelled request never cancels a verification others wait on.
 
 A caller answers with :meth:`Caller.call` (sync drivers) or :meth:`Caller.call_async`
-(async drivers), always checked against the step's ``answers``. Where a driver would only
-ask the object in place, ``here`` (sync) or ``here_in_loop`` (async) is that object, and
-the driver asks it itself: the warm path's steps cost no call of ours around them. What to
+(async drivers), always checked against the step's ``answers``. (The warm path rarely gets
+here: a request the memo answers, ``_memo.py``, asks no one.) What to
 ask, and what an answer means, is decided elsewhere: this module only carries the question.
 """
 
@@ -66,8 +65,6 @@ def remaining(deadline: float | None) -> float | None:
 class Caller:
     """Asks one object the steps sent its way."""
 
-    here: object = None  # the object, when a sync driver asks it in place
-    here_in_loop: object = None  # the object, when an async driver asks it in place
     is_async = False
 
     def __init__(self, target: object) -> None:
@@ -88,10 +85,6 @@ class Caller:
 class InPlace(Caller):
     """A sync object that never blocks: asked in place by every driver."""
 
-    def __init__(self, target: object) -> None:
-        super().__init__(target)
-        self.here = self.here_in_loop = target
-
 
 class Blocking(Caller):
     """A sync object that may block: on *pool*'s threads under an async driver, and under a
@@ -103,7 +96,6 @@ class Blocking(Caller):
         super().__init__(target)
         self.pool = pool
         self.bounded = bounded
-        self.here = None if bounded else target
 
     def call(self, step: Step, deadline: float | None) -> Any:
         if not self.bounded or deadline is None or self.pool is None:

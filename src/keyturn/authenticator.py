@@ -13,7 +13,9 @@ answers to its steps. *How* a step is answered is chosen once, at construction: 
   under ``authenticate_async``, and in place under ``authenticate`` -- on that pool too when
   the timeout must be enforced for it (it does not say ``enforces_timeout = True``).
 
-So a request whose token is already verified never waits behind argon2, in any mode.
+So a request whose token is already verified never waits behind argon2, in any mode, and a
+request the memo can answer (``_memo.py``: the decision's last answer for it, while every
+input it read is unchanged) runs no loop at all; only the policy runs anew.
 ``timeout`` is a deadline per request: the store and provider together must answer within
 that many seconds, or the request gets 503; a failing one gets 503 too (D15), never 401.
 
@@ -34,14 +36,14 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, Final
 
 import attrs
 
-from keyturn._calls import Verifying, caller_for, is_async
+from keyturn._calls import InPlace, Verifying, caller_for, is_async
 from keyturn._decision import (
     DEFAULT_ORGANIZATION_PATTERN,
     AuthRequest,
@@ -52,9 +54,9 @@ from keyturn._decision import (
     unavailable,
 )
 from keyturn._hashing import SecretVerifier, VerifiedTokenCache
-from keyturn._memo import Memo
+from keyturn._memo import Memo, Ticket
 from keyturn._model import Clock, Principal, utc_now
-from keyturn._steps import WrongAnswer
+from keyturn._steps import Step, WrongAnswer
 from keyturn._usage import UsageRecorder
 from keyturn.errors import Reason, Refusal, ServiceUnavailable
 from keyturn.protocols import AsyncKeyStore, AsyncMembershipProvider, KeyStore, MembershipProvider
@@ -118,6 +120,22 @@ def _require_sync(hook: object, name: str) -> None:
 def _loggable(text: str, limit: int = 200) -> str:
     """Request text for a log line: quoted and escaped, so one line, and never unbounded."""
     return repr(text[:limit]) + ("..." if len(text) > limit else "")
+
+
+class _Run:
+    """One request on its way through a driver: where it goes, and how it ends."""
+
+    # Defaults on the class: a remembered answer's run sets only what it needs.
+    flow: Generator[Step, Any, Principal | Refusal] | None = None
+    deadline: float | None = None
+    ticket: Principal | Ticket | None = None  # the memo's, to keep the decision's answer with
+    settled: Principal | Refusal | None = None  # the outcome without a decision
+    organization: Sequence[str] = ()  # a remembered answer's, for the policy
+
+    def __init__(self, method: str, path: str, started: float | None) -> None:
+        self.method = method
+        self.path = path
+        self.started = started  # for the audit event only
 
 
 class Authenticator:
@@ -188,12 +206,9 @@ class Authenticator:
             caller_for(store, "get_key", self._calls, timeout),
             Verifying(self.verifier, self.cache),
         )
-        # What each driver asks in place, by Step.via (None: through the caller).
-        self._here = tuple(caller.here for caller in self._callers)
-        self._here_in_loop = tuple(caller.here_in_loop for caller in self._callers)
         self._is_async = any(caller.is_async for caller in self._callers)
         # No deadline to keep when no call can block: the warm path reads no clock for it.
-        blocks = any(caller.here_in_loop is None for caller in self._callers[:2])
+        blocks = not all(isinstance(caller, InPlace) for caller in self._callers[:2])
         self._timeout = timeout if blocks else None
         self.memo = Memo(store, membership)  # the decision's answers, while they hold
         # A store without mark_used (a read-only double) simply has no usage recorded.
@@ -209,79 +224,82 @@ class Authenticator:
 
     def authenticate(self, request: AuthRequest) -> Principal | Refusal:
         """Decide *request*, calling the store and provider from this thread."""
-        if self._is_async:
+        run = self._begin(request, True)
+        del request  # only the decision holds the key now (see _begin)
+        if run.flow is None:
+            return self._settle(run)
+        answer: Any = None
+        try:
+            while True:
+                step = run.flow.send(answer)
+                try:
+                    answer = self._callers[step.via].call(step, run.deadline)
+                except Exception as exc:
+                    return self._fail(run, exc)
+        except StopIteration as done:
+            return self._end(run, done.value)
+
+    async def authenticate_async(self, request: AuthRequest) -> Principal | Refusal:
+        """Decide *request* without blocking the event loop (argon2 runs in threads)."""
+        run = self._begin(request, False)
+        del request  # only the decision holds the key now (see _begin)
+        if run.flow is None:
+            return self._settle(run)
+        answer: Any = None
+        try:
+            while True:
+                step = run.flow.send(answer)
+                try:
+                    answer = await self._callers[step.via].call_async(step, run.deadline)
+                except Exception as exc:
+                    return self._fail(run, exc)
+        except StopIteration as done:
+            return self._end(run, done.value)
+
+    # --- shared by both drivers ------------------------------------------------------------
+
+    def _begin(self, request: AuthRequest, sync: bool) -> _Run:
+        """The request's run: settled already (the service is closing, or the memo holds
+        the decision's answer), else the decision started. A store, provider, policy or
+        audit hook may raise, and error trackers send the locals of a traceback's frames:
+        so nothing that can raise runs before the driver drops *request*, and the policy
+        of a remembered answer runs in :meth:`_settle`, after.
+        """
+        if sync and self._is_async:
             raise TypeError(
                 "this Authenticator has an async store or provider: use authenticate_async()"
             )
         started = None if self.audit is None else time.monotonic()  # for the audit event only
-        method, path = request.method, request.path
+        run = _Run(request.method, request.path, started)
         if self.closed:
-            return self._finish(method, path, self._shutting_down(), started)
+            run.settled = self._shutting_down()
+            return run
         now = self.clock()
-        remembered = self.memo.recall(request, now)
-        if isinstance(remembered, Principal):  # decide()'s answer holds: the policy runs anew
-            organization = request.organization
-            del request  # the policy may raise: as below
-            outcome = police(remembered, organization, method, path, self.rules)
-            return self._finish(method, path, outcome, started)
-        flow = decide(request, now, self.cache, self.rules)
-        # A store, provider, policy or audit hook may raise, and error trackers send the
-        # locals of a traceback's frames: only the decision holds the key from here on.
-        del request
-        deadline = None if self._timeout is None else time.monotonic() + self._timeout
-        answer: Any = None
-        here = self._here
-        try:
-            while True:
-                step = flow.send(answer)
-                try:
-                    target = here[step.via]
-                    if target is None:
-                        answer = self._callers[step.via].call(step, deadline)
-                    elif not isinstance(answer := step.ask(target), step.answers):
-                        raise WrongAnswer(step, answer)
-                except Exception as exc:
-                    flow.close()
-                    return self._finish(method, path, self._unavailable(exc), started)
-        except StopIteration as done:
-            self.memo.keep(remembered, done.value)
-            return self._finish(method, path, done.value, started)
+        run.ticket = ticket = self.memo.recall(request, now)
+        if isinstance(ticket, Principal):  # decide()'s answer holds: the policy runs anew
+            run.settled, run.organization = ticket, request.organization
+            return run
+        run.flow = decide(request, now, self.cache, self.rules)
+        if self._timeout is not None:
+            run.deadline = time.monotonic() + self._timeout
+        return run
 
-    async def authenticate_async(self, request: AuthRequest) -> Principal | Refusal:
-        """Decide *request* without blocking the event loop (argon2 runs in threads)."""
-        started = None if self.audit is None else time.monotonic()  # for the audit event only
-        method, path = request.method, request.path
-        if self.closed:
-            return self._finish(method, path, self._shutting_down(), started)
-        now = self.clock()
-        remembered = self.memo.recall(request, now)
-        if isinstance(remembered, Principal):  # decide()'s answer holds: the policy runs anew
-            organization = request.organization
-            del request  # the policy may raise: as below
-            outcome = police(remembered, organization, method, path, self.rules)
-            return self._finish(method, path, outcome, started)
-        flow = decide(request, now, self.cache, self.rules)
-        del request  # as in authenticate()
-        deadline = None if self._timeout is None else time.monotonic() + self._timeout
-        answer: Any = None
-        here = self._here_in_loop
-        try:
-            while True:
-                step = flow.send(answer)
-                try:
-                    target = here[step.via]
-                    if target is None:
-                        answer = await self._callers[step.via].call_async(step, deadline)
-                    elif not isinstance(answer := step.ask(target), step.answers):
-                        raise WrongAnswer(step, answer)  # never blocks: no coroutine, no await
-                except Exception as exc:
-                    flow.close()
-                    return self._finish(method, path, self._unavailable(exc), started)
-        except StopIteration as done:
-            self.memo.keep(remembered, done.value)
-            return self._finish(method, path, done.value, started)
+    def _settle(self, run: _Run) -> Principal | Refusal:
+        outcome = run.settled
+        if isinstance(outcome, Principal):
+            outcome = police(outcome, run.organization, run.method, run.path, self.rules)
+        assert outcome is not None, "a run without a decision is settled"
+        return self._finish(run.method, run.path, outcome, run.started)
 
-    # --- shared by both drivers ------------------------------------------------------------
+    def _end(self, run: _Run, outcome: Principal | Refusal) -> Principal | Refusal:
+        self.memo.keep(run.ticket, outcome)
+        return self._finish(run.method, run.path, outcome, run.started)
+
+    def _fail(self, run: _Run, exc: Exception) -> Refusal:
+        assert run.flow is not None
+        run.flow.close()
+        self._finish(run.method, run.path, outcome := self._unavailable(exc), run.started)
+        return outcome
 
     def _shutting_down(self) -> ServiceUnavailable:
         # Requests still arriving during a graceful shutdown: retry, on another instance.
