@@ -16,7 +16,7 @@ answered, or the command exited). An answer is judged when its request was sent 
 removed organization, must be refused (401), and a new key accepted (200). The lag is
 zero for SQLite (the next request sees the commit) and one second for PostgreSQL, the
 bound kept for the change feed that will keep in-process replicas current
-(``docs/decisions.md``). Requests sent while a change is under way are not judged.
+(``docs/decisions.md``). Requests in flight while a change is under way are not judged.
 After each change, the next waits until every worker of every server has answered a
 judged request for it. At the end, a fresh process lists every key and membership:
 nothing written may be lost.
@@ -130,11 +130,16 @@ class Key:
     tenant: bool  # a tenant key sends x-organization-id: default; an organization key none
     changes: list[Change]
 
-    def expected(self, sent: float, lag: float) -> Change | None:
-        """The change in force for a request sent at *sent*; None while one is under way."""
+    def expected(self, sent: float, answered: float, lag: float) -> Change | None:
+        """The change in force for a request in flight from *sent* to *answered*.
+
+        None while a change is under way: one that began before the answer came back (the
+        server may have read the store after it committed) and committed less than *lag*
+        before the request was sent.
+        """
         current = None
         for change in self.changes:
-            if sent < change.sent:
+            if answered < change.sent:
                 break
             if sent < change.committed + lag:
                 return None
@@ -148,6 +153,7 @@ class Key:
 @attrs.frozen
 class Answer:
     sent: float
+    answered: float
     server: str
     worker: str  # the process that answered
     key: Key
@@ -433,7 +439,7 @@ def load(ledger: Ledger, server: str, port: int, stop: threading.Event) -> None:
             status, worker = get(port, key)
         except (OSError, http.client.HTTPException):
             status, worker = 0, ""
-        ledger.answers.append(Answer(sent, server, worker, key, status))
+        ledger.answers.append(Answer(sent, time.monotonic(), server, worker, key, status))
 
 
 def wait_for_judged(ledger: Ledger, key: Key, change: Change, lag: float, start: int) -> None:
@@ -459,7 +465,7 @@ def verdict(answer: Answer, lag: float) -> str | None:
     """What is wrong with *answer*, or None (also when it is not judged)."""
     if answer.status not in (200, 401):
         return f"status {answer.status}"
-    change = answer.key.expected(answer.sent, lag)
+    change = answer.key.expected(answer.sent, answer.answered, lag)
     if change is None or (answer.status == 200) == change.works:
         return None
     return "a new key refused" if change.works else f"a key accepted after {change.what}"
@@ -532,7 +538,7 @@ def test_every_server_sees_every_commit_and_nothing_is_lost(store_url: str, tmp_
         }
     assert alive(set().union(*workers.values())) == set(), "workers outlived their server"
 
-    judged = [a for a in ledger.answers if a.key.expected(a.sent, lag) is not None]
+    judged = [a for a in ledger.answers if a.key.expected(a.sent, a.answered, lag) is not None]
     wrong = Counter((v, a.server) for a in ledger.answers if (v := verdict(a, lag)) is not None)
     per_worker = Counter((a.server, a.worker) for a in ledger.answers)
     # Informational: stale answers inside the lag, which the lag allows.
@@ -546,7 +552,8 @@ def test_every_server_sees_every_commit_and_nothing_is_lost(store_url: str, tmp_
     # What a wrong answer was, precisely: enough to tell a stale store from a bad judge.
     details = [
         f"{verdict(a, lag)}: key {a.key.key_id} of {a.key.account} on {a.server} "
-        f"(worker {a.worker}), status {a.status}, sent {a.sent:.4f}; changes "
+        f"(worker {a.worker}), status {a.status}, sent {a.sent:.4f}, "
+        f"answered {a.answered:.4f}; changes "
         + ", ".join(
             f"{c.what} sent {c.sent:.4f}, committed {c.committed:.4f}" for c in a.key.changes
         )
