@@ -151,6 +151,11 @@ def pieces() -> tuple[dict[str, Loop], list[str], Callable[[], None]]:
         return _repeat(lambda: parse(request.authorization))
 
     add("bearer_token", bearer)
+    add(
+        "memo.recall (a remembered answer)",
+        lambda: _repeat(lambda: authenticator.memo.recall(request)),
+    )
+
     add("cache.digest (keyed BLAKE2b)", lambda: _repeat(lambda: authenticator.cache.digest(token)))
     digest = authenticator.cache.digest(token)
     add("cache.lookup", lambda: _repeat(lambda: authenticator.cache.lookup(digest)))
@@ -187,6 +192,13 @@ def pieces() -> tuple[dict[str, Loop], list[str], Callable[[], None]]:
     add("organization_header (absent)", organization(()))
     add("organization_header (present: regex)", organization((ORGANIZATION,)))
     principal = authenticator.authenticate(request)
+
+    def police() -> Loop:
+        run = _internal("keyturn._decision", "police")
+        rules = authenticator.rules
+        return _repeat(lambda: run(principal, (), request.method, request.path, rules))
+
+    add("police (no role policy)", police)
 
     def usage() -> Loop:
         recorder = authenticator.usage

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import settings
 
 from tests.environments import Environments
 from tests.skip_summary import pytest_terminal_summary  # noqa: F401 -- a hook: pytest finds it here
+
+# No example is timed: on a loaded machine a slow example is no failure (the suite asserts
+# what is counted, never how long it took).
+settings.register_profile("keyturn", deadline=None)
+settings.load_profile("keyturn")
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,10 @@ Rules of this file (keep them):
      stores: on every write). An answer is kept with the numbers read *before* the
      decision read anything, so an answer that raced a change is never given back;
    - the clock: a kept answer is an Active key's, and a key's status moves with time only
-     at its expiry, so it holds while ``now < expires_at``.
+     at its expiry, so it holds while ``now < expires_at``. With the default clock the memo
+     reads ``time.time()`` against the expiry less a millisecond (the decision's
+     ``datetime.now(UTC)`` is that time, rounded to the microsecond): it stops answering
+     just before the decision would, never after.
 
    The application's role policy is no input: it runs on every request the memo answers
    (:func:`~keyturn._decision.police`, the decision's own step 4).
@@ -32,20 +35,27 @@ from __future__ import annotations
 import hashlib
 import secrets
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Final
+from typing import Any, Final
 
 from keyturn._decision import AuthRequest
-from keyturn._model import Principal
+from keyturn._model import Clock, Principal, utc_now
 from keyturn.errors import PermissionDenied, Reason, Refusal
 
 __all__ = ["Memo", "Ticket"]
 
 Changes = Callable[[], "int | None"]
+# Where a request's answer is kept: the keyed digest of its Authorization line, and its
+# organization values (a tuple, as the adapters build it).
+Where = tuple[bytes, Sequence[str]]
 # What the memo needs to keep the answer to one request: where, and the change numbers
 # read before the decision ran.
-Ticket = tuple[tuple[bytes, tuple[str, ...]], object]
+Ticket = tuple[Where, object]
+
+# Before a key's expiry, by the wall clock, that the memo stops answering (rule 1).
+_MARGIN: Final = 0.001  # seconds
 
 # The questions the decision may put to each: a change feed counts only its own answers.
 _STORE_READS: Final = ("get_key", "lookup", "lookup_cached")
@@ -72,20 +82,31 @@ def _changes_of(target: object, reads: tuple[str, ...]) -> Changes | None:
     return changes
 
 
+def _unknown() -> None:
+    return None
+
+
 class Memo:
     """The decision's answers by request, for one :class:`~keyturn.Authenticator`."""
 
-    def __init__(self, store: object, membership: object, max_size: int = 100_000) -> None:
+    def __init__(
+        self, store: object, membership: object, clock: Clock = utc_now, max_size: int = 100_000
+    ) -> None:
         self.max_size = max_size
+        # The clock the decision reads, or (the default) the wall clock it rounds: cheaper.
+        self._wall = clock is utc_now
+        self._now: Callable[[], float | datetime] = time.time if self._wall else clock
         database = getattr(store, "database", None)
         shared = database is not None and getattr(membership, "database", None) is database
-        self._store = _changes_of(store, _STORE_READS)
+        mine = _changes_of(store, _STORE_READS)
         # One database answers for both: its number counts both.
         self._membership = None if shared else _changes_of(membership, _MEMBERSHIP_READS)
-        self.enabled = self._store is not None and (shared or self._membership is not None)
+        self.enabled = mine is not None and (shared or self._membership is not None)
+        self._store: Changes = mine or _unknown
         # Keyed once per process, like the verified-token cache: the digests name no secret.
-        self._keyed = hashlib.blake2b(key=secrets.token_bytes(32), digest_size=16)
-        self._entries: dict[tuple[bytes, tuple[str, ...]], tuple[Principal, object]] = {}
+        self._keyed = hashlib.blake2s(key=secrets.token_bytes(32), digest_size=16)
+        # Where -> (the principal, the change numbers, when it stops holding by self._now)
+        self._entries: dict[Where, tuple[Principal, object, Any]] = {}
         self._lock = threading.Lock()
         self.hits = 0  # answers given back: the tests count them
 
@@ -95,45 +116,37 @@ class Memo:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def _changes(self) -> object:
-        """The change numbers now, or ``None`` when a feed cannot say (or fails: the
-        decision then meets the failure itself, and answers it)."""
-        assert self._store is not None
-        try:
-            mine = self._store()
-            if self._membership is None:
-                return mine
-            theirs = self._membership()
-        except Exception:
-            return None
-        return None if mine is None or theirs is None else (mine, theirs)
-
-    def recall(self, request: AuthRequest, now: datetime) -> Principal | Ticket | None:
+    def recall(self, request: AuthRequest) -> Principal | Ticket | None:
         """The principal the decision last answered *request*, if it still holds (the
         policy not yet run); else the ticket to :meth:`keep` its answer with, or ``None``
         when the memo cannot serve this request."""
         if not self.enabled:
             return None
-        values, organization = request.authorization, request.organization
-        # The usual request, as the adapters build it; anything else is simply decided.
-        if type(values) is not tuple or len(values) != 1 or type(organization) is not tuple:
+        # The change numbers now (read here, not in a helper: the warm path counts calls).
+        # A feed that cannot say, or fails, leaves the request to the decision, which then
+        # meets the failure itself and answers it.
+        try:
+            changes: object = self._store()
+            if self._membership is not None and changes is not None:
+                theirs = self._membership()
+                changes = None if theirs is None else (changes, theirs)
+        except Exception:
             return None
-        line = values[0]
-        if type(line) is not str or not line.isascii():
-            return None
-        changes = self._changes()
         if changes is None:
             return None
-        keyed = self._keyed.copy()
-        keyed.update(line.encode("ascii"))
-        where = (keyed.digest(), organization)
-        entry = self._entries.get(where)
-        if entry is not None:
-            principal, kept = entry
-            expires_at = principal.expires_at
-            if kept == changes and expires_at is not None and now < expires_at:
-                self.hits += 1
-                return principal
+        try:
+            (line,) = request.authorization
+            keyed = self._keyed.copy()
+            keyed.update(line.encode("ascii"))
+            where = (keyed.digest(), request.organization)
+            entry = self._entries.get(where)
+        except (ValueError, TypeError, AttributeError, UnicodeError):
+            # Not the usual request (one ASCII Authorization line, the organization values
+            # in a tuple), as the adapters build it: the decision alone answers it.
+            return None
+        if entry is not None and entry[1] == changes and self._now() < entry[2]:
+            self.hits += 1
+            return entry[0]
         return (where, changes)
 
     def keep(self, ticket: Principal | Ticket | None, outcome: Principal | Refusal) -> None:
@@ -145,9 +158,13 @@ class Memo:
             principal = outcome.principal  # refused by the policy, which runs every time
         if not isinstance(principal, Principal):
             return
+        expires_at = principal.expires_at
+        if expires_at is None:  # a principal built by hand: it cannot be told to hold
+            return
+        until = expires_at.timestamp() - _MARGIN if self._wall else expires_at
         where, changes = ticket
         with self._lock:
             self._entries.pop(where, None)  # a kept answer moves to the newest end
-            self._entries[where] = (principal, changes)
+            self._entries[where] = (principal, changes, until)
             while len(self._entries) > self.max_size:
                 del self._entries[next(iter(self._entries))]  # dicts keep insertion order

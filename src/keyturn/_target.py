@@ -52,6 +52,10 @@ PublicPaths = Collection[str] | Callable[[str], bool]
 # RFC 3986 section 3.1: a scheme is a letter, then letters, digits, "+", "-" or ".".
 _SCHEME: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 _MAX_DECODING_ROUNDS: Final = 8  # "%252525..." unwraps one layer a round; more is refused
+# Verdicts kept per target: a service answers few distinct paths; a flood of new ones only
+# empties the table. Long targets are read afresh.
+_KNOWN_TARGETS: Final = 1024
+_KNOWN_LENGTH: Final = 256
 
 
 class Unreadable(enum.Enum):
@@ -167,6 +171,10 @@ class Paths:
         self._public = (
             public_paths if callable(public_paths) else frozenset(public_paths).__contains__
         )
+        # The verdict is a function of the target alone, unless a predicate of the host's
+        # decides the public paths (it may change its mind): then nothing is kept.
+        self._keeps = not callable(public_paths)
+        self._known: dict[tuple[str, str], tuple[str | Unreadable | None]] = {}
 
     def read(self, root: str, path: str) -> str | Unreadable | None:
         """The canonical path to authenticate the request under; ``None`` if it is not ours
@@ -177,6 +185,17 @@ class Paths:
         repeat *root*; WSGI ``PATH_INFO``). The request is guarded if the path the app routes
         on or the full path is; the first of these that is guarded is the path returned.
         """
+        kept = self._known.get((root, path))
+        if kept is not None:
+            return kept[0]
+        verdict = self._read(root, path)
+        if self._keeps and len(root) + len(path) <= _KNOWN_LENGTH:
+            if len(self._known) >= _KNOWN_TARGETS:
+                self._known.clear()
+            self._known[root, path] = (verdict,)
+        return verdict
+
+    def _read(self, root: str, path: str) -> str | Unreadable | None:
         if not root:
             return self._verdict(path)
         # ASGI servers differ on whether ``path`` repeats ``root_path``: read it both ways.

@@ -123,19 +123,31 @@ def _loggable(text: str, limit: int = 200) -> str:
 
 
 class _Run:
-    """One request on its way through a driver: where it goes, and how it ends."""
+    """One request on its way through the decision: where it goes, and how it ends."""
 
-    # Defaults on the class: a remembered answer's run sets only what it needs.
-    flow: Generator[Step, Any, Principal | Refusal] | None = None
-    deadline: float | None = None
-    ticket: Principal | Ticket | None = None  # the memo's, to keep the decision's answer with
-    settled: Principal | Refusal | None = None  # the outcome without a decision
-    organization: Sequence[str] = ()  # a remembered answer's, for the policy
+    __slots__ = ("deadline", "flow", "method", "path", "started", "ticket")
 
-    def __init__(self, method: str, path: str, started: float | None) -> None:
+    def __init__(
+        self,
+        flow: Generator[Step, Any, Principal | Refusal],
+        ticket: Ticket | None,  # the memo's, to keep the decision's answer with
+        deadline: float | None,
+        method: str,
+        path: str,
+        started: float | None,  # for the audit event only
+    ) -> None:
+        self.flow = flow
+        self.ticket = ticket
+        self.deadline = deadline
         self.method = method
         self.path = path
-        self.started = started  # for the audit event only
+        self.started = started
+
+
+# A request settled without a decision (the memo's answer, or the service closing): the
+# outcome, the organization header (for the policy), method, path, and when it began. A
+# plain tuple: the warm path's one object, built without a Python frame.
+_Settled = tuple[Principal | Refusal, Sequence[str], str, str, float | None]
 
 
 class Authenticator:
@@ -210,7 +222,7 @@ class Authenticator:
         # No deadline to keep when no call can block: the warm path reads no clock for it.
         blocks = not all(isinstance(caller, InPlace) for caller in self._callers[:2])
         self._timeout = timeout if blocks else None
-        self.memo = Memo(store, membership)  # the decision's answers, while they hold
+        self.memo = Memo(store, membership, clock)  # the decision's answers, while they hold
         # A store without mark_used (a read-only double) simply has no usage recorded.
         self.usage = (
             UsageRecorder(store, interval=usage_interval, clock=clock)
@@ -226,7 +238,7 @@ class Authenticator:
         """Decide *request*, calling the store and provider from this thread."""
         run = self._begin(request, True)
         del request  # only the decision holds the key now (see _begin)
-        if run.flow is None:
+        if isinstance(run, tuple):
             return self._settle(run)
         answer: Any = None
         try:
@@ -243,7 +255,7 @@ class Authenticator:
         """Decide *request* without blocking the event loop (argon2 runs in threads)."""
         run = self._begin(request, False)
         del request  # only the decision holds the key now (see _begin)
-        if run.flow is None:
+        if isinstance(run, tuple):
             return self._settle(run)
         answer: Any = None
         try:
@@ -258,45 +270,44 @@ class Authenticator:
 
     # --- shared by both drivers ------------------------------------------------------------
 
-    def _begin(self, request: AuthRequest, sync: bool) -> _Run:
-        """The request's run: settled already (the service is closing, or the memo holds
-        the decision's answer), else the decision started. A store, provider, policy or
-        audit hook may raise, and error trackers send the locals of a traceback's frames:
-        so nothing that can raise runs before the driver drops *request*, and the policy
-        of a remembered answer runs in :meth:`_settle`, after.
+    def _begin(self, request: AuthRequest, sync: bool) -> _Run | _Settled:
+        """The request settled already (the service is closing, or the memo holds the
+        decision's answer), else its decision started. A store, provider, policy or audit
+        hook may raise, and error trackers send the locals of a traceback's frames: so
+        nothing that can raise runs before the driver drops *request*, and the policy of a
+        remembered answer runs in :meth:`_settle`, after.
         """
         if sync and self._is_async:
             raise TypeError(
                 "this Authenticator has an async store or provider: use authenticate_async()"
             )
         started = None if self.audit is None else time.monotonic()  # for the audit event only
-        run = _Run(request.method, request.path, started)
+        method, path = request.method, request.path
         if self.closed:
-            run.settled = self._shutting_down()
-            return run
-        now = self.clock()
-        run.ticket = ticket = self.memo.recall(request, now)
+            return (self._shutting_down(), (), method, path, started)
+        ticket = self.memo.recall(request)
         if isinstance(ticket, Principal):  # decide()'s answer holds: the policy runs anew
-            run.settled, run.organization = ticket, request.organization
-            return run
-        run.flow = decide(request, now, self.cache, self.rules)
-        if self._timeout is not None:
-            run.deadline = time.monotonic() + self._timeout
-        return run
+            return (ticket, request.organization, method, path, started)
+        flow = decide(request, self.clock(), self.cache, self.rules)
+        deadline = None if self._timeout is None else time.monotonic() + self._timeout
+        return _Run(flow, ticket, deadline, method, path, started)
 
-    def _settle(self, run: _Run) -> Principal | Refusal:
-        outcome = run.settled
+    def _settle(self, settled: _Settled) -> Principal | Refusal:
+        outcome, organization, method, path, started = settled
         if isinstance(outcome, Principal):
-            outcome = police(outcome, run.organization, run.method, run.path, self.rules)
-        assert outcome is not None, "a run without a decision is settled"
-        return self._finish(run.method, run.path, outcome, run.started)
+            if self.rules.policy is not None:
+                outcome = police(outcome, organization, method, path, self.rules)
+            elif self.audit is None:  # the warm path: nothing to log or audit, one use to count
+                if self.usage is not None:
+                    self.usage.seen(outcome.key_id)
+                return outcome
+        return self._finish(method, path, outcome, started)
 
     def _end(self, run: _Run, outcome: Principal | Refusal) -> Principal | Refusal:
         self.memo.keep(run.ticket, outcome)
         return self._finish(run.method, run.path, outcome, run.started)
 
     def _fail(self, run: _Run, exc: Exception) -> Refusal:
-        assert run.flow is not None
         run.flow.close()
         self._finish(run.method, run.path, outcome := self._unavailable(exc), run.started)
         return outcome
@@ -329,10 +340,10 @@ class Authenticator:
     def _finish(
         self, method: str, path: str, outcome: Principal | Refusal, started: float | None = None
     ) -> Principal | Refusal:
-        principal: Principal | None
-        error: Refusal | None
-        if isinstance(outcome, Refusal):
-            principal, error = None, outcome
+        if isinstance(outcome, Principal):  # the common case first
+            if self.usage is not None:
+                self.usage.seen(outcome.key_id)  # a dict increment unless a write is due
+        else:
             if log.isEnabledFor(logging.INFO):
                 log.info(
                     "refused %s %s with %d: %s (key id %s)",
@@ -344,17 +355,14 @@ class Authenticator:
                 )
             if self.usage is not None and outcome.key_id is not None:
                 self.usage.refused(outcome.key_id, outcome.reason)  # counted, if it names a key
-        else:
-            principal, error = outcome, None
-            if self.usage is not None:
-                self.usage.seen(outcome.key_id)  # a dict increment unless a write is due
         if self.audit is not None:
+            principal = outcome if isinstance(outcome, Principal) else None
             event = AuditEvent(
                 at=self.clock(),
                 method=method,
                 path=path,
                 principal=principal,
-                error=error,
+                error=None if isinstance(outcome, Principal) else outcome,
                 elapsed=None if started is None else time.monotonic() - started,
             )
             try:

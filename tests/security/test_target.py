@@ -261,3 +261,36 @@ def test_every_reason_a_path_is_unreadable_is_documented() -> None:
     errors = (Path(__file__).resolve().parents[2] / "docs" / "errors.md").read_text()
     for why in Unreadable:
         assert f"The request path has no single reading: {why.value}." in errors
+
+
+# --- verdicts kept per target ----------------------------------------------------------------
+
+
+@given(st.sampled_from(["", "/", "/api", "/managed-agents"]), targets)
+def test_a_kept_verdict_is_the_verdict_read_afresh(root: str, target: str) -> None:
+    """The verdict kept for a target is the one a fresh reading gives, on every later ask."""
+    kept = Paths(PREFIX, {"/managed-agents/v1/public"})
+    first = kept.read(root, target)
+    fresh = Paths(PREFIX, {"/managed-agents/v1/public"})._read(root, target)
+    assert first == fresh
+    assert kept.read(root, target) == fresh
+
+
+def test_a_public_paths_predicate_is_asked_on_every_request() -> None:
+    """A host's predicate may change its mind: its verdicts are never kept."""
+    public = {"/managed-agents/v1/status"}
+    paths = Paths(PREFIX, lambda path: path in public)
+    assert paths.read("", "/managed-agents/v1/status") is None
+    public.clear()
+    assert paths.read("", "/managed-agents/v1/status") == "/managed-agents/v1/status"
+
+
+def test_the_kept_verdicts_are_bounded() -> None:
+    """A flood of distinct targets costs at most the table's bound; long ones are not kept."""
+    paths = Paths(PREFIX, ())
+    for n in range(5000):
+        assert paths.read("", f"/managed-agents/v1/models/{n}") == f"/managed-agents/v1/models/{n}"
+    assert 0 < len(paths._known) <= 1024
+    long = "/managed-agents/v1/" + "x" * 300
+    assert paths.read("", long) == long
+    assert ("", long) not in paths._known

@@ -42,6 +42,7 @@ from keyturn import (
 )
 from keyturn._decision import Rules, decide
 from keyturn._hashing import VerifiedTokenCache, check_secret
+from keyturn._model import utc_now
 from keyturn._steps import STORE, VerifySecret
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 from keyturn.stores.sqlite import SQLiteDatabase
@@ -403,6 +404,31 @@ def test_warm_requests_are_the_memos_on_sqlite(tmp_path: Path) -> None:
             db.keys.revoke_key(key_id, START)  # through the store: seen at once
             refused = auth.authenticate(AuthRequest((f"Bearer {key}",)))
             assert isinstance(refused, Refusal) and refused.reason.value == "revoked"
+
+
+def test_with_the_default_clock_a_remembered_answer_ends_at_expiry() -> None:
+    """The memo reads the wall clock, not the decision's: a key about to expire is the
+    memo's until then, and its next request after is the decision's 401 ``expired``."""
+    store, membership = MemoryKeyStore(), MemoryMembership()
+    membership.add_organization("org_main", tenant_id="acme", default=True)
+    membership.add_member("alice", "org_main", role="admin")
+    scope = Scope.organization("org_main", tenant_id="acme")
+    probe = KeyManager(store, membership, clock=lambda: START).create(
+        "alice", name="p", scope=scope
+    )
+    lifetime = probe.info.expires_at - START
+    expiry = utc_now() + timedelta(seconds=2)
+    created = KeyManager(store, membership, clock=lambda: expiry - lifetime).create(
+        "alice", name="k", scope=scope
+    )
+    assert created.info.expires_at == expiry
+    with Authenticator(store, membership, usage_interval=None) as auth:  # the default clock
+        assert _warm_hits(auth, created.secret, n=3) == 2
+        time.sleep(max(0.0, (expiry - utc_now()).total_seconds()) + 0.01)
+        hits = auth.memo.hits
+        refused = auth.authenticate(AuthRequest((f"Bearer {created.secret}",)))
+        assert isinstance(refused, Refusal) and refused.reason.value == "expired"
+        assert auth.memo.hits == hits
 
 
 def test_a_revoke_by_another_connection_is_seen_by_the_next_request(tmp_path: Path) -> None:
