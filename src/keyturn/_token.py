@@ -31,6 +31,7 @@ __all__ = [
     "TOKEN_LENGTH",
     "ParsedToken",
     "SecretInfo",
+    "check",
     "describe_secret",
     "generate",
     "hint_of",
@@ -95,11 +96,17 @@ def generate() -> ParsedToken:
 
 def parse(text: str) -> ParsedToken | Reason:
     """Split *text* into key id and secret, or say why it is not a key (no exception: hot path)."""
+    wrong = check(text)
+    return ParsedToken(text) if wrong is None else wrong
+
+
+def check(text: str) -> Reason | None:
+    """Why *text* is not a key (its shape, then its checksum), or ``None`` if it is one."""
     if len(text) != TOKEN_LENGTH or _SHAPE.fullmatch(text) is None:
         return Reason.MALFORMED
     if _checksum(text[:_BODY_END]) != text[_BODY_END:]:
         return Reason.BAD_CHECKSUM
-    return ParsedToken(text)
+    return None
 
 
 def split(token: str) -> tuple[str, str]:
