@@ -40,6 +40,8 @@ ROOT: Final = Path(__file__).resolve().parents[1]
 EMPTY: Final = "(empty call)"
 GUARD: Final = "path guard (Paths.read: root path joined, decoded, matched)"
 ADAPTER: Final = "= adapter work after the decision (request - async driver - scan - guard)"
+ASYNC_DRIVER: Final = "Authenticator.authenticate_async (async driver: the memo's answer)"
+DRIVER: Final = "= async driver around the memo's answer (driver - recall - usage.seen)"
 Loop = Callable[[int], object]  # runs a piece n times
 
 
@@ -120,9 +122,9 @@ def pieces() -> tuple[dict[str, Loop], list[str], Callable[[], None]]:
 
         return lambda n: loop.run_until_complete(many(n))
 
-    add("Authenticator.authenticate_async (async driver, whole decision)", async_driver)
+    add(ASYNC_DRIVER, async_driver)
     add(
-        "Authenticator.authenticate (sync driver, whole decision)",
+        "Authenticator.authenticate (sync driver: the memo's answer)",
         lambda: _repeat(lambda: authenticator.authenticate(request)),
     )
 
@@ -327,15 +329,14 @@ def _pieces(per_call: dict[str, float]) -> dict[str, float]:
 
     keyturn = net.get("request: keyturn, organization key", float("nan")) - bare
     rows[ADAPTER] = (
-        keyturn
-        - get("Authenticator.authenticate_async (async driver, whole decision)")
-        - get("header scan into AuthRequest (asgi._read)")
-        - get(GUARD)
+        keyturn - get(ASYNC_DRIVER) - get("header scan into AuthRequest (asgi._read)") - get(GUARD)
     )
-    rows["= async driver around decide(): dispatch, _finish, usage"] = get(
-        "Authenticator.authenticate_async (async driver, whole decision)"
-    ) - get("decide() driven inline (no driver, no _finish)")
-    rows["= decide()'s own bytecode, generator protocol and step objects"] = get(
+    rows[DRIVER] = (
+        get(ASYNC_DRIVER)
+        - get("memo.recall (a remembered answer)")
+        - get("usage.seen (no write due)")
+    )
+    rows["= decide()'s own bytecode, generator protocol and step objects (a memo miss)"] = get(
         "decide() driven inline (no driver, no _finish)"
     ) - sum(
         get(name)

@@ -159,13 +159,13 @@ def run(settings: Settings) -> Report:
         "ASGI warm overhead / floor, instructions, organization key",
         "starlette.keyturn",
         "starlette.floor",
-        2.3,
+        1.8,
     )
     target(
         "ASGI warm overhead / floor, instructions, tenant key",
         "starlette.keyturn+tenant",
         "starlette.floor+tenant",
-        2.3,
+        1.8,
     )
     target(
         "ASGI / Starlette AuthenticationMiddleware same work, instructions, org key",
@@ -183,13 +183,13 @@ def run(settings: Settings) -> Report:
         "WSGI warm overhead / floor, instructions, organization key",
         "flask.keyturn",
         "flask.floor",
-        2.5,
+        2.0,
     )
     target(
         "WSGI warm overhead / floor, instructions, tenant key",
         "flask.keyturn+tenant",
         "flask.floor+tenant",
-        2.5,
+        2.0,
     )
     target(
         "FastAPI: middleware + Caller / HTTPBearer dependency same work, instructions",

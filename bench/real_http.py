@@ -334,7 +334,7 @@ def run(settings: Settings) -> Report:
         pinned=int(server_cpu is not None),
     )
     report.targets += [
-        Target("Real HTTP throughput / bare, keyturn", keyturn_throughput, ">=", 0.78),
+        Target("Real HTTP throughput / bare, keyturn", keyturn_throughput, ">=", 0.82),
         Target("Real HTTP throughput / bare, same-work floor", floor_throughput, ">="),
         Target(
             "Extra server CPU per request, keyturn / floor's",

@@ -258,12 +258,12 @@ def decide(
         if len(parsed_header) != _token.TOKEN_LENGTH or not parsed_header.isascii():
             return Unauthorized(Reason.MALFORMED)
         token = parsed_header
-    # Shape and checksum first: a mistyped or made-up key costs one CRC32, no keyed hash.
-    wrong = _token.check(token)
-    if wrong is not None:
-        return Unauthorized(wrong)
     digest = cache.digest(token)
     verified = cache.lookup(digest)
+    if verified is None:  # not seen before: check shape and checksum before any lookup
+        wrong = _token.check(token)
+        if wrong is not None:
+            return Unauthorized(wrong)
     key_id, secret = _token.split(token)
     target = (
         organization_header(request.organization, rules.organization_pattern)
