@@ -105,9 +105,8 @@ def mistype(key: str) -> str:
     return key[:position] + replacement + key[position + 1 :]
 
 
-def make_world(*, keys: bool = False, policy: Policy | None = None) -> World:
-    clock = Clock()
-    store, membership = WorldKeyStore(), WorldMembership()
+def seed(membership: Any) -> None:
+    """The world's organizations and roles: tenants acme and globex, alice and bob."""
     membership.add_organization("org_main", tenant_id="acme", default=True)
     membership.add_organization("org_research", tenant_id="acme")
     membership.add_organization("org_secret", tenant_id="acme")
@@ -116,6 +115,12 @@ def make_world(*, keys: bool = False, policy: Policy | None = None) -> World:
     membership.add_member("alice", "org_research", role="member")
     membership.add_member("bob", "org_globex", role="admin")
     membership.add_member("bob", "org_secret", role="viewer")
+
+
+def make_world(*, keys: bool = False, policy: Policy | None = None) -> World:
+    clock = Clock()
+    store, membership = WorldKeyStore(), WorldMembership()
+    seed(membership)
     world = World(clock, store, membership, KeyManager(store, membership, clock=clock), policy)
     if keys:
         scopes = {"tenant": TENANT_SCOPE, "research": RESEARCH_SCOPE, "main": MAIN_SCOPE}

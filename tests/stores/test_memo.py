@@ -46,7 +46,7 @@ from keyturn._model import utc_now
 from keyturn._steps import STORE, VerifySecret
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 from keyturn.stores.sqlite import SQLiteDatabase
-from tests.world import START, Clock, WorldKeyStore, WorldMembership, mistype
+from tests.world import START, Clock, WorldKeyStore, WorldMembership, mistype, seed
 
 ACCOUNTS = ("alice", "bob")
 ROLES = ("admin", "member", "viewer")
@@ -141,14 +141,7 @@ class MemoAgrees(RuleBasedStateMachine):
         self.closing: list[Any] = []
         store, membership, self.truth_store, self.truth_membership = self.open()
         self.store, self.membership = store, membership
-        membership.add_organization("org_main", tenant_id="acme", default=True)
-        membership.add_organization("org_research", tenant_id="acme")
-        membership.add_organization("org_secret", tenant_id="acme")
-        membership.add_organization("org_globex", tenant_id="globex", default=True)
-        membership.add_member("alice", "org_main", role="admin")
-        membership.add_member("alice", "org_research", role="member")
-        membership.add_member("bob", "org_globex", role="admin")
-        membership.add_member("bob", "org_secret", role="viewer")
+        seed(membership)
         self.manager = KeyManager(store, membership, clock=self.clock)
         self.auth = Authenticator(
             store, membership, clock=self.clock, policy=self.policy, usage_interval=None
