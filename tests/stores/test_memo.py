@@ -351,7 +351,9 @@ def test_the_memo_agrees_with_the_decision_on_postgres(postgres_url: str) -> Non
         PostgresDatabase(postgres_url) as db,
         PostgresDatabase(postgres_url, replica=False) as truth,
     ):
-        # The listener starts on first use; until it is current the memo is not used.
+        # The first read through finds which database this is and starts the listener;
+        # until the replica is current the memo is not used.
+        db.keys.lookup("NoSuchKey000", None)
         deadline = time.monotonic() + 10
         while db.changes() is None and time.monotonic() < deadline:
             time.sleep(0.01)

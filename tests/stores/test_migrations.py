@@ -13,8 +13,10 @@ from keyturn.stores import _sql
 from keyturn.stores.sqlite import SQLiteDatabase
 from tests.stores.test_contract import NOW, make_key
 
-SQLITE = _sql.Dialect("TEXT", "", None, _sql.SQLITE_CHANGE_FEED, "?")
-POSTGRES = _sql.Dialect("timestamptz", "", None, _sql.POSTGRES_CHANGE_FEED, "%s")
+SQLITE = _sql.Dialect("TEXT", "", None, _sql.SQLITE_CHANGE_FEED, "?", _sql.SQLITE_EVERY_WRITE_HEARD)
+POSTGRES = _sql.Dialect(
+    "timestamptz", "", None, _sql.POSTGRES_CHANGE_FEED, "%s", _sql.POSTGRES_EVERY_WRITE_HEARD
+)
 
 
 def version_3(connection: Any, dialect: _sql.Dialect) -> None:

@@ -14,8 +14,9 @@ Rules of this file:
    through :meth:`Replica.changes`) reads every change the epoch counts.
 3. Bounded: past its size a table is emptied, never grown.
 4. One replica per database per process (:func:`shared`), whichever store objects read
-   it: a sync console beside an async API sees one replica. A forked child starts empty
-   and not current.
+   it: a sync console beside an async API sees one replica. A database is known by what
+   it is (the server, the database, the schema keyturn's tables resolve to), never by how
+   a URL spells it. A forked child starts empty and not current, with locks of its own.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from collections.abc import Callable
 from typing import Final, TypeVar
 
 from keyturn._model import ApiKey, Found, Organization
-from keyturn.stores._sql import KEY, MEMBERSHIP
+from keyturn.stores._sql import EVERYTHING, KEY, MEMBERSHIP
 
 __all__ = ["Replica", "shared"]
 
@@ -108,8 +109,11 @@ class Replica:
                 table.clear()
 
     def changed(self, kind: str, changed_id: str) -> None:
-        """Drop what a change of *kind* (``_sql.KEY``, ``MEMBERSHIP``, ``ORGANIZATION``) to
-        *changed_id* touches."""
+        """Drop what a change of *kind* (``_sql.KEY``, ``MEMBERSHIP``, ``ORGANIZATION``,
+        ``EVERYTHING``) to *changed_id* touches."""
+        if kind == EVERYTHING:  # a table emptied, a log started anew
+            self.reset(current=self.current)
+            return
         with self._lock:
             if kind == KEY:
                 self._keys.pop(changed_id, None)
@@ -141,12 +145,12 @@ class Replica:
 # --- one replica per database per process ---------------------------------------------------
 
 _lock = threading.Lock()
-_shared: dict[tuple[str, str], tuple[Replica, object, int]] = {}
+_shared: dict[tuple[str, ...], tuple[Replica, object, int]] = {}
 
 
-def shared(database: tuple[str, str], feed: Callable[[Replica], F]) -> tuple[Replica, F]:
-    """The process's replica of *database* (a kind and a name) and its feed, made by *feed*
-    on first use; :func:`release` it once per call."""
+def shared(database: tuple[str, ...], feed: Callable[[Replica], F]) -> tuple[Replica, F]:
+    """The process's replica of *database* (its kind and identity) and its feed, made by
+    *feed* on first use; :func:`release` it once per call."""
     with _lock:
         entry = _shared.get(database)
         if entry is None:
@@ -157,7 +161,7 @@ def shared(database: tuple[str, str], feed: Callable[[Replica], F]) -> tuple[Rep
         return replica, fed  # type: ignore[return-value]
 
 
-def release(database: tuple[str, str], stop: Callable[[F], None]) -> None:
+def release(database: tuple[str, ...], stop: Callable[[F], None]) -> None:
     """One user of *database*'s replica is gone; the last one stops its feed with *stop*."""
     with _lock:
         entry = _shared.get(database)
@@ -173,11 +177,14 @@ def release(database: tuple[str, str], stop: Callable[[F], None]) -> None:
 
 def _forget_in_child() -> None:
     # A forked child has none of its parent's threads, and must not use its connections:
-    # its replicas start empty and not current; each feed restarts on its next use.
+    # its replicas start empty and not current, each with a new lock (another thread may
+    # have held the old one at the fork); each feed restarts on its next use.
     global _lock
     _lock = threading.Lock()
-    for replica, _, _ in _shared.values():
+    for replica, feed, _ in _shared.values():
+        replica._lock = threading.Lock()
         replica.reset(current=False)
+        feed.after_fork()  # type: ignore[attr-defined]
 
 
 os.register_at_fork(after_in_child=_forget_in_child)

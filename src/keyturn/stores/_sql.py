@@ -51,10 +51,12 @@ __all__ = [
 NOTIFY_CHANNEL: Final = "keyturn_changes"
 EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)  # before every event: "since the start"
 # What a change names (the feed's "kind"): a key by id, an account's memberships, an
-# organization (its memberships change with it).
+# organization (its memberships change with it), or everything (a table emptied, a log
+# that starts anew): the replica empties.
 KEY: Final = "k"
 MEMBERSHIP: Final = "m"
 ORGANIZATION: Final = "o"
+EVERYTHING: Final = "*"
 
 
 class Dialect(NamedTuple):
@@ -67,12 +69,16 @@ class Dialect(NamedTuple):
     has_foreign_tables: str | None
     change_feed: Sequence[str]  # version 4: the tables and triggers of the change feed
     placeholder: str  # what stands for a parameter: "%s" or "?"
+    # Version 7: every write heard (TRUNCATE, replication, restores) and the default
+    # organization's rule kept by the database itself.
+    every_write_heard: Sequence[str] = ()
 
 
 # --- the schema ---------------------------------------------------------------------------
 
-# Stands in a migration for the dialect's change-feed statements.
+# Stand in a migration for a dialect's own statements.
 CHANGE_FEED: Final = "-- the dialect's change feed"
+EVERY_WRITE_HEARD: Final = "-- the dialect's triggers for every write"
 
 # Each entry upgrades the schema by one version; never edit a released entry, append one.
 MIGRATIONS: Final[Sequence[Sequence[str]]] = (
@@ -189,6 +195,13 @@ MIGRATIONS: Final[Sequence[Sequence[str]]] = (
         )""",
         "CREATE INDEX keyturn_usage_by_day ON keyturn_usage (day)",
     ),
+    (
+        # Version 7: every write is heard, whoever makes it and however (TRUNCATE, logical
+        # replication, a restored file), and a key's first use is a change; the default
+        # organization's rule (a tenant's first organization, removed last) is kept by
+        # triggers, so plain SQL cannot break it either.
+        EVERY_WRITE_HEARD,
+    ),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
@@ -283,12 +296,111 @@ POSTGRES_CHANGE_FEED: Final[Sequence[str]] = (
 )
 
 
+# Version 7 (both dialects): a key's first use is a change the decision reads (rotation's
+# revoke-on-first-use is decided on it), and a tenant left without a default organization
+# by plain SQL before this version gets its first one back.
+_KEY_DECIDING_7: Final = (*_DECIDING_COLUMNS, "first_used_at")
+_DEFAULT_RESTORED: Final = MIGRATIONS[3][2]
+_NO_DEFAULT: Final = "keyturn: a tenant that has organizations must keep its default organization"
+
+SQLITE_EVERY_WRITE_HEARD: Final[Sequence[str]] = (
+    _DEFAULT_RESTORED,
+    # Each change carries a random tag: a reader that finds its last change gone or
+    # different (a restored or replaced file, a log pruned past it) starts afresh. The log
+    # is never empty from here on, so there is always a change to check against.
+    "ALTER TABLE keyturn_changes ADD COLUMN tag BLOB",
+    """CREATE TRIGGER keyturn_changes_tagged AFTER INSERT ON keyturn_changes
+        WHEN NEW.tag IS NULL BEGIN
+        UPDATE keyturn_changes SET tag = randomblob(8) WHERE seq = NEW.seq; END""",
+    f"INSERT INTO keyturn_changes (kind, id) VALUES ('{EVERYTHING}', '')",  # noqa: S608
+    "DROP TRIGGER keyturn_keys_updated",
+    "CREATE TRIGGER keyturn_keys_updated AFTER UPDATE ON keyturn_keys "  # noqa: S608
+    f"WHEN NOT ({' AND '.join(f'OLD.{c} IS NEW.{c}' for c in _KEY_DECIDING_7)}) BEGIN "
+    f"INSERT INTO keyturn_changes (kind, id) VALUES ('{KEY}', NEW.key_id); "
+    f"INSERT INTO keyturn_changes (kind, id) SELECT '{KEY}', OLD.key_id "
+    "WHERE OLD.key_id IS NOT NEW.key_id; END",
+    # The default organization's rule, whoever writes (SQLite fires these per row).
+    f"""CREATE TRIGGER keyturn_organizations_default_first AFTER INSERT ON keyturn_organizations
+        WHEN NOT EXISTS (SELECT 1 FROM keyturn_organizations
+                         WHERE tenant_id = NEW.tenant_id AND is_default)
+        BEGIN SELECT RAISE(ABORT, '{_NO_DEFAULT}'); END""",  # noqa: S608
+    f"""CREATE TRIGGER keyturn_organizations_default_last AFTER DELETE ON keyturn_organizations
+        WHEN OLD.is_default AND EXISTS (SELECT 1 FROM keyturn_organizations
+                                        WHERE tenant_id = OLD.tenant_id)
+        BEGIN SELECT RAISE(ABORT, '{_NO_DEFAULT}'); END""",  # noqa: S608
+    f"""CREATE TRIGGER keyturn_organizations_default_kept
+        AFTER UPDATE OF tenant_id, is_default ON keyturn_organizations
+        WHEN EXISTS (SELECT 1 FROM keyturn_organizations o
+                     WHERE o.tenant_id IN (OLD.tenant_id, NEW.tenant_id) AND NOT EXISTS (
+                         SELECT 1 FROM keyturn_organizations d
+                         WHERE d.tenant_id = o.tenant_id AND d.is_default))
+        BEGIN SELECT RAISE(ABORT, '{_NO_DEFAULT}'); END""",  # noqa: S608
+)
+
+POSTGRES_EVERY_WRITE_HEARD: Final[Sequence[str]] = (
+    _DEFAULT_RESTORED,
+    # TRUNCATE fires no row trigger: a statement trigger says "everything changed".
+    f"""CREATE OR REPLACE FUNCTION keyturn_notify_everything() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            PERFORM pg_notify('{NOTIFY_CHANNEL}',
+                TG_TABLE_SCHEMA || chr(9) || '{EVERYTHING}' || chr(9));
+            RETURN NULL;
+        END $$""",
+    *(
+        f"CREATE TRIGGER keyturn_{table}_emptied AFTER TRUNCATE ON keyturn_{table} "
+        "FOR EACH STATEMENT EXECUTE FUNCTION keyturn_notify_everything()"
+        for table, _, _, _ in _FED
+    ),
+    "DROP TRIGGER keyturn_keys_changed ON keyturn_keys",
+    "CREATE TRIGGER keyturn_keys_changed AFTER UPDATE ON keyturn_keys FOR EACH ROW "
+    f"WHEN ({' OR '.join(f'OLD.{c} IS DISTINCT FROM NEW.{c}' for c in _KEY_DECIDING_7)}) "
+    f"EXECUTE FUNCTION keyturn_notify_change('{KEY}', 'key_id')",
+    # Heard also under session_replication_role = replica: a logical replication
+    # subscriber's apply worker and restores that disable ordinary triggers.
+    *(
+        f"ALTER TABLE keyturn_{table} ENABLE ALWAYS TRIGGER keyturn_{table}_{trigger}"
+        for table, _, _, _ in _FED
+        for trigger in ("added_or_removed", "changed", "emptied")
+    ),
+    # The default organization's rule, checked once the statement is done (an AFTER row
+    # trigger sees the statement's end state), in the schema of the table written.
+    f"""CREATE OR REPLACE FUNCTION keyturn_keep_default() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        DECLARE
+            tenant text;
+            broken boolean;
+        BEGIN
+            FOR tenant IN SELECT DISTINCT t FROM unnest(ARRAY[
+                CASE WHEN TG_OP <> 'DELETE' THEN NEW.tenant_id END,
+                CASE WHEN TG_OP <> 'INSERT' THEN OLD.tenant_id END]) AS t
+                WHERE t IS NOT NULL
+            LOOP
+                EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.keyturn_organizations '
+                    'WHERE tenant_id = $1) AND NOT EXISTS (SELECT 1 FROM '
+                    '%I.keyturn_organizations WHERE tenant_id = $1 AND is_default)',
+                    TG_TABLE_SCHEMA, TG_TABLE_SCHEMA) INTO broken USING tenant;
+                IF broken THEN
+                    RAISE EXCEPTION '{_NO_DEFAULT}' USING ERRCODE = 'check_violation',
+                        DETAIL = format('tenant %s', tenant);
+                END IF;
+            END LOOP;
+            RETURN NULL;
+        END $$""",  # noqa: S608
+    """CREATE TRIGGER keyturn_organizations_default_kept
+        AFTER INSERT OR DELETE OR UPDATE OF tenant_id, is_default ON keyturn_organizations
+        FOR EACH ROW EXECUTE FUNCTION keyturn_keep_default()""",
+)
+
+
 def migration(version: int, dialect: Dialect) -> list[str]:
     """The statements that bring the schema from ``version - 1`` to *version*."""
     statements: list[str] = []
     for statement in MIGRATIONS[version - 1]:
         if statement == CHANGE_FEED:
             statements.extend(dialect.change_feed)
+        elif statement == EVERY_WRITE_HEARD:
+            statements.extend(dialect.every_write_heard)
         else:
             statements.append(statement.format(timestamp=dialect.timestamp))
     return statements

@@ -59,11 +59,12 @@ class SQLKeyStore:
         cached = self.database.lookup_cached(key_id, organization)
         if cached is not None:
             return cached  # type: ignore[no-any-return]
-        epoch = self.database.replica.epoch
+        replica = self.database.replica  # the one to keep what is read in, if current
+        epoch = replica.epoch
         with self.database.connection() as connection:
             row = connection.execute(self._sql.lookup, (organization, key_id)).fetchone()
         found = _sql.found(row, organization)
-        self.database.replica.keep(key_id, found, epoch)
+        replica.keep(key_id, found, epoch)
         return found
 
     def add_key(self, key: ApiKey) -> None:

@@ -13,10 +13,14 @@ do not race, in the first schema of the ``search_path`` (for a schema of their o
 Every call borrows a pooled connection in autocommit mode and runs one or two statements,
 so a revoke is committed when ``revoke_key`` returns. What a request reads comes from the
 process's replica (``_replica.py``), fed by the database itself: triggers send
-``NOTIFY keyturn_changes`` in every writing transaction, and a listener thread with a
-connection of its own drops what each change touches. The replica answers only while the
-listener is connected (it is emptied at each connect, so nothing missed while it was away
-is ever served); otherwise a request reads through, in one statement. A revoke committed
+``NOTIFY keyturn_changes`` in every writing transaction (``TRUNCATE`` and writes under
+``session_replication_role = replica`` included), and a listener thread with a connection
+of its own drops what each change touches. The replica is the one of the database the
+pool's connections reach (server, database, schema of the tables: asked, never read from
+the URL), and it answers only while the listener proves itself: same server and database
+as the pool, a heartbeat answered within the last :data:`PROVEN_FOR` seconds, no notice
+unread (it is emptied at each connect, so nothing missed while it was away is ever
+served); otherwise a request reads through, in one statement. A revoke committed
 anywhere is refused by every instance within the listener's lag (milliseconds on a local
 network: see ``docs/performance.md``); ``replica=False`` reads through on every request.
 Instants are ``timestamptz`` and come back as UTC datetimes.
@@ -26,15 +30,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
-import os
+import select
+import termios
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Final
 
 try:
-    from psycopg import AsyncConnection, Connection, OperationalError
+    from psycopg import AsyncConnection, Connection, OperationalError, pq
     from psycopg.conninfo import conninfo_to_dict
     from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 except ImportError as exc:
@@ -58,6 +64,7 @@ _DIALECT: Final = _sql.Dialect(
     has_version_table="SELECT to_regclass('keyturn_schema_version') IS NOT NULL",
     has_foreign_tables=None,
     change_feed=_sql.POSTGRES_CHANGE_FEED,
+    every_write_heard=_sql.POSTGRES_EVERY_WRITE_HEARD,
     placeholder="%s",
 )
 _STATEMENTS: Final = _sql.Statements()
@@ -65,6 +72,43 @@ _STATEMENTS: Final = _sql.Statements()
 _MIGRATION_LOCK: Final = "SELECT pg_advisory_xact_lock(7017280452245743993)"
 # Serializes the writes that keep a tenant's default organization (its first, removed last).
 _TENANT_LOCK: Final = "SELECT pg_advisory_xact_lock(hashtextextended('keyturn tenant ' || %s, 0))"
+
+
+AnyPool = ConnectionPool[Any] | AsyncConnectionPool[Any]
+
+# Which database a connection reaches, by what it is: the database's name, the schema
+# keyturn's tables resolve to on this connection (NULL before create_schema), the server's
+# address, and whether the server's own identity (pg_control_system) may be read.
+_IDENTIFY: Final = """
+    SELECT current_database(),
+        (SELECT n.nspname FROM pg_catalog.pg_class c
+            JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+            WHERE c.oid = pg_catalog.to_regclass('keyturn_keys')),
+        coalesce(host(inet_server_addr()), 'local'), coalesce(inet_server_port(), 0),
+        pg_catalog.has_function_privilege('pg_catalog.pg_control_system()', 'EXECUTE')
+"""
+_SYSTEM: Final = "SELECT system_identifier::text FROM pg_catalog.pg_control_system()"
+# The server, the database, the schema of keyturn's tables.
+Identity = tuple[str, str, str]
+
+
+def _server(row: Any, system: Any) -> str:
+    # The system identifier tells servers apart wherever they are; without the right to
+    # read it, the address the server answers on stands in.
+    return f"system {system[0]}" if system else f"address {row[2]}:{row[3]}"
+
+
+def _identity(row: Any, system: Any) -> Identity | None:
+    """The identity of an ``_IDENTIFY`` row (and its ``_SYSTEM`` row, where readable);
+    ``None`` while keyturn's tables are not there."""
+    if row is None or row[1] is None:
+        return None
+    return (_server(row, system), str(row[0]), str(row[1]))
+
+
+def _identified(row: Any, connection: Connection[Any]) -> Identity | None:
+    system = connection.execute(_SYSTEM).fetchone() if row is not None and row[4] else None
+    return _identity(row, system)
 
 
 def _describe(pool: ConnectionPool[Any] | AsyncConnectionPool[Any]) -> str:
@@ -89,7 +133,13 @@ def _pool_options(min_size: int, max_size: int, timeout: float) -> dict[str, Any
 
 class _Replicated:
     """The replica side of both databases: the process's replica of this database, its
-    listener, and the stores' ``lookup_cached``."""
+    listener, and the stores' ``lookup_cached``.
+
+    Which replica is this database's is asked of the database itself, on the first pooled
+    connection lent (:meth:`PostgresDatabase.attach`): the server, the
+    database, and the schema keyturn's tables resolve to on the pool's connections. Until
+    then, and whenever the listener cannot prove itself current, requests read through.
+    """
 
     sql = _STATEMENTS
     instant = staticmethod(_sql.utc)
@@ -97,32 +147,49 @@ class _Replicated:
     replica: _replica.Replica
     _listener: _Listener | None
 
-    def _share(self, conninfo: str, replica: bool) -> None:
-        self._shared = ("postgresql", conninfo)
+    def _share_later(self, pool: AnyPool, replica: bool, listen: str | None) -> None:
         self.replica, self._listener = _replica.Replica(), None  # never current: reads through
-        if replica:
+        self._wants_replica = replica
+        # The listener connects as the pool does (its conninfo and kwargs), or as told; a
+        # pool whose kwargs come from a callable needs listener_conninfo.
+        kwargs = pool.kwargs if isinstance(pool.kwargs, dict) else {}
+        self._listen_with = (listen, {}) if listen is not None else (str(pool.conninfo), kwargs)
+        self._attach_lock = threading.Lock()
+        self._shared: tuple[str, ...] = ()
+
+    def _attach(self, identity: Identity | None) -> None:
+        if identity is None:  # keyturn's tables are not there yet: try again later
+            return
+        with self._attach_lock:
+            if self._listener is not None or self._closed:
+                return
+            self._shared = ("postgresql", *identity)
+            conninfo, kwargs = self._listen_with
             self.replica, listener = _replica.shared(
-                self._shared, lambda shared: _Listener(conninfo, shared)
+                self._shared, lambda shared: _Listener(conninfo, kwargs, identity, shared)
             )
+            listener.ensure_running()
             self._listener = listener
 
     def _unshare(self) -> None:
-        if self._listener is not None:
-            self._listener = None
+        with self._attach_lock:
+            self._closed = True
+            listener, self._listener = self._listener, None
+        if listener is not None:
             _replica.release(self._shared, _Listener.stop)
 
     def lookup_cached(self, key_id: str, organization: str | None) -> Found | None:
-        if self._listener is None:
+        listener = self._listener
+        if listener is None or not listener.answers():
             return None
-        self._listener.ensure_running()
         return self.replica.found(key_id, organization)
 
     def changes(self) -> int | None:
         """A number that moves with every change the decision could read, as the listener
-        hears of it; ``None`` while the replica is off or not current."""
-        if self._listener is None:
+        hears of it; ``None`` while the replica is off or cannot answer."""
+        listener = self._listener
+        if listener is None or not listener.answers():
             return None
-        self._listener.ensure_running()
         return self.replica.changes()
 
 
@@ -138,6 +205,9 @@ class PostgresDatabase(_Replicated, _sql.ClosedOnExit):
     :param replica: keep what requests read in the process, fed by the database's change
         feed (the default; one more connection per process, for the listener); ``False``
         reads through on every request.
+    :param listener_conninfo: how the listener connects, when it cannot connect as the
+        pool does (the pool's conninfo and ``kwargs``; a ``configure`` callback is not
+        run for it); it must reach the same database, or the replica never answers.
     :param on_event: called with each :class:`~keyturn.activity.KeyEvent` once it is
         recorded (see :mod:`keyturn.activity`); its failures are logged.
     """
@@ -151,16 +221,18 @@ class PostgresDatabase(_Replicated, _sql.ClosedOnExit):
         max_size: int = 10,
         timeout: float = 5.0,
         replica: bool = True,
+        listener_conninfo: str | None = None,
         on_event: EventHook | None = None,
     ) -> None:
         self.on_event = on_event
+        self._closed = False
         self._owns_pool = pool is None
         if pool is None:
             pool = ConnectionPool(conninfo, open=True, **_pool_options(min_size, max_size, timeout))
         self.pool: ConnectionPool[Any] = pool
         self.keys = SQLKeyStore(self)
         self.membership = SQLMembership(self)
-        self._share(str(pool.conninfo), replica)
+        self._share_later(pool, replica, listener_conninfo)
 
     def __repr__(self) -> str:
         return f"PostgresDatabase({_describe(self.pool)!r})"
@@ -168,6 +240,11 @@ class PostgresDatabase(_Replicated, _sql.ClosedOnExit):
     def create_schema(self) -> int:
         """Create or upgrade the tables (idempotent, safe to run concurrently); the version."""
         return _create_schema(self.pool, self._owns_pool)
+
+    def attach(self, connection: Connection[Any]) -> None:
+        """On the first pooled connection lent: find which database this is, and share
+        the process's replica of it (see :class:`_Replicated`)."""
+        self._attach(_identified(connection.execute(_IDENTIFY).fetchone(), connection))
 
     def schema_version(self) -> int:
         """The schema version in the database; 0 when ``create_schema()`` never ran."""
@@ -184,6 +261,8 @@ class PostgresDatabase(_Replicated, _sql.ClosedOnExit):
         """A pooled connection for a ``with`` block, each statement committed on its own;
         with *lock*, one transaction serialized with every other taking that lock."""
         with _waited(self.pool), self.pool.connection() as connection:
+            if self._listener is None and self._wants_replica:
+                self.attach(connection)
             if lock is None:
                 yield connection
             else:
@@ -209,9 +288,11 @@ class AsyncPostgresDatabase(_Replicated):
         max_size: int = 10,
         timeout: float = 5.0,
         replica: bool = True,
+        listener_conninfo: str | None = None,
         on_event: EventHook | None = None,
     ) -> None:
         self.on_event = on_event
+        self._closed = False
         self._owns_pool = pool is None
         if pool is None:
             # An async pool may only start inside a running loop: open() does it.
@@ -221,7 +302,7 @@ class AsyncPostgresDatabase(_Replicated):
         self.pool: AsyncConnectionPool[Any] = pool
         self.keys = AsyncSQLKeyStore(self)
         self.membership = AsyncSQLMembership(self)
-        self._share(str(pool.conninfo), replica)
+        self._share_later(pool, replica, listener_conninfo)
 
     def __repr__(self) -> str:
         return f"AsyncPostgresDatabase({_describe(self.pool)!r})"
@@ -237,6 +318,14 @@ class AsyncPostgresDatabase(_Replicated):
         """Start the pool (it connects in the background)."""
         if self._owns_pool:
             await self.pool.open()
+
+    async def attach(self, connection: AsyncConnection[Any]) -> None:
+        """The awaited twin of :meth:`PostgresDatabase.attach`."""
+        row = await (await connection.execute(_IDENTIFY)).fetchone()
+        system = None
+        if row is not None and row[4]:
+            system = await (await connection.execute(_SYSTEM)).fetchone()
+        self._attach(_identity(row, system))
 
     async def create_schema(self) -> int:
         """Create or upgrade the tables (idempotent, safe to run concurrently); the version."""
@@ -258,6 +347,8 @@ class AsyncPostgresDatabase(_Replicated):
         """The awaited twin of :meth:`PostgresDatabase.connection`."""
         with _waited(self.pool):
             async with self.pool.connection() as connection:
+                if self._listener is None and self._wants_replica:
+                    await self.attach(connection)
                 if lock is None:
                     yield connection
                 else:
@@ -306,9 +397,14 @@ def _waited(pool: ConnectionPool[Any] | AsyncConnectionPool[Any]) -> Iterator[No
         ) from None
 
 
-# Seconds between the listener's heartbeats; with tcp_user_timeout, a connection dropped
-# without a word is noticed (and the replica no longer answers) within about 15 s.
-HEARTBEAT: Final = 5.0
+# The listener's liveness (docs/stores.md): a heartbeat every HEARTBEAT seconds, answered
+# within BEAT_DEADLINE or the connection is dropped; the replica answers only within
+# PROVEN_FOR seconds of the last heartbeat sent and answered, so a listener that stalls
+# (a hung proxy, a paused process) stops it answering within that bound, whatever the
+# kernel's timeouts say.
+HEARTBEAT: Final = 0.5
+BEAT_DEADLINE: Final = 1.0
+PROVEN_FOR: Final = 2.0
 _LISTENER_OPTIONS: Final[dict[str, Any]] = {
     "autocommit": True,
     "connect_timeout": 5,
@@ -320,43 +416,78 @@ _LISTENER_OPTIONS: Final[dict[str, Any]] = {
 }
 
 
+_NOTHING: Final = bytes(4)  # FIONREAD's answer for an empty socket
+
+
+class _Elsewhere(Exception):
+    """The listener reached another database than the pool's."""
+
+
 class _Listener:
     """The database's change feed for one replica: a thread that LISTENs on a connection
     of its own, reconnecting with a growing pause when the connection or the server goes.
 
-    The replica is current from the moment LISTEN is in place (emptied then: whatever
-    changed while no one listened is gone from it) until the connection fails.
+    The replica answers (:meth:`answers`) only while all of this holds: the listener's
+    connection reaches the server and database the pool's does (asked of each, never
+    read from a URL); it has LISTENed since the replica was last emptied; a heartbeat sent
+    less than :data:`PROVEN_FOR` seconds ago was answered (every notice committed before
+    it was sent has then been read); and nothing waits unread on its socket. Notices are
+    those of the schema keyturn's tables resolve to on the pool's connections.
     """
 
-    def __init__(self, conninfo: str, replica: _replica.Replica) -> None:
+    def __init__(
+        self, conninfo: str, kwargs: dict[str, Any], identity: Identity, replica: _replica.Replica
+    ) -> None:
         self.conninfo = conninfo
+        self.kwargs = {**kwargs, **_LISTENER_OPTIONS}
+        self.identity = identity
         self.replica = replica
         self.backend_pid: int | None = None  # the listening session, while connected
+        self.proven_until = 0.0  # on the monotonic clock
+        self.busy = False  # reading notices off the socket, not all applied yet
+        self._socket: int | None = None  # the listening socket, while proven
         self._lock = threading.Lock()
-        self._pid = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    def answers(self) -> bool:
+        """Whether the replica may answer now (see the class)."""
+        socket = self._socket
+        if socket is None:
+            if self._thread is None:
+                self.ensure_running()
+            return False
+        # The socket first, then busy: notices read off it are applied before busy clears.
+        # FIONREAD (bytes waiting to be read) answers every thread at once, unlike a poll.
+        return (
+            time.monotonic() < self.proven_until
+            and fcntl.ioctl(socket, termios.FIONREAD, _NOTHING) == _NOTHING
+            and not self.busy
+        )
+
     def ensure_running(self) -> None:
         """Start the listener in this process, if it is not running here yet."""
-        if self._pid == os.getpid():
-            return
         with self._lock:
-            if self._pid != os.getpid():  # first use, or a forked child
+            if self._thread is None:  # first use, or a forked child
                 self._stop = threading.Event()
                 self._thread = threading.Thread(
                     target=self._listen, args=(self._stop,), name="keyturn-listener", daemon=True
                 )
                 self._thread.start()
-                self._pid = os.getpid()
+
+    def after_fork(self) -> None:
+        # The parent's thread is gone and its connection is not ours: start afresh, on use.
+        self._lock = threading.Lock()
+        self._thread, self._socket, self.proven_until, self.busy = None, None, 0.0, False
 
     def stop(self) -> None:
-        """Stop listening; the replica is no longer current."""
+        """Stop listening; the replica no longer answers."""
         with self._lock:
             self._stop.set()
-            thread, self._thread, self._pid = self._thread, None, 0
+            thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5.0)
+        self._socket = None
         self.replica.reset(current=False)
 
     def _listen(self, stop: threading.Event) -> None:
@@ -365,34 +496,88 @@ class _Listener:
             try:
                 self._connected(stop)
                 pause = 0.05
-            except Exception as exc:  # the server went away, or refused: read through
+            except _Elsewhere as exc:
+                log.error("keyturn's change feed is off: %s", exc)
+            except Exception as exc:  # the server went away, refused, or stalled: read through
                 log.warning(
                     "keyturn's change feed is down (%s); requests read the database until "
                     "it is back",
                     type(exc).__name__,
                 )
             finally:
+                self._socket, self.proven_until = None, 0.0
                 self.replica.reset(current=False)
                 self.backend_pid = None
             stop.wait(pause)
             pause = min(pause * 2, 2.0)
 
     def _connected(self, stop: threading.Event) -> None:
-        # A connection dropped without a word (a firewall's idle timeout) must not leave the
-        # replica current: the kernel gives up on unanswered data after tcp_user_timeout, and
-        # a heartbeat query every few seconds gives it data to wait for.
-        with Connection.connect(self.conninfo, **_LISTENER_OPTIONS) as connection:
-            (schema,) = connection.execute("SELECT current_schema()").fetchone() or ("",)
-            connection.execute(f"LISTEN {_sql.NOTIFY_CHANNEL}")
-            self.backend_pid = connection.info.backend_pid
+        connection = Connection.connect(self.conninfo, **self.kwargs)
+        try:
+            pgconn = connection.pgconn
+            pgconn.nonblocking = 1
+            poll = select.poll()
+            poll.register(pgconn.socket, select.POLLIN)
+            # Every exchange from here on has a deadline of our own: a hung proxy keeps
+            # the TCP session alive, and the kernel's timeouts never fire.
+            row = self._exchange(pgconn, poll, _IDENTIFY)
+            system = self._exchange(pgconn, poll, _SYSTEM) if row[4] == "t" else None
+            # The same server and database as the pool's connections: NOTIFY reaches
+            # every session of one database, and notices name the schema they come from.
+            where = (_server(row, system), row[0])
+            if where != self.identity[:2]:
+                raise _Elsewhere(
+                    f"the listener reaches {where}, the pool {self.identity[:2]}: "
+                    "pass listener_conninfo for the pool's database"
+                )
+            self._exchange(pgconn, poll, f"LISTEN {_sql.NOTIFY_CHANNEL}")
+            self.backend_pid = pgconn.backend_pid
             self.replica.reset(current=True)
-            beat = time.monotonic() + HEARTBEAT
             while not stop.is_set():
-                if time.monotonic() >= beat:
-                    connection.execute("SELECT 1")
-                    beat = time.monotonic() + HEARTBEAT
-                for notify in connection.notifies(timeout=0.5):
-                    where, _, change = notify.payload.partition("\t")
-                    kind, _, changed_id = change.partition("\t")
-                    if where == schema:
-                        self.replica.changed(kind, changed_id)
+                sent = time.monotonic()
+                self._exchange(pgconn, poll, "SELECT 1")
+                self.proven_until = sent + PROVEN_FOR
+                self._socket = pgconn.socket
+                beat = sent + HEARTBEAT
+                while (left := beat - time.monotonic()) > 0 and not stop.is_set():
+                    if poll.poll(left * 1000):
+                        self._receive(pgconn)
+        finally:
+            connection.close()  # no rollback: an exchange may be in flight
+
+    def _exchange(self, pgconn: Any, poll: select.poll, query: str) -> list[str | None]:
+        """Send *query*, read notices until its answer: the first row's values as text."""
+        deadline = time.monotonic() + BEAT_DEADLINE
+        pgconn.send_query(query.encode())
+        while pgconn.flush():  # the rest waits for room in the socket: rare, and bounded
+            if time.monotonic() >= deadline:
+                raise TimeoutError("the database took no query")
+            time.sleep(0.001)
+        while pgconn.is_busy():
+            left = deadline - time.monotonic()
+            if left <= 0 or not poll.poll(left * 1000):
+                raise TimeoutError("the database did not answer in time")
+            self._receive(pgconn)
+        values: list[str | None] = []
+        while (result := pgconn.get_result()) is not None:
+            if result.status not in (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK):
+                raise OperationalError((result.error_message or b"").decode(errors="replace"))
+            if result.status == pq.ExecStatus.TUPLES_OK and result.ntuples and not values:
+                values = [
+                    None if (value := result.get_value(0, i)) is None else value.decode()
+                    for i in range(result.nfields)
+                ]
+        return values
+
+    def _receive(self, pgconn: Any) -> None:
+        self.busy = True
+        try:
+            pgconn.consume_input()
+            schema = self.identity[2]
+            while (notify := pgconn.notifies()) is not None:
+                where, _, change = notify.extra.decode().partition("\t")
+                kind, _, changed_id = change.partition("\t")
+                if where == schema:
+                    self.replica.changed(kind, changed_id)
+        finally:
+            self.busy = False

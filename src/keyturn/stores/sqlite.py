@@ -29,6 +29,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Final
@@ -52,6 +53,7 @@ _DIALECT: Final = _sql.Dialect(
         "AND name NOT LIKE 'keyturn\\_%' ESCAPE '\\' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"
     ),
     change_feed=_sql.SQLITE_CHANGE_FEED,
+    every_write_heard=_sql.SQLITE_EVERY_WRITE_HEARD,
     placeholder="?",
 )
 _STATEMENTS: Final = _sql.Statements.with_placeholder("?")
@@ -109,6 +111,7 @@ class SQLiteDatabase(_sql.ClosedOnExit):
         self._lock = threading.Lock()  # guards opening connections and the schema check
         self._schema_ready = False
         self._closed = False
+        _DATABASES.add(self)
         self._shared = ("sqlite", os.path.realpath(self.path))
         self.replica = _replica.Replica()  # never current unless fed: reads through
         self._feed: _Feed | None = None
@@ -158,6 +161,11 @@ class SQLiteDatabase(_sql.ClosedOnExit):
             self._idle.append(connection)
             if self._closed:  # close() ran during this call: it could not close this one
                 self._close_idle()
+
+    def _after_fork(self) -> None:
+        # SQLite connections must not cross a fork: the child opens its own.
+        _ORPHANS.extend(self._idle)
+        self._idle, self._lock = [], threading.Lock()
 
     # --- the replica, for the stores -------------------------------------------------------
 
@@ -258,7 +266,12 @@ def _migrate(connection: sqlite3.Connection) -> int:
 class _Feed:
     """The file's change feed, read on every request: ``PRAGMA data_version`` on a
     connection of its own says whether another connection committed since the last look;
-    if one did, ``keyturn_changes`` says what, and the replica drops it."""
+    if one did, ``keyturn_changes`` says what, and the replica drops it.
+
+    The feed remembers the last change it read, by sequence number and random tag. When
+    that change is no longer in the log as it was read (the file was restored from a
+    backup, replaced, or the log pruned past it), the replica starts afresh.
+    """
 
     def __init__(self, path: str, timeout: float, replica: _replica.Replica) -> None:
         self.path = path
@@ -266,43 +279,60 @@ class _Feed:
         self.replica = replica
         self._lock = threading.Lock()
         self._connection: sqlite3.Connection | None = None
-        self._pid = 0
         self._version: int | None = None
         self._seq = 0
+        self._tag: bytes | None = None
 
     def catch_up(self) -> None:
         """Bring the replica up to every commit made before this call."""
-        replica = self.replica
         with self._lock:
-            if self._pid != os.getpid():  # first use, or a forked child: a connection of its own
-                self._connection = _open(self.path, self.timeout)
-                self._pid, self._version = os.getpid(), None
+            if self._connection is None:  # first use, or a forked child: a connection of its own
+                self._connection, self._version = _open(self.path, self.timeout), None
             connection = self._connection
-            assert connection is not None
             (version,) = connection.execute("PRAGMA data_version").fetchone()
             if version == self._version:
                 return
-            if self._version is None:
-                (self._seq,) = connection.execute(
-                    "SELECT coalesce(max(seq), 0) FROM keyturn_changes"
+            if self._version is None or not self._read_since(connection):
+                last = connection.execute(
+                    "SELECT seq, tag FROM keyturn_changes ORDER BY seq DESC LIMIT 1"
                 ).fetchone()
-                replica.reset(current=True)
-            else:
-                changes = connection.execute(
-                    "SELECT seq, kind, id FROM keyturn_changes WHERE seq > ? ORDER BY seq",
-                    (self._seq,),
-                ).fetchall()
-                if changes and changes[0][0] != self._seq + 1:  # pruned past us: start afresh
-                    replica.reset(current=True)
-                else:
-                    for _, kind, changed_id in changes:
-                        replica.changed(kind, changed_id)
-                if changes:
-                    self._seq = changes[-1][0]
+                self._seq, self._tag = last or (0, None)
+                self.replica.reset(current=True)
             self._version = version
+
+    def _read_since(self, connection: sqlite3.Connection) -> bool:
+        # The changes after the last one read, applied; False when that one is gone.
+        changes = connection.execute(
+            "SELECT seq, kind, id, tag FROM keyturn_changes WHERE seq >= ? ORDER BY seq",
+            (self._seq,),
+        ).fetchall()
+        if not changes or changes[0][0] != self._seq or changes[0][3] != self._tag:
+            return False
+        for _, kind, changed_id, _ in changes[1:]:
+            self.replica.changed(kind, changed_id)
+        self._seq, self._tag = changes[-1][0], changes[-1][3]
+        return True
 
     def close(self) -> None:
         with self._lock:
-            if self._connection is not None and self._pid == os.getpid():
+            if self._connection is not None:
                 self._connection.close()
-            self._connection, self._pid = None, 0
+            self._connection = None
+
+    def after_fork(self) -> None:
+        # The parent's connection is never used, nor closed, here: closing any descriptor
+        # of the file would drop this process's locks on it.
+        _ORPHANS.append(self._connection)
+        self._lock, self._connection = threading.Lock(), None
+
+
+_DATABASES: Final[weakref.WeakSet[SQLiteDatabase]] = weakref.WeakSet()
+_ORPHANS: Final[list[object]] = []  # a forked child's inherited connections, kept unclosed
+
+
+def _renew_in_child() -> None:
+    for database in _DATABASES:
+        database._after_fork()
+
+
+os.register_at_fork(after_in_child=_renew_in_child)
