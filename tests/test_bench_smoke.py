@@ -216,10 +216,10 @@ def test_stores_without_postgres() -> None:
 
 
 def test_lag_without_postgres() -> None:
-    """Three SQLite instances refuse every revoked key, and none flips back."""
+    """Four SQLite instances refuse every revoked key, and none flips back."""
     report = run_section("lag", SMOKE.with_postgres(None))
     assert report.facts["postgres_skipped"] == 1
-    for load in ("saturated", "paced"):
+    for load in ("saturated", "paced", "writes"):
         assert report.facts[f"sqlite, {load}.revokes"] == SMOKE.revokes
         assert report.facts[f"sqlite, {load}.not_refused"] == 0
         assert report.facts[f"sqlite, {load}.flips"] == 0

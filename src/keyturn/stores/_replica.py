@@ -107,6 +107,12 @@ class Replica:
         for table in (self._keys, self._organizations, self._defaults, self._roles, self._reach):
             if len(table) >= self.max_entries:
                 table.clear()
+                self.epoch += 1  # what was dropped may be read anew, newer (rule 2)
+
+    def moved(self) -> None:
+        """Move the epoch: the caller is about to read the database past the feed."""
+        with self._lock:
+            self.epoch += 1
 
     def changed(self, kind: str, changed_id: str) -> None:
         """Drop what a change of *kind* (``_sql.KEY``, ``MEMBERSHIP``, ``ORGANIZATION``,

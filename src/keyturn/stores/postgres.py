@@ -180,7 +180,7 @@ class _Replicated:
 
     def lookup_cached(self, key_id: str, organization: str | None) -> Found | None:
         listener = self._listener
-        if listener is None or not listener.answers():
+        if listener is None or not listener.settled():
             return None
         return self.replica.found(key_id, organization)
 
@@ -417,6 +417,7 @@ _LISTENER_OPTIONS: Final[dict[str, Any]] = {
 
 
 _NOTHING: Final = bytes(4)  # FIONREAD's answer for an empty socket
+_SETTLING: Final = 40  # waits of 0.5 ms for notices to be applied, at most
 
 
 class _Elsewhere(Exception):
@@ -464,6 +465,24 @@ class _Listener:
             and fcntl.ioctl(socket, termios.FIONREAD, _NOTHING) == _NOTHING
             and not self.busy
         )
+
+    def settled(self) -> bool:
+        """:meth:`answers`, once notices that wait are applied (a short, bounded wait).
+
+        When it cannot say, the replica's epoch moves before the caller reads through: what
+        the database shows may be newer than what the feed has told, and no answer kept
+        before (the memo's) may outlive it.
+        """
+        if self.answers():
+            return True
+        if self._socket is None:
+            return False
+        for _ in range(_SETTLING):  # the listener thread applies what waits, or stalls
+            time.sleep(0.0005)
+            if self.answers():
+                return True
+        self.replica.moved()
+        return False
 
     def ensure_running(self) -> None:
         """Start the listener in this process, if it is not running here yet."""
