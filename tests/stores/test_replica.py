@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from keyturn import Authenticator, AuthRequest, KeyManager, Principal, Reason, Refusal, Scope
+from keyturn._model import Found
 from keyturn.stores.sqlite import SQLiteDatabase
 
 TENANT = Scope.tenant("acme")
@@ -305,3 +306,54 @@ def test_postgres_a_sync_console_and_an_async_api_share_one_replica(postgres_url
             assert isinstance(refusal, Refusal) and refusal.reason is Reason.REVOKED
         finally:
             loop.run(api.close())
+
+
+# --- bounded per entry --------------------------------------------------------------------
+
+
+def test_the_replica_keeps_the_keys_in_use_and_never_empties_whole(sqlite_path: Path) -> None:
+    """Past its size, the least recently used key goes; the ones in use stay, and a flood of
+    ids that name no key evicts none of them."""
+    from keyturn.stores import _replica
+
+    with SQLiteDatabase(sqlite_path, replica=False) as source:
+        seed(source)
+        manager = KeyManager(source.keys, source.membership)
+        secrets = [manager.create("alice", name=f"k{i}", scope=TENANT).secret for i in range(6)]
+        ids = [source.keys.keys_of("alice")[i].key_id for i in range(7)]
+        found = {key_id: source.keys.lookup(key_id, "default") for key_id in ids}
+    assert secrets
+    replica = _replica.Replica(max_entries=4)
+    replica.reset(current=True)
+    for key_id in ids[:4]:
+        replica.keep(key_id, found[key_id], replica.epoch)
+    assert replica.found(ids[0], "default") is not None  # in use: the most recent now
+    for n in range(100):  # ids that name no key, all kept apart
+        missing = f"NoSuchKey{n:03d}"
+        replica.keep(missing, Found(key=None, asked="default"), replica.epoch)
+    for key_id in ids[4:6]:
+        replica.keep(key_id, found[key_id], replica.epoch)
+    kept = [key_id for key_id in ids[:6] if replica.found(key_id, "default") is not None]
+    assert kept == [ids[0], ids[3], ids[4], ids[5]]
+
+
+def test_an_organization_change_leaves_other_tenants_warm(sqlite_path: Path) -> None:
+    """A write to one tenant's organization drops that organization and its tenant's
+    default, not every account's roles and reach: another tenant's request still reads
+    nothing."""
+    with SQLiteDatabase(sqlite_path) as db:
+        secret = seed(db)
+        db.membership.add_organization("org_other", tenant_id="initech", default=True)
+        db.membership.add_member("bob", "org_other", role="admin")
+        bob = KeyManager(db.keys, db.membership).create(
+            "bob", name="CI", scope=Scope.tenant("initech")
+        )
+        auth = Authenticator(db.keys, db.membership, usage_interval=None)
+        for token in (secret, bob.secret):
+            assert isinstance(auth.authenticate(request(token)), Principal)
+        db.membership.add_organization("org_new", tenant_id="initech")
+        statements = traced(db)
+        assert isinstance(auth.authenticate(request(secret)), Principal)
+        assert statements == []  # acme's entries were left alone
+        assert isinstance(auth.authenticate(request(bob.secret)), Principal)
+        assert len(statements) <= 1  # at most initech's default, read again

@@ -12,7 +12,8 @@ Rules of this file:
    that raced a change never outlives it. The epoch moves *after* what a change or reset
    drops is gone: whoever reads the epoch and then the replica (the memo, ``_memo.py``,
    through :meth:`Replica.changes`) reads every change the epoch counts.
-3. Bounded: past its size a table is emptied, never grown.
+3. Bounded: each table keeps its most recently used entries, and a change drops only the
+   entries it touches; ids that name no key are kept apart and never evict a key.
 4. One replica per database per process (:func:`shared`), whichever store objects read
    it: a sync console beside an async API sees one replica. A database is known by what
    it is (the server, the database, the schema keyturn's tables resolve to), never by how
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Final, TypeVar
 
@@ -32,23 +34,57 @@ from keyturn.stores._sql import EVERYTHING, KEY, MEMBERSHIP
 __all__ = ["Replica", "shared"]
 
 F = TypeVar("F")
+V = TypeVar("V")
 _MISSING: Final = object()
 MAX_ENTRIES: Final = 100_000
 
 
+class _Recent(OrderedDict[str, V]):
+    """A table that keeps its *size* most recently used entries."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+
+    def used(self, name: str, default: object = _MISSING) -> V | object:
+        """The entry of *name*, marked as just used; *default* when there is none."""
+        try:
+            self.move_to_end(name)
+        except KeyError:
+            return default
+        return self.get(name, default)
+
+    def put(self, name: str, value: V) -> None:
+        self[name] = value
+        self.move_to_end(name)
+        while len(self) > self.size:
+            self.popitem(last=False)
+
+
 class Replica:
-    """Keys by id, each account's roles and reach, organizations and tenants' defaults."""
+    """Keys by id, each account's roles and reach, organizations and tenants' defaults.
+
+    Each table keeps its most recently used entries (:data:`MAX_ENTRIES`); ids that name no
+    key (a checksum-valid forgery, a key deleted) are kept in a table of their own, so a
+    flood of them never evicts a key in use.
+    """
 
     def __init__(self, max_entries: int = MAX_ENTRIES) -> None:
         self.max_entries = max_entries
         self.current = False  # set by the feed
         self.epoch = 0  # moves on every change applied and every reset
         self._lock = threading.Lock()
-        self._keys: dict[str, ApiKey | None] = {}
-        self._organizations: dict[str, Organization | None] = {}
-        self._defaults: dict[str, Organization | None] = {}  # by tenant
-        self._roles: dict[str, dict[str, str | None]] = {}  # account -> organization -> role
-        self._reach: dict[str, dict[str, bool]] = {}  # account -> tenant -> reaches
+        self._empty()
+
+    def _empty(self) -> None:
+        size = self.max_entries
+        self._keys: _Recent[ApiKey] = _Recent(size)
+        self._unknown: _Recent[None] = _Recent(max(1, size // 10))  # ids that name no key
+        self._organizations: _Recent[Organization | None] = _Recent(size)
+        self._defaults: _Recent[Organization | None] = _Recent(size)  # by tenant
+        self._roles: _Recent[dict[str, str | None]] = _Recent(size)  # account -> org -> role
+        self._reach: _Recent[dict[str, bool]] = _Recent(size)  # account -> tenant -> reaches
+        self._tenants: dict[str, str] = {}  # organization -> tenant, for what a change drops
 
     def __repr__(self) -> str:
         return f"Replica(current={self.current}, keys={len(self._keys)})"
@@ -58,26 +94,28 @@ class Replica:
         replica cannot say (not current, or something is missing)."""
         if not self.current:
             return None
-        key = self._keys.get(key_id, _MISSING)
-        if key is None or key is _MISSING:
-            return None if key is _MISSING else Found(key=None, asked=organization)
+        key = self._keys.used(key_id)
+        if key is _MISSING:
+            return Found(key=None, asked=organization) if key_id in self._unknown else None
         assert isinstance(key, ApiKey)
         account, tenant = key.account_id, key.scope.tenant_id
-        default = self._defaults.get(tenant, _MISSING)
-        reaches = self._reach.get(account, {}).get(tenant)
-        named = None if organization is None else self._organizations.get(organization, _MISSING)
+        default = self._defaults.used(tenant)
+        reach = self._reach.used(account, {})
+        named = None if organization is None else self._organizations.used(organization)
+        reaches = reach.get(tenant) if isinstance(reach, dict) else None
         if default is _MISSING or reaches is None or named is _MISSING:
             return None
         assert default is None or isinstance(default, Organization)
         assert named is None or isinstance(named, Organization)
-        known = self._roles.get(account, {})
+        known = self._roles.used(account, {})
+        assert isinstance(known, dict)
         roles: dict[str, str | None] = {}
         for place in (key.scope.organization_id, named and named.id, default and default.id):
             if place:
                 role = known.get(place, _MISSING)
                 if role is _MISSING:
                     return None
-                roles[place] = role  # type: ignore[assignment]
+                roles[place] = role
         return Found(
             key=key, asked=organization, named=named, default=default, roles=roles, reaches=reaches
         )
@@ -92,27 +130,26 @@ class Replica:
         with self._lock:
             if not self.current or epoch != self.epoch:
                 return
-            self._bound()
-            self._keys[key_id] = found.key
             key = found.key
             if key is None:
+                self._unknown.put(key_id, None)
                 return
+            self._unknown.pop(key_id, None)
+            self._keys.put(key_id, key)
+            tenant = key.scope.tenant_id
+            if key.scope.organization_id is not None:
+                self._tenants[key.scope.organization_id] = tenant
             if found.asked is not None:
-                self._organizations[found.asked] = found.named
-            self._defaults[key.scope.tenant_id] = found.default
-            self._roles.setdefault(key.account_id, {}).update(found.roles)
-            self._reach.setdefault(key.account_id, {})[key.scope.tenant_id] = found.reaches
-
-    def _bound(self) -> None:
-        for table in (self._keys, self._organizations, self._defaults, self._roles, self._reach):
-            if len(table) >= self.max_entries:
-                table.clear()
-                self.epoch += 1  # what was dropped may be read anew, newer (rule 2)
-
-    def moved(self) -> None:
-        """Move the epoch: the caller is about to read the database past the feed."""
-        with self._lock:
-            self.epoch += 1
+                self._organizations.put(found.asked, found.named)
+                if found.named is not None:
+                    self._tenants[found.named.id] = found.named.tenant_id
+            self._defaults.put(tenant, found.default)
+            if found.default is not None:
+                self._tenants[found.default.id] = tenant
+            roles = self._roles.get(key.account_id) or {}
+            self._roles.put(key.account_id, {**roles, **found.roles})
+            reach = self._reach.get(key.account_id) or {}
+            self._reach.put(key.account_id, {**reach, tenant: found.reaches})
 
     def changed(self, kind: str, changed_id: str) -> None:
         """Drop what a change of *kind* (``_sql.KEY``, ``MEMBERSHIP``, ``ORGANIZATION``,
@@ -123,27 +160,40 @@ class Replica:
         with self._lock:
             if kind == KEY:
                 self._keys.pop(changed_id, None)
+                self._unknown.pop(changed_id, None)
             elif kind == MEMBERSHIP:
                 self._roles.pop(changed_id, None)
                 self._reach.pop(changed_id, None)
-            else:  # an organization: its memberships, defaults and reach go with it
-                self._organizations.clear()
-                self._defaults.clear()
-                self._roles.clear()
-                self._reach.clear()
+            else:
+                self._organization_changed(changed_id)
             self.epoch += 1  # last (rule 2)
+
+    def _organization_changed(self, organization: str) -> None:
+        # The organization itself, and its tenant's default. Its memberships send changes
+        # of their own (a cascade included); the roles kept for it stay true. What cannot
+        # be placed goes whole: an organization of a tenant this replica never saw may be
+        # the default that one lacked, and one that moved to another tenant takes its
+        # members' reach along.
+        self._organizations.pop(organization, None)
+        tenant = self._tenants.pop(organization, None)
+        if tenant is not None:
+            self._defaults.pop(tenant, None)
+        for name, default in list(self._defaults.items()):
+            if default is None:
+                self._defaults.pop(name, None)
+        for account, roles in list(self._roles.items()):
+            if roles.get(organization) is not None:
+                self._reach.pop(account, None)
+
+    def moved(self) -> None:
+        """Move the epoch: the caller is about to read the database past the feed."""
+        with self._lock:
+            self.epoch += 1
 
     def reset(self, *, current: bool) -> None:
         """Empty the replica (the feed may have missed changes) and say whether it is current."""
         with self._lock:
-            for table in (
-                self._keys,
-                self._organizations,
-                self._defaults,
-                self._roles,
-                self._reach,
-            ):
-                table.clear()
+            self._empty()
             self.current = current
             self.epoch += 1  # last (rule 2)
 
