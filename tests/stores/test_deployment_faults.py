@@ -463,3 +463,74 @@ def test_unrelated_requests_after_a_revoke_are_counted_once(sqlite_path: Path) -
             raw.close()
         assert accepted(auth, secret) == 0
         assert db.replica.current and db.replica.epoch == epoch + 1  # one change, no reset
+
+
+# --- PostgreSQL: a paused process -----------------------------------------------------------
+
+PAUSED_INSTANCE = """
+import sys
+from keyturn import Authenticator, AuthRequest, Principal
+from keyturn.stores.postgres import PostgresDatabase
+
+with PostgresDatabase(sys.argv[1]) as db:
+    auth = Authenticator(db.keys, db.membership, usage_interval=None)
+    for line in sys.stdin:
+        request = AuthRequest(authorization=(f"Bearer {line.strip()}",), organization=("default",))
+        outcome = auth.authenticate(request)
+        print("accepted" if isinstance(outcome, Principal) else "refused", flush=True)
+"""
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(180)
+def test_a_paused_process_answers_nothing_stale_when_it_resumes(postgres_url: str) -> None:
+    """An instance paused (SIGSTOP) while keys are revoked: its first request on resuming
+    is refused, whatever its listener has or has not read yet."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from keyturn.stores.postgres import PostgresDatabase
+
+    with PostgresDatabase(postgres_url, replica=False) as db:
+        secrets_ = [seed(db)] + [
+            KeyManager(db.keys, db.membership).create("alice", name=f"k{i}", scope=TENANT).secret
+            for i in range(4)
+        ]
+    instance = subprocess.Popen(  # noqa: S603 -- our own interpreter and code
+        [sys.executable, "-c", PAUSED_INSTANCE, postgres_url],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert instance.stdin is not None and instance.stdout is not None
+
+    def ask(secret: str) -> str:
+        assert instance.stdin is not None and instance.stdout is not None
+        instance.stdin.write(secret + "\n")
+        instance.stdin.flush()
+        return instance.stdout.readline().strip()
+
+    late = 0
+    try:
+        for secret in secrets_:
+            assert eventually(lambda secret=secret: ask(secret) == "accepted")
+            time.sleep(1.0)  # warm: the replica and the memo answer
+            assert ask(secret) == "accepted"
+            os.kill(instance.pid, signal.SIGSTOP)
+            plain_sql(postgres_url, revoke(secret))
+            time.sleep(3.0)
+            instance.stdin.write(secret + "\n")  # waiting for it the moment it resumes
+            instance.stdin.flush()
+            os.kill(instance.pid, signal.SIGCONT)
+            late += instance.stdout.readline().strip() == "accepted"
+    finally:
+        instance.stdin.close()
+        try:
+            instance.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            instance.kill()  # stopped by its PID
+            instance.wait()
+        instance.stdout.close()
+    assert late == 0
