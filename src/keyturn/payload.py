@@ -76,7 +76,7 @@ from keyturn._steps import (
 from keyturn._token import ParsedToken
 from keyturn.activity import Action, By, Channel, KeyEvent, new_event
 from keyturn.authenticator import Authenticator
-from keyturn.errors import KeyInPayload, PayloadTooLarge, Reason, Refusal
+from keyturn.errors import InvalidRequest, KeyInPayload, PayloadTooLarge, Reason, Refusal
 
 __all__ = ["DEFAULT_CONTENT_TYPES", "DEFAULT_MAX_BYTES", "PayloadGuard"]
 
@@ -88,6 +88,9 @@ SOURCE_PREFIX: Final = "request-body:"  # the leak's recorded place: request-bod
 _CHUNK: Final = 64 * 1024  # bytes read from wsgi.input at a time
 _MAX_SOURCE: Final = 2048  # characters of the recorded place
 _CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_DIGITS: Final = re.compile(r"[0-9]+", re.ASCII)  # a Content-Length as RFC 9110 writes it
+_LENGTH: Final = "The Content-Length header is not a number of bytes: send its digits only."
+_CHARSET: Final = "The charset of the request body is not one this API reads: send JSON in UTF-8."
 
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -177,19 +180,39 @@ class PayloadGuard:
         path: str,
         principal: Principal,
         authenticator: Authenticator,
+        started: float | None = None,
     ) -> Receive | Refusal:
-        """Read and scan an accepted HTTP request's body before the app is called.
+        """Read and scan an accepted HTTP request's body before the app is called. The
+        request was decided with ``final=False``: its refusal is recorded here, or its
+        acceptance (:meth:`Authenticator.admit`). *started*: when its decision began.
 
         :returns: the refusal, or the ``receive`` to call the app with: it hands the app the
             body that was read, as one message, then what the server sends next.
         """
+        method = scope.get("method", "GET").upper()
+        screened = await self._read_asgi(scope, receive, method, path, principal, authenticator)
+        if isinstance(screened, Refusal):
+            return authenticator.record(AuthRequest((), (), method, path), screened, started)
+        authenticator.admit(method, path, principal, started)
+        return screened
+
+    async def _read_asgi(
+        self,
+        scope: MutableMapping[str, Any],
+        receive: Receive,
+        method: str,
+        path: str,
+        principal: Principal,
+        authenticator: Authenticator,
+    ) -> Receive | Refusal:
         content_type, length = _asgi_headers(scope.get("headers", ()))
         if not self.scans(content_type):
             return receive
-        method = scope.get("method", "GET")
         if length is not None and length > self.max_bytes:  # said before a byte is read
-            return self._too_large(method, path, principal, authenticator)
-        scanner = BodyScanner()
+            return self._too_large(principal)
+        scanner = _scanner(content_type)
+        if scanner is None:
+            return _unreadable(_CHARSET, principal)
         chunks: list[bytes] = []
         size, over = 0, False
         message: Message = {"type": "http.request", "body": b"", "more_body": False}
@@ -211,7 +234,7 @@ class PayloadGuard:
         else:
             over = True  # a server that sends empty messages forever
         scanner.end()
-        refused = self._refusal(scanner, over, method, path, principal, authenticator)
+        refused = self._refusal(scanner, over, principal)
         if refused is not None:
             # No frame of ours holds the body while the store is asked (tracebacks' locals).
             chunks.clear()
@@ -230,23 +253,44 @@ class PayloadGuard:
         path: str,
         principal: Principal,
         authenticator: Authenticator,
+        started: float | None = None,
     ) -> Refusal | None:
         """Read and scan an accepted request's body before the app is called; the refusal,
-        or ``None`` with ``wsgi.input`` replaced by the body that was read.
+        or ``None`` with ``wsgi.input`` replaced by the body that was read. Recorded as
+        :meth:`screen_asgi` says.
         """
-        if not self.scans(environ.get("CONTENT_TYPE")):
+        method = environ.get("REQUEST_METHOD", "GET").upper()
+        refused = self._read_wsgi(environ, method, path, principal, authenticator)
+        if refused is not None:
+            return authenticator.record(AuthRequest((), (), method, path), refused, started)
+        authenticator.admit(method, path, principal, started)
+        return None
+
+    def _read_wsgi(
+        self,
+        environ: WSGIEnvironment,
+        method: str,
+        path: str,
+        principal: Principal,
+        authenticator: Authenticator,
+    ) -> Refusal | None:
+        content_type = environ.get("CONTENT_TYPE")
+        if not self.scans(content_type):
             return None
-        method = environ.get("REQUEST_METHOD", "GET")
-        declared = (environ.get("CONTENT_LENGTH") or "").strip()
-        if declared.isascii() and declared.isdigit():
+        declared = environ.get("CONTENT_LENGTH") or ""
+        if _DIGITS.fullmatch(declared):
             left = int(declared)
             if left > self.max_bytes:  # said before a byte is read
-                return self._too_large(method, path, principal, authenticator)
+                return self._too_large(principal)
+        elif declared:  # int() reads "+59", " 59", "5_9" and "٥٩": servers and apps differ
+            return _unreadable(_LENGTH, principal)
         elif environ.get("wsgi.input_terminated"):  # chunked: the server ends the stream
             left = self.max_bytes + 1
         else:
             return None  # no body the app may read (PEP 3333)
-        scanner = BodyScanner()
+        scanner = _scanner(content_type)
+        if scanner is None:
+            return _unreadable(_CHARSET, principal)
         stream = environ["wsgi.input"]
         chunks: list[bytes] = []
         size = 0
@@ -259,7 +303,7 @@ class PayloadGuard:
             size += len(chunk)
         scanner.end()
         over = size > self.max_bytes
-        refused = self._refusal(scanner, over, method, path, principal, authenticator)
+        refused = self._refusal(scanner, over, principal)
         if refused is not None:
             chunks.clear()  # no frame of ours holds the body while the store is asked
             chunk = b""
@@ -270,69 +314,87 @@ class PayloadGuard:
         return None
 
     def screen_django(
-        self, request: Any, path: str, principal: Principal, authenticator: Authenticator
+        self,
+        request: Any,
+        path: str,
+        principal: Principal,
+        authenticator: Authenticator,
+        started: float | None = None,
     ) -> Refusal | None:
         """Scan a Django request's ``request.body`` (read whole: Django's handlers hold it
-        already) before the view runs; the refusal, or ``None``."""
-        scanner, over = self._django_scan(request)
-        method = request.method or "GET"
-        refused = self._refusal(scanner, over, method, path, principal, authenticator)
+        already) before the view runs; the refusal, or ``None``. Recorded as
+        :meth:`screen_asgi` says."""
+        method = (request.method or "GET").upper()
+        scanner, refused = self._django_scan(request, principal)
         if refused is not None and scanner.keys:
             self._record(scanner, method, path, authenticator)
-        return refused
+        return self._django_end(refused, method, path, principal, authenticator, started)
 
     async def screen_django_async(
-        self, request: Any, path: str, principal: Principal, authenticator: Authenticator
+        self,
+        request: Any,
+        path: str,
+        principal: Principal,
+        authenticator: Authenticator,
+        started: float | None = None,
     ) -> Refusal | None:
         """:meth:`screen_django` for Django's async handler: the store awaited or on a thread."""
-        scanner, over = self._django_scan(request)
-        method = request.method or "GET"
-        refused = self._refusal(scanner, over, method, path, principal, authenticator)
+        method = (request.method or "GET").upper()
+        scanner, refused = self._django_scan(request, principal)
         if refused is not None and scanner.keys:
             await self._record_async(scanner, method, path, authenticator)
-        return refused
+        return self._django_end(refused, method, path, principal, authenticator, started)
 
-    def _django_scan(self, request: Any) -> tuple[BodyScanner, bool]:
-        scanner = BodyScanner()
+    def _django_scan(
+        self, request: Any, principal: Principal
+    ) -> tuple[BodyScanner, Refusal | None]:
         meta = request.META
-        if not self.scans(meta.get("CONTENT_TYPE")):
-            return scanner, False
+        content_type = meta.get("CONTENT_TYPE")
+        if not self.scans(content_type):
+            return BodyScanner(), None
         declared = str(meta.get("CONTENT_LENGTH") or "").strip()
         if declared.isascii() and declared.isdigit() and int(declared) > self.max_bytes:
-            return scanner, True  # said before a byte is read
-        body: bytes = request.body
+            return BodyScanner(), self._too_large(principal)  # said before a byte is read
+        scanner = _scanner(content_type)
+        if scanner is None:
+            return BodyScanner(), _unreadable(_CHARSET, principal)
+        body: bytes = request.body  # what Django read, whatever CONTENT_LENGTH said
         scanner.feed(body[: self.max_bytes], final=True)
-        return scanner, len(body) > self.max_bytes
+        return scanner, self._refusal(scanner, len(body) > self.max_bytes, principal)
 
-    def _refusal(
-        self,
-        scanner: BodyScanner,
-        over: bool,
+    @staticmethod
+    def _django_end(
+        refused: Refusal | None,
         method: str,
         path: str,
         principal: Principal,
         authenticator: Authenticator,
+        started: float | None,
     ) -> Refusal | None:
-        """The answer to a scanned body, logged and audited as the decision's refusals are."""
-        if scanner.keys:  # said even when the body was also too long: a key was there
-            refusal = KeyInPayload(
-                Reason.KEY_IN_PAYLOAD, key_id=scanner.keys[0].key_id, principal=principal
-            )
-            return authenticator.record(AuthRequest((), (), method.upper(), path), refusal)
-        if over:
-            return self._too_large(method, path, principal, authenticator)
+        if refused is not None:
+            return authenticator.record(AuthRequest((), (), method, path), refused, started)
+        authenticator.admit(method, path, principal, started)
         return None
 
-    def _too_large(
-        self, method: str, path: str, principal: Principal, authenticator: Authenticator
-    ) -> Refusal:
-        refusal = PayloadTooLarge(
+    def _refusal(self, scanner: BodyScanner, over: bool, principal: Principal) -> Refusal | None:
+        """The answer to a scanned body. It is charged to the key that sent the request,
+        never to a key found in the body: whoever writes a body chooses those."""
+        if scanner.keys:  # said even when the body was also too long: a key was there
+            return KeyInPayload(Reason.KEY_IN_PAYLOAD, key_id=principal.key_id, principal=principal)
+        if scanner.unreadable:
+            return _unreadable(_CHARSET, principal)
+        if over:
+            return self._too_large(principal)
+        return None
+
+    def _too_large(self, principal: Principal) -> Refusal:
+        return PayloadTooLarge(
             Reason.PAYLOAD_TOO_LARGE,
             f"The request body is longer than the {self.max_bytes} bytes this API reads: "
             "send a smaller one.",
+            key_id=principal.key_id,
             principal=principal,
         )
-        return authenticator.record(AuthRequest((), (), method.upper(), path), refusal)
 
     # --- recording: a flow of questions, and a sync and an async driver ----------------------
 
@@ -436,6 +498,29 @@ def _source(method: str, path: str) -> str:
     """Where a key was found, as recorded on it: one line, bounded."""
     source = _CONTROL.sub("\ufffd", f"{SOURCE_PREFIX}{method.upper()} {path}")
     return source if len(source) <= _MAX_SOURCE else source[: _MAX_SOURCE - 1] + "\u2026"
+
+
+def _scanner(content_type: str | None) -> BodyScanner | None:
+    """A scanner for a body of *content_type*, reading its ``charset`` too; ``None`` when
+    that names no text encoding, or when the type names two charsets (parsers differ on
+    which one counts)."""
+    charsets = {
+        value.strip().strip('"').strip().lower()
+        for name, _, value in (part.partition("=") for part in (content_type or "").split(";")[1:])
+        if name.strip().lower() == "charset"
+    } - {""}
+    if len(charsets) > 1:
+        return None
+    try:
+        return BodyScanner(charsets.pop() if charsets else None)
+    except LookupError:
+        return None
+
+
+def _unreadable(message: str, principal: Principal) -> Refusal:
+    return InvalidRequest(
+        Reason.UNREADABLE_BODY, message, key_id=principal.key_id, principal=principal
+    )
 
 
 def _asgi_headers(headers: Any) -> tuple[str | None, int | None]:
