@@ -124,7 +124,7 @@ class ApiKeyMiddleware:
             realm = config.get("REALM", DEFAULT_REALM)
             check_options(authenticator, realm)
             paths = Paths(config.get("PREFIX", DEFAULT_PREFIX), config.get("PUBLIC_PATHS", ()))
-            guard = _payload_guard(config.get("PAYLOAD_GUARD"), authenticator)
+            guard = _payload_guard(config.get("PAYLOAD_GUARD"), authenticator, paths.prefix)
         except (TypeError, ValueError) as exc:
             raise ImproperlyConfigured(f"KEYTURN: {exc}") from exc
         self.app = get_response
@@ -252,7 +252,9 @@ def _read(request: HttpRequest, path: str) -> AuthRequest:
     )
 
 
-def _payload_guard(setting: object, authenticator: Authenticator) -> PayloadGuard | None:
+def _payload_guard(
+    setting: object, authenticator: Authenticator, prefix: str
+) -> PayloadGuard | None:
     """``KEYTURN["PAYLOAD_GUARD"]``: ``None``/``False`` (off), ``True``, a dict of
     :class:`~keyturn.payload.PayloadGuard` options, or a guard."""
     if setting is None or setting is False:
@@ -268,7 +270,7 @@ def _payload_guard(setting: object, authenticator: Authenticator) -> PayloadGuar
             "KEYTURN['PAYLOAD_GUARD'] must be True, a dict of PayloadGuard options or a "
             f"PayloadGuard, got {type(setting).__name__}"
         )
-    return guard.check(authenticator)
+    return guard.check(authenticator, prefix)
 
 
 def _authenticator(config: dict[str, Any]) -> Authenticator:

@@ -83,6 +83,7 @@ log: Final = logging.getLogger("keyturn.notices")
 TIMESTAMP_HEADER: Final = "keyturn-timestamp"
 SIGNATURE_HEADER: Final = "keyturn-signature"
 REPLAY_WINDOW: Final = 300  # seconds: a webhook older or newer than this is refused
+REQUEST_BODY: Final = "request-body:"  # the place the payload guard records a leak at
 _SECONDS: Final = re.compile(r"[0-9]{1,12}", re.ASCII)  # Unix seconds, until the year 33658
 
 
@@ -222,8 +223,9 @@ def due(
                 found.append(Due.of(NoticeKind.EXPIRED, info, account_id))
     for key in leaked:
         if key.leaked is not None and key.leaked.at > now - window:
-            seen = f"seen at {key.leaked.url}"
-            found.append(Due.of(NoticeKind.LEAKED, key, key.account_id, detail=seen))
+            found.append(
+                Due.of(NoticeKind.LEAKED, key, key.account_id, detail=_seen(key.leaked.url))
+            )
     for event in events:
         by_other = event.action is Action.REVOKED and event.actor != event.account_id
         if by_other or event.action is Action.AUTO_REVOKED:
@@ -240,6 +242,25 @@ def due(
                 )
             )
     return found
+
+
+def _seen(place: str) -> str:
+    """Where a leaked key was seen, as its creator's notice says it: quoted (escaped, one
+    line) and bounded. A request body by its method and the guard's route only: whoever
+    sends a body chooses the rest of its path, and this mail is an official one."""
+    if place.startswith(REQUEST_BODY):  # "request-body:POST /managed-agents/v1/"
+        method, _, route = place.removeprefix(REQUEST_BODY).partition(" ")
+        shown = f" ({method})" if method.isascii() and method.isupper() and len(method) <= 7 else ""
+        return f"seen in the body of a request to {_quoted(route, 64)}{shown}"
+    return f"seen at {_quoted(place, 200)}"
+
+
+def _quoted(text: str, limit: int) -> str:
+    """*text* in double quotes, escaped as JSON escapes it (ASCII: no line breaks of any
+    kind), and cut at *limit* characters with an ellipsis."""
+    if len(text) <= limit:
+        return json.dumps(text)
+    return json.dumps(text[:limit])[:-1] + '\u2026"'
 
 
 @attrs.frozen(kw_only=True)

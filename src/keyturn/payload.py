@@ -29,19 +29,26 @@ What it decides, in order:
     as one message (ASGI) or a fresh ``wsgi.input`` (WSGI). So the app never receives a key's
     bytes, and a refusal is always a clean 400, never a response cut off half-way.
 -   What is a key: ``rma_`` and 46 letters and digits whose checksum holds, written plainly
-    or with JSON escapes (``\\u0072ma_...``), anywhere in the body (``_payload.py`` says
-    exactly how it reads). Keys are refused whether or not they are real: a forged one
-    looks the same to an agent, and the answer tells no one which keys exist.
+    or with JSON escapes (``\\u0072ma_...``), anywhere in the body, in every encoding a
+    JSON parser reads it in: its bytes, UTF-16 or UTF-32 as its first bytes say, and its
+    declared ``charset`` (``_payload.py`` says exactly how it reads). A body the guard
+    cannot read as the app may (a ``charset`` no decoder reads, two of them, a WSGI
+    ``Content-Length`` that is not plain digits) is refused with 400 ``invalid_request``.
+    Keys are refused whether or not they are real: a forged one looks the same to an
+    agent, and the answer tells no one which keys exist.
 -   Which are recorded: each distinct key found (at most eight per body) is looked up in
     the key store and its secret checked by the authenticator's argon2 verifier, as a
     request's key would be; only a real key with the right secret is recorded as leaked
-    (``report_leak``, with the source ``request-body:<METHOD> <path>``), and revoked with
-    ``revoke=True``. A forgery of someone's key id marks nothing. A store that fails or
-    a verifier that is full is logged; the 400 stands.
+    (``report_leak``, with the source ``request-body:<METHOD> <route>``: the guarded prefix,
+    never the path its sender chose), and revoked with ``revoke=True``. A forgery of
+    someone's key id marks nothing. A store that fails or a verifier that is full is
+    logged; the 400 stands.
 -   The refusal has the spec's error body, carries ``service-organization-id`` and
     ``service-tenant-id`` (the request reached its organization), reaches the audit hook
-    and the ``keyturn`` log like the other refusals, and never repeats the key: the log
-    line names the key id.
+    and the ``keyturn`` log once, like the other refusals, and is charged to the sender's
+    key, never to a key found in the body (whoever writes the body chooses those): the
+    middleware decides the request with ``final=False``, and the guard records either its
+    refusal or its acceptance. It never repeats the key: log lines name key ids.
 """
 
 from __future__ import annotations
@@ -86,8 +93,8 @@ DEFAULT_CONTENT_TYPES: Final = ("application/json", "application/*+json")
 DEFAULT_MAX_BYTES: Final = 1 << 20
 SOURCE_PREFIX: Final = "request-body:"  # the leak's recorded place: request-body:POST /path
 _CHUNK: Final = 64 * 1024  # bytes read from wsgi.input at a time
-_MAX_SOURCE: Final = 2048  # characters of the recorded place
-_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# The methods a leak's recorded place names; any other is "OTHER".
+_METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "QUERY"})
 _DIGITS: Final = re.compile(r"[0-9]+", re.ASCII)  # a Content-Length as RFC 9110 writes it
 _LENGTH: Final = "The Content-Length header is not a number of bytes: send its digits only."
 _CHARSET: Final = "The charset of the request body is not one this API reads: send JSON in UTF-8."
@@ -132,9 +139,11 @@ class PayloadGuard:
         self.revoke = bool(revoke)
         self._exact = frozenset(kind for kind in self.content_types if "*" not in kind)
         self._patterns = tuple(kind for kind in self.content_types if "*" in kind)
-        # Set by check(), on the copy a middleware keeps: who answers each step (Step.via).
+        # Set by check(), on the copy a middleware keeps: who answers each step (Step.via),
+        # and the route the middleware guards, which a leak's recorded place names.
         self._callers: dict[int, Caller] = {}
         self._records_events = False
+        self._route = "/"
 
     def __repr__(self) -> str:
         return (
@@ -142,9 +151,10 @@ class PayloadGuard:
             f"revoke={self.revoke})"
         )
 
-    def check(self, authenticator: Authenticator) -> PayloadGuard:
+    def check(self, authenticator: Authenticator, route: str = "/") -> PayloadGuard:
         """A copy of this guard bound to *authenticator*'s store and verifier, once the store
-        can record leaks (said at startup, by the middleware)."""
+        can record leaks (said at startup, by the middleware). *route*: the prefix the
+        middleware guards, the place a leak is recorded at."""
         missing = [
             name
             for name in ("get_key", "report_leak") + (("revoke_key",) if self.revoke else ())
@@ -162,6 +172,7 @@ class PayloadGuard:
             ARGON2: Verifying(authenticator.verifier, authenticator.cache),
         }
         bound._records_events = hasattr(store, "record_event")
+        bound._route = route
         return bound
 
     def scans(self, content_type: str | None) -> bool:
@@ -398,23 +409,31 @@ class PayloadGuard:
 
     # --- recording: a flow of questions, and a sync and an async driver ----------------------
 
+    def _source(self, method: str) -> str:
+        """Where a key was found, as recorded on it and named in its creator's notice: the
+        method and the route this guard matched, never the rest of the path (whoever sends
+        the body chooses it, up to 2,048 characters of it, to be read in an official mail)."""
+        shown = method if method in _METHODS else "OTHER"
+        return f"{SOURCE_PREFIX}{shown} {self._route}"
+
     def _leaks(
-        self, keys: list[ParsedToken], source: str, authenticator: Authenticator
+        self, keys: list[ParsedToken], source: str, where: str, authenticator: Authenticator
     ) -> Generator[Step, Any, None]:
-        """Record each real key of *keys* as leaked (and revoke it, if asked to)."""
+        """Record each real key of *keys* as leaked at *source* (and revoke it, if asked
+        to); *where*: the request, for the log."""
         now = authenticator.clock()
         cache = authenticator.cache
         for parsed in keys:
             key: ApiKey | None = yield GetKey(parsed.key_id)
             if key is None:
-                log.info("a key found in %s has no such id in the store", source[:200])
+                log.info("a key found in %s has no such id in the store", where)
                 continue
             # As the authenticator checks a key: a token verified before skips argon2.
             digest = cache.digest(parsed.token)
             if cache.lookup(digest) != fingerprint(key.secret_hash) and (
                 yield VerifySecret(digest, key.secret_hash, parsed.secret, key.account_id)
             ):  # a real id with another secret: a forgery of someone's key
-                log.info("a key found in %s is a forgery of key id %s", source[:200], key.key_id)
+                log.info("a key found in %s is a forgery of key id %s", where, key.key_id)
                 continue
             first = yield ReportLeak(key.key_id, source, now)
             revoked = bool(self.revoke and (yield RevokeKey(key.key_id, now)))
@@ -425,7 +444,7 @@ class PayloadGuard:
                 "key %s of account %r was found in %s and is recorded as leaked%s%s",
                 key.key_id,
                 key.account_id,
-                source[:200],
+                where,
                 "" if first else " (it already was)",
                 "; revoked" if revoked else "",
             )
@@ -433,7 +452,9 @@ class PayloadGuard:
     def _record(
         self, scanner: BodyScanner, method: str, path: str, authenticator: Authenticator
     ) -> None:
-        flow = self._leaks(scanner.keys, _source(method, path), authenticator)
+        flow = self._leaks(
+            scanner.keys, self._source(method), _loggable(method, path), authenticator
+        )
         deadline = _deadline(authenticator)
         answer: Any = None
         try:
@@ -451,7 +472,9 @@ class PayloadGuard:
     async def _record_async(
         self, scanner: BodyScanner, method: str, path: str, authenticator: Authenticator
     ) -> None:
-        flow = self._leaks(scanner.keys, _source(method, path), authenticator)
+        flow = self._leaks(
+            scanner.keys, self._source(method), _loggable(method, path), authenticator
+        )
         deadline = _deadline(authenticator)
         answer: Any = None
         try:
@@ -494,10 +517,9 @@ def _failed(step: Step, exc: Exception) -> None:
     )
 
 
-def _source(method: str, path: str) -> str:
-    """Where a key was found, as recorded on it: one line, bounded."""
-    source = _CONTROL.sub("\ufffd", f"{SOURCE_PREFIX}{method.upper()} {path}")
-    return source if len(source) <= _MAX_SOURCE else source[: _MAX_SOURCE - 1] + "\u2026"
+def _loggable(method: str, path: str) -> str:
+    """The request a key was found in, for a log line: quoted and escaped, one line, bounded."""
+    return f"the body of {method[:20]!r} {path[:200]!r}{'...' if len(path) > 200 else ''}"
 
 
 def _scanner(content_type: str | None) -> BodyScanner | None:

@@ -152,7 +152,7 @@ class ApiKeyMiddleware:
         payload_guard: PayloadGuard | None = None,
     ) -> None:
         check_options(authenticator, realm)
-        self.payload_guard = payload_guard and payload_guard.check(authenticator)
+        self.payload_guard = payload_guard and payload_guard.check(authenticator, prefix)
         self.app = app
         self.authenticator = authenticator
         self.paths = Paths(prefix, public_paths)

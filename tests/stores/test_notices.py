@@ -22,8 +22,9 @@ import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from werkzeug.test import Client as WerkzeugClient
 
-from keyturn import KeyManager, Lifetime, Scope, Status
+from keyturn import Authenticator, KeyManager, Lifetime, Scope, Status
 from keyturn.activity import Action, ActivityNotKept, By
 from keyturn.cli import main
 from keyturn.notices import (
@@ -39,7 +40,9 @@ from keyturn.notices import (
     sign,
     verify_webhook,
 )
+from keyturn.payload import PayloadGuard
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
+from keyturn.wsgi import ApiKeyMiddleware
 from tests.stores.conftest import Backend
 from tests.stores.test_activity import HostStore
 from tests.stores.test_contract import TENANT, world
@@ -164,7 +167,7 @@ def test_inactive_leaked_and_revoked_keys_are_told(backend: Backend, smtp: Mailb
     }
     bodies = "".join(m.get_payload(decode=True).decode() for m in smtp.messages)
     assert "revoked by operator root: in a log" in bodies
-    assert "seen at https://gist.example/abc" in bodies
+    assert 'seen at "https://gist.example/abc"' in bodies
     assert "revoked by keyturn (rotation)" in bodies
     assert notifier(manager, smtp.port).run().sent == 0
 
@@ -225,6 +228,69 @@ def test_the_nearest_threshold_is_the_one_due(left: timedelta) -> None:
         else []
     )
     assert [d.kind for d in found] == expected
+
+
+# A request path a holder of alice's key chooses, to be read in her official mail.
+PHISHING = "/managed-agents/v1/sessions/" + "Your account is locked: call +1 555 0100 now " * 45
+
+
+def test_a_key_found_in_a_body_is_told_by_the_guards_route_only() -> None:
+    """The payload guard finds alice's real key in a body sent to a path of 2,000
+    characters: her leaked notice names the method and the guarded route, quoted, and no
+    character of the rest of the path."""
+    store, membership = MemoryKeyStore(), MemoryMembership()
+    membership.add_organization("org_default", tenant_id="acme", default=True)
+    membership.add_member("alice", "org_default", role="admin")
+    membership.add_member("mallory", "org_default", role="admin")
+    manager = KeyManager(store, membership, clock=lambda: START)
+    leaked = manager.create("alice", name="laptop", scope=TENANT)
+    sender = manager.create("mallory", name="mine", scope=TENANT)
+
+    def app(environ: Any, start_response: Any) -> list[bytes]:
+        start_response("200 OK", [])
+        return [b"{}"]
+
+    with Authenticator(store, membership, clock=lambda: START) as authenticator:
+        guarded = ApiKeyMiddleware(app, authenticator=authenticator, payload_guard=PayloadGuard())
+        reply = WerkzeugClient(guarded).post(
+            PHISHING,
+            data=json.dumps({"content": leaked.secret}),
+            headers={"authorization": f"Bearer {sender.secret}", "x-organization-id": "default"},
+            content_type="application/json",
+        )
+    assert (reply.status_code, reply.json["error"]["code"]) == (400, "key_in_payload")
+    record = store.get_key(leaked.info.key_id)
+    assert record is not None and record.leaked is not None
+    assert record.leaked.url == "request-body:POST /managed-agents/v1/"
+
+    outbox: list[Any] = []
+    clock = lambda: START + timedelta(hours=1)  # noqa: E731
+    later = KeyManager(store, membership, clock=clock)
+    Notifier(later, deliver=outbox.append, address_of=lambda a: a, console_url=CONSOLE).run()
+    (notice,) = [n for n in outbox if n.kind is NoticeKind.LEAKED]
+    assert notice.detail == 'seen in the body of a request to "/managed-agents/v1/" (POST)'
+    assert "555" not in notice.text and "locked" not in notice.text
+
+
+def test_a_place_recorded_before_is_quoted_and_bounded() -> None:
+    """A leak recorded with a whole path, or by a code host with a URL of its choosing:
+    the notice quotes it (escaped, one line) and cuts it short."""
+    store, membership = MemoryKeyStore(), MemoryMembership()
+    membership.add_organization("org_default", tenant_id="acme", default=True)
+    membership.add_member("alice", "org_default", role="admin")
+    manager = KeyManager(store, membership, clock=lambda: START)
+    old = manager.create("alice", name="old", scope=TENANT)
+    hosted = manager.create("alice", name="hosted", scope=TENANT)
+    store.report_leak(old.info.key_id, "request-body:POST " + PHISHING + "\r\nBcc: x", START)
+    store.report_leak(hosted.info.key_id, "https://gist.example/" + "a\n" * 300, START)
+
+    found = due({}, store.leaked_keys(), [], START, timedelta(days=30))
+
+    details = {d.name: d.detail or "" for d in found}
+    assert details["old"].startswith('seen in the body of a request to "/managed-agents/v1/')
+    assert details["old"].endswith('\u2026" (POST)')
+    assert details["hosted"].startswith('seen at "https://gist.example/a\\na\\n')
+    assert all("\n" not in d and "\r" not in d and len(d) < 450 for d in details.values())
 
 
 # --- a real HTTP receiver on loopback ---------------------------------------------------------
