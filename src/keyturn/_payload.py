@@ -21,10 +21,12 @@ Rules of this file -- what it decides:
    the next chunk.
 3. A key cut by a chunk's end is found: the last 49 bytes of what was read are kept and
    read again with the next chunk. No key fits in 49 bytes, so none is found twice.
-4. Memory is bounded: one chunk and 54 bytes of state per reading, and 64 KiB more for a
-   reading in another encoding (rule 6). Work is linear in the body's size and done in C
-   passes over each chunk (a Python call only per escaped key character); a UTF-8 chunk
-   with no backslash costs a search for ``rma_`` and no copy.
+4. Memory is bounded: one chunk and 54 bytes of state per reading, and for a reading in
+   another encoding (rule 6) up to 64 KiB waiting to be decoded, and what its decoder holds
+   back (a few bytes; UTF-7's holds an unfinished shift sequence, at most the body, which
+   the guard holds anyway). Work is linear in the body's size and done in C passes over
+   each chunk (a Python call only per escaped key character); a UTF-8 chunk with no
+   backslash costs a search for ``rma_`` and no copy.
 5. At most :data:`MAX_KEYS` distinct keys are kept, in order of appearance; the scan goes
    on and :attr:`BodyScanner.more` says whether more were seen.
 6. The body is read in every encoding a JSON parser reads it in: as its bytes (UTF-8, and
@@ -166,11 +168,6 @@ class BodyScanner:
 
     __slots__ = ("_declared", "_decoded", "_done", "_head", "_raw", "keys", "more")
 
-    @property
-    def unreadable(self) -> bool:
-        """A decoder refused the body: it cannot be read in an encoding a parser may use."""
-        return any(reading.failed for reading in self._decoded)
-
     def __init__(self, charset: str | None = None) -> None:
         self._raw = _Reading(self._found)  # the bytes as they are: UTF-8 and ASCII's kin
         self._declared = None if charset is None else text_encoding(charset)
@@ -199,6 +196,11 @@ class BodyScanner:
             chunk = head
         for reading in self._decoded:
             reading.feed(chunk, final)
+
+    @property
+    def unreadable(self) -> bool:
+        """A decoder refused the body: it cannot be read in an encoding a parser may use."""
+        return any(reading.failed for reading in self._decoded)
 
     def end(self) -> None:
         """The body ended: what was held back (an escape it was cut in, bytes a decoder

@@ -13,7 +13,7 @@ from django.http import HttpRequest, JsonResponse
 from django.test import AsyncClient, Client, override_settings
 from django.urls import path
 
-from keyturn import Authenticator, CreatedKey, KeyManager, Scope
+from keyturn import AuditEvent, Authenticator, CreatedKey, KeyManager, Scope
 from keyturn.django import ApiKeyMiddleware
 from keyturn.payload import PayloadGuard
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
@@ -104,6 +104,40 @@ def test_async_handler(keys: tuple[MemoryKeyStore, CreatedKey, CreatedKey]) -> N
         )
 
     check_refused(asyncio.run(send()), store, pasted)
+
+
+def test_a_refusal_is_audited_once_and_charged_to_the_sender(
+    keys: tuple[MemoryKeyStore, CreatedKey, CreatedKey],
+) -> None:
+    """Django's sync and async handlers: each guarded request is one audit event; a refusal
+    names the sender's key, never the key found in the body."""
+    from django.conf import settings
+
+    store, sender, pasted = keys
+    events: list[AuditEvent] = []
+    membership = settings.KEYTURN["AUTHENTICATOR"].membership
+    with Authenticator(store, membership, audit=events.append) as authenticator:
+        config = {**settings.KEYTURN, "AUTHENTICATOR": authenticator}
+        with override_settings(KEYTURN=config):
+            sync = Client().post(
+                SESSIONS, body(pasted), content_type="application/json", headers=headers(sender)
+            )
+
+            async def send() -> Any:
+                return await AsyncClient().post(
+                    SESSIONS, body(pasted), content_type="application/json", headers=headers(sender)
+                )
+
+            asynchronous = asyncio.run(send())
+            clean = Client().post(
+                SESSIONS, "{}", content_type="application/json", headers=headers(sender)
+            )
+    assert (sync.status_code, asynchronous.status_code, clean.status_code) == (400, 400, 200)
+    assert [(e.allowed, e.error and e.error.key_id) for e in events] == [
+        (False, sender.info.key_id),
+        (False, sender.info.key_id),
+        (True, None),
+    ]
 
 
 def test_the_setting_is_checked_at_startup(
