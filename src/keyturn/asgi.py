@@ -83,6 +83,7 @@ from __future__ import annotations
 import functools
 import logging
 import operator
+import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
@@ -165,7 +166,7 @@ class ApiKeyMiddleware:
         payload_guard: PayloadGuard | None = None,
     ) -> None:
         check_options(authenticator, realm)
-        self.payload_guard = payload_guard and payload_guard.check(authenticator)
+        self.payload_guard = payload_guard and payload_guard.check(authenticator, prefix)
         self.app = app
         self.authenticator = authenticator
         self.paths = Paths(prefix, public_paths)
@@ -195,17 +196,20 @@ class ApiKeyMiddleware:
             )
             await self._refuse(error, scope, send)
             return
+        guard = self.payload_guard if kind == "http" else None
+        began = None if guard is None else time.monotonic()  # for the audit event
         # Built in the call: no frame of ours holds the key while anything it calls may
         # raise, nor while the app runs (error trackers send a traceback's frame locals).
+        # With the guard, an acceptance is counted once the body is read (final=False).
         outcome = await self.authenticator.authenticate_async(
-            _read(scope, path, self.strip_authorization)
+            _read(scope, path, self.strip_authorization), final=guard is None
         )
         if isinstance(outcome, Refusal):
             await self._refuse(outcome, scope, send)
             return
-        if self.payload_guard is not None and kind == "http":  # the body, read before the app
-            screened = await self.payload_guard.screen_asgi(
-                scope, receive, path, outcome, self.authenticator
+        if guard is not None:  # the body, read before the app
+            screened = await guard.screen_asgi(
+                scope, receive, path, outcome, self.authenticator, began
             )
             if isinstance(screened, Refusal):
                 await self._refuse(screened, scope, send)

@@ -234,12 +234,17 @@ class Authenticator:
     def __repr__(self) -> str:
         return f"Authenticator(store={self.store!r}, membership={self.membership!r})"
 
-    def authenticate(self, request: AuthRequest) -> Principal | Refusal:
-        """Decide *request*, calling the store and provider from this thread."""
+    def authenticate(self, request: AuthRequest, *, final: bool = True) -> Principal | Refusal:
+        """Decide *request*, calling the store and provider from this thread.
+
+        *final* ``False``: an acceptance is not the request's last word yet (the payload
+        guard reads its body next), so it is neither counted nor audited: :meth:`admit`
+        does that once the request is let through, :meth:`record` for its refusal.
+        """
         run = self._begin(request, True)
         del request  # only the decision holds the key now (see _begin)
         if isinstance(run, tuple):
-            return self._settle(run)
+            return self._settle(run, final)
         answer: Any = None
         try:
             while True:
@@ -249,14 +254,17 @@ class Authenticator:
                 except Exception as exc:
                     return self._fail(run, exc)
         except StopIteration as done:
-            return self._end(run, done.value)
+            return self._end(run, done.value, final)
 
-    async def authenticate_async(self, request: AuthRequest) -> Principal | Refusal:
-        """Decide *request* without blocking the event loop (argon2 runs in threads)."""
+    async def authenticate_async(
+        self, request: AuthRequest, *, final: bool = True
+    ) -> Principal | Refusal:
+        """Decide *request* without blocking the event loop (argon2 runs in threads);
+        *final* as for :meth:`authenticate`."""
         run = self._begin(request, False)
         del request  # only the decision holds the key now (see _begin)
         if isinstance(run, tuple):
-            return self._settle(run)
+            return self._settle(run, final)
         answer: Any = None
         try:
             while True:
@@ -266,7 +274,7 @@ class Authenticator:
                 except Exception as exc:
                     return self._fail(run, exc)
         except StopIteration as done:
-            return self._end(run, done.value)
+            return self._end(run, done.value, final)
 
     # --- shared by both drivers ------------------------------------------------------------
 
@@ -292,19 +300,23 @@ class Authenticator:
         deadline = None if self._timeout is None else time.monotonic() + self._timeout
         return _Run(flow, ticket, deadline, method, path, started)
 
-    def _settle(self, settled: _Settled) -> Principal | Refusal:
+    def _settle(self, settled: _Settled, final: bool) -> Principal | Refusal:
         outcome, organization, method, path, started = settled
         if isinstance(outcome, Principal):
             if self.rules.policy is not None:
                 outcome = police(outcome, organization, method, path, self.rules)
             elif self.audit is None:  # the warm path: nothing to log or audit, one use to count
-                if self.usage is not None:
+                if self.usage is not None and final:
                     self.usage.seen(outcome.key_id)
+                return outcome
+            if not final and isinstance(outcome, Principal):
                 return outcome
         return self._finish(method, path, outcome, started)
 
-    def _end(self, run: _Run, outcome: Principal | Refusal) -> Principal | Refusal:
+    def _end(self, run: _Run, outcome: Principal | Refusal, final: bool) -> Principal | Refusal:
         self.memo.keep(run.ticket, outcome)
+        if not final and isinstance(outcome, Principal):
+            return outcome
         return self._finish(run.method, run.path, outcome, run.started)
 
     def _fail(self, run: _Run, exc: Exception) -> Refusal:
@@ -330,12 +342,23 @@ class Authenticator:
             )
         return outcome
 
-    def record(self, request: AuthRequest, refusal: Refusal) -> Refusal:
-        """Log and audit a refusal made before the decision runs (``_target``'s 400 for a
-        target with no single reading), as the decision's own are; the refusal.
+    def record(
+        self, request: AuthRequest, refusal: Refusal, started: float | None = None
+    ) -> Refusal:
+        """Log, count and audit a refusal made outside the decision (``_target``'s 400 for a
+        target with no single reading, the payload guard's), as the decision's own are; the
+        refusal. *started*: when the request's decision began (``time.monotonic()``).
         """
-        self._finish(request.method, request.path, refusal)
+        self._finish(request.method, request.path, refusal, started)
         return refusal
+
+    def admit(
+        self, method: str, path: str, principal: Principal, started: float | None = None
+    ) -> Principal:
+        """Count and audit an acceptance decided with ``final=False``, now that the request
+        is let through; the principal."""
+        self._finish(method, path, principal, started)
+        return principal
 
     def _finish(
         self, method: str, path: str, outcome: Principal | Refusal, started: float | None = None

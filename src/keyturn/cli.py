@@ -36,11 +36,13 @@ import re
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import unquote
 
@@ -255,12 +257,28 @@ def audit_export(db: Database, args: argparse.Namespace) -> None:
     if args.output is None:
         _export(db, args.since, sys.stdout)
         return
-    try:  # personal data (client addresses): readable by its owner only
-        descriptor = os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # Personal data (client addresses): a new file, readable by its owner only (mkstemp
+    # makes it so), moved over the name once whole. An existing file keeps neither its
+    # mode nor its contents, and a symbolic link there is replaced, never written through.
+    output = Path(args.output)
+    try:
+        descriptor, temporary = tempfile.mkstemp(
+            prefix=f".{output.name}.", suffix=".tmp", dir=output.parent
+        )
     except OSError as exc:
         raise CommandError(f"cannot write {args.output}: {exc.strerror}", 2) from None
-    with open(descriptor, "w", encoding="utf-8") as file:
-        count = _export(db, args.since, file)
+    moved = False
+    try:
+        with open(descriptor, "w", encoding="utf-8") as file:
+            count = _export(db, args.since, file)
+        os.replace(temporary, output)
+        moved = True
+    except OSError as exc:
+        raise CommandError(f"cannot write {args.output}: {exc.strerror}", 2) from None
+    finally:
+        if not moved:  # a failed export leaves no half-written file behind
+            with suppress(OSError):
+                os.unlink(temporary)
     print(f"Wrote {count} event(s) to {args.output}.", file=sys.stderr)
 
 
@@ -330,7 +348,10 @@ def _since(text: str) -> datetime:
         raise argparse.ArgumentTypeError(
             f"give a date, an ISO 8601 instant or a span like 7d, not {text!r}"
         ) from None
-    return at.replace(tzinfo=UTC) if at.tzinfo is None else at
+    try:  # 0001-01-01T00:00:00+14:00 parses, yet lies before the first instant in UTC
+        return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+    except OverflowError:
+        raise argparse.ArgumentTypeError(f"{text!r} lies outside the years 1 to 9999") from None
 
 
 def _key_id_argument(key_id: str) -> str:

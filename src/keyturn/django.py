@@ -49,6 +49,7 @@ refused, never guessed.
 from __future__ import annotations
 
 import atexit
+import time
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from typing import Any, Final
@@ -123,7 +124,7 @@ class ApiKeyMiddleware:
             realm = config.get("REALM", DEFAULT_REALM)
             check_options(authenticator, realm)
             paths = Paths(config.get("PREFIX", DEFAULT_PREFIX), config.get("PUBLIC_PATHS", ()))
-            guard = _payload_guard(config.get("PAYLOAD_GUARD"), authenticator)
+            guard = _payload_guard(config.get("PAYLOAD_GUARD"), authenticator, paths.prefix)
         except (TypeError, ValueError) as exc:
             raise ImproperlyConfigured(f"KEYTURN: {exc}") from exc
         self.app = get_response
@@ -145,11 +146,14 @@ class ApiKeyMiddleware:
             return self.app(request)
         if isinstance(path, Refusal):
             return self._refuse(path, request)
-        outcome = self.authenticator.authenticate(_read(request, path))
+        guard = self.payload_guard
+        began = None if guard is None else time.monotonic()  # for the audit event
+        # With the guard, an acceptance is counted once the body is read (final=False).
+        outcome = self.authenticator.authenticate(_read(request, path), final=guard is None)
         if isinstance(outcome, Refusal):
             return self._refuse(outcome, request)
-        if self.payload_guard is not None:  # the body, read before the view
-            screened = self.payload_guard.screen_django(request, path, outcome, self.authenticator)
+        if guard is not None:  # the body, read before the view
+            screened = guard.screen_django(request, path, outcome, self.authenticator, began)
             if screened is not None:
                 return self._refuse(screened, request)
         self._admit(request, outcome)
@@ -163,12 +167,16 @@ class ApiKeyMiddleware:
             return await self._next(request)
         if isinstance(path, Refusal):
             return self._refuse(path, request)
-        outcome = await self.authenticator.authenticate_async(_read(request, path))
+        guard = self.payload_guard
+        began = None if guard is None else time.monotonic()  # for the audit event
+        outcome = await self.authenticator.authenticate_async(
+            _read(request, path), final=guard is None
+        )
         if isinstance(outcome, Refusal):
             return self._refuse(outcome, request)
-        if self.payload_guard is not None:  # the body, read before the view
-            screened = await self.payload_guard.screen_django_async(
-                request, path, outcome, self.authenticator
+        if guard is not None:  # the body, read before the view
+            screened = await guard.screen_django_async(
+                request, path, outcome, self.authenticator, began
             )
             if screened is not None:
                 return self._refuse(screened, request)
@@ -244,7 +252,9 @@ def _read(request: HttpRequest, path: str) -> AuthRequest:
     )
 
 
-def _payload_guard(setting: object, authenticator: Authenticator) -> PayloadGuard | None:
+def _payload_guard(
+    setting: object, authenticator: Authenticator, prefix: str
+) -> PayloadGuard | None:
     """``KEYTURN["PAYLOAD_GUARD"]``: ``None``/``False`` (off), ``True``, a dict of
     :class:`~keyturn.payload.PayloadGuard` options, or a guard."""
     if setting is None or setting is False:
@@ -260,7 +270,7 @@ def _payload_guard(setting: object, authenticator: Authenticator) -> PayloadGuar
             "KEYTURN['PAYLOAD_GUARD'] must be True, a dict of PayloadGuard options or a "
             f"PayloadGuard, got {type(setting).__name__}"
         )
-    return guard.check(authenticator)
+    return guard.check(authenticator, prefix)
 
 
 def _authenticator(config: dict[str, Any]) -> Authenticator:

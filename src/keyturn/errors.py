@@ -86,6 +86,7 @@ class Reason(enum.Enum):
     CLOSED = "closed"  # the Authenticator was closed: the process is shutting down
     KEY_IN_PAYLOAD = "key_in_payload"  # the body holds a key (keyturn.payload)
     PAYLOAD_TOO_LARGE = "payload_too_large"  # the body is longer than the guard reads
+    UNREADABLE_BODY = "unreadable_body"  # the guard cannot read the body as the app may
 
 
 class KeyturnError(Exception):
@@ -160,7 +161,8 @@ class Unauthorized(Refusal):
 
 
 class InvalidRequest(Refusal):
-    """400: the ``x-organization-id`` header is missing or is not an organization id."""
+    """400: the ``x-organization-id`` header is missing or is not an organization id; or
+    the payload guard cannot read the body as the app may (:mod:`keyturn.payload`)."""
 
     __slots__ = ()
     status = 400

@@ -33,12 +33,18 @@ which notices are due (:func:`due`): the rest is plain calls.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import hashlib
 import hmac
+import http.client
 import json
 import logging
+import re
 import smtplib
+import socket
+import ssl
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -77,6 +83,8 @@ log: Final = logging.getLogger("keyturn.notices")
 TIMESTAMP_HEADER: Final = "keyturn-timestamp"
 SIGNATURE_HEADER: Final = "keyturn-signature"
 REPLAY_WINDOW: Final = 300  # seconds: a webhook older or newer than this is refused
+REQUEST_BODY: Final = "request-body:"  # the place the payload guard records a leak at
+_SECONDS: Final = re.compile(r"[0-9]{1,12}", re.ASCII)  # Unix seconds, until the year 33658
 
 
 class NoticeKind(enum.Enum):
@@ -215,8 +223,9 @@ def due(
                 found.append(Due.of(NoticeKind.EXPIRED, info, account_id))
     for key in leaked:
         if key.leaked is not None and key.leaked.at > now - window:
-            seen = f"seen at {key.leaked.url}"
-            found.append(Due.of(NoticeKind.LEAKED, key, key.account_id, detail=seen))
+            found.append(
+                Due.of(NoticeKind.LEAKED, key, key.account_id, detail=_seen(key.leaked.url))
+            )
     for event in events:
         by_other = event.action is Action.REVOKED and event.actor != event.account_id
         if by_other or event.action is Action.AUTO_REVOKED:
@@ -233,6 +242,25 @@ def due(
                 )
             )
     return found
+
+
+def _seen(place: str) -> str:
+    """Where a leaked key was seen, as its creator's notice says it: quoted (escaped, one
+    line) and bounded. A request body by its method and the guard's route only: whoever
+    sends a body chooses the rest of its path, and this mail is an official one."""
+    if place.startswith(REQUEST_BODY):  # "request-body:POST /managed-agents/v1/"
+        method, _, route = place.removeprefix(REQUEST_BODY).partition(" ")
+        shown = f" ({method})" if method.isascii() and method.isupper() and len(method) <= 7 else ""
+        return f"seen in the body of a request to {_quoted(route, 64)}{shown}"
+    return f"seen at {_quoted(place, 200)}"
+
+
+def _quoted(text: str, limit: int) -> str:
+    """*text* in double quotes, escaped as JSON escapes it (ASCII: no line breaks of any
+    kind), and cut at *limit* characters with an ellipsis."""
+    if len(text) <= limit:
+        return json.dumps(text)
+    return json.dumps(text[:limit])[:-1] + '\u2026"'
 
 
 @attrs.frozen(kw_only=True)
@@ -410,7 +438,8 @@ class WebhookDelivery:
 
     :param url: the receiver (``https://`` in production).
     :param secret: the key shared with the receiver, at least 16 bytes.
-    :param timeout: seconds for the whole request.
+    :param timeout: seconds for the whole request, connection to answer: a receiver that
+        sends its answer a byte at a time is cut off then, and the run goes on.
     :param clock: Unix time, for the timestamp.
     """
 
@@ -452,12 +481,20 @@ class WebhookDelivery:
                 SIGNATURE_HEADER: f"v1={sign(self._secret, timestamp, body)}",
             },
         )
+        deadline = _Deadline(self.timeout)
+        opener = urllib.request.build_opener(
+            _NoRedirect, _HTTPHandler(deadline), _HTTPSHandler(deadline)
+        )
         try:
-            with _OPENER.open(request, timeout=self.timeout) as response:
+            with deadline, opener.open(request, timeout=self.timeout) as response:
                 status = response.status
         except urllib.error.HTTPError as exc:
             raise DeliveryFailed(f"webhook {self._shown} answered {exc.code}") from None
-        except OSError as exc:
+        except (OSError, http.client.HTTPException) as exc:
+            if deadline.expired:
+                raise DeliveryFailed(
+                    f"webhook {self._shown}: no answer within {self.timeout}s"
+                ) from None
             reason = getattr(exc, "reason", None) or type(exc).__name__
             raise DeliveryFailed(f"webhook {self._shown}: {reason}") from None
         if not 200 <= status < 300:
@@ -471,7 +508,90 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-_OPENER: Final = urllib.request.build_opener(_NoRedirect)
+class _Deadline:
+    """One delivery's deadline. A socket's timeout bounds each read, and a receiver that
+    sends a byte now and then never trips it: at the deadline, every socket of the
+    delivery is shut down, which ends a read blocked on it at once."""
+
+    def __init__(self, seconds: float) -> None:
+        self.expired = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+
+    def __enter__(self) -> _Deadline:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._timer.cancel()
+
+    def watch(self, sock: socket.socket) -> socket.socket:
+        """*sock* is shut down at the deadline (at once, if it passed)."""
+        with self._lock:
+            self._sockets.append(sock)
+            if self.expired:
+                _shut(sock)
+        return sock
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            for sock in self._sockets:
+                _shut(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    # OSError: closed already, or detached by a TLS wrap (the wrapper is watched too)
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+class _HTTPConnection(http.client.HTTPConnection):
+    """A connection whose socket a :class:`_Deadline` watches once it is connected."""
+
+    def __init__(self, *args: Any, deadline: _Deadline | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deadline = deadline
+
+    def connect(self) -> None:
+        super().connect()
+        if self._deadline is not None:
+            self._deadline.watch(self.sock)
+
+
+class _HTTPSConnection(http.client.HTTPSConnection, _HTTPConnection):
+    """The TCP socket is watched when it connects, the TLS one once it shook hands (in
+    between, each read of the handshake is bounded by the socket's timeout)."""
+
+    def __init__(self, *args: Any, deadline: _Deadline | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deadline = deadline
+
+    def connect(self) -> None:
+        super().connect()
+        if self._deadline is not None:
+            self._deadline.watch(self.sock)
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, deadline: _Deadline) -> None:
+        super().__init__()
+        self._deadline = deadline
+
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_HTTPConnection, req, deadline=self._deadline)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, deadline: _Deadline) -> None:
+        self._tls = ssl.create_default_context()
+        super().__init__(context=self._tls)
+        self._deadline = deadline
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_HTTPSConnection, req, context=self._tls, deadline=self._deadline)
 
 
 def sign(secret: bytes, timestamp: str, body: bytes) -> str:
@@ -503,17 +623,20 @@ def verify_webhook(
     """
     if not timestamp or not signature:
         raise WebhookRejected(f"send both {TIMESTAMP_HEADER} and {SIGNATURE_HEADER}")
-    if not timestamp.isdigit():
+    # ASCII digits, as many as Unix seconds have: str.isdigit() takes "²" and Arabic digits, and
+    # int() of thousands of digits raises, or overflows a float.
+    if not _SECONDS.fullmatch(timestamp):
         raise WebhookRejected(f"{TIMESTAMP_HEADER} must be Unix seconds")
     current = time.time() if now is None else now
     if abs(current - int(timestamp)) > window:
         raise WebhookRejected(f"{TIMESTAMP_HEADER} is more than {window} seconds away: a replay?")
     expected = f"v1={sign(secret, timestamp, body)}"
-    if not hmac.compare_digest(expected.encode(), signature.strip().encode()):
+    given = signature.strip().encode("utf-8", "replace")  # a lone surrogate matches nothing
+    if not hmac.compare_digest(expected.encode(), given):
         raise WebhookRejected(f"{SIGNATURE_HEADER} does not match the body")
     try:
         parsed = json.loads(body)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nesting too deep
         raise WebhookRejected("the body is not JSON") from exc
     if not isinstance(parsed, dict):
         raise WebhookRejected("the body is not a JSON object")

@@ -29,19 +29,26 @@ What it decides, in order:
     as one message (ASGI) or a fresh ``wsgi.input`` (WSGI). So the app never receives a key's
     bytes, and a refusal is always a clean 400, never a response cut off half-way.
 -   What is a key: ``rma_`` and 46 letters and digits whose checksum holds, written plainly
-    or with JSON escapes (``\\u0072ma_...``), anywhere in the body (``_payload.py`` says
-    exactly how it reads). Keys are refused whether or not they are real: a forged one
-    looks the same to an agent, and the answer tells no one which keys exist.
+    or with JSON escapes (``\\u0072ma_...``), anywhere in the body, in every encoding a
+    JSON parser reads it in: its bytes, UTF-16 or UTF-32 as its first bytes say, and its
+    declared ``charset`` (``_payload.py`` says exactly how it reads). A body the guard
+    cannot read as the app may (a ``charset`` no decoder reads, two of them, a WSGI
+    ``Content-Length`` that is not plain digits) is refused with 400 ``invalid_request``.
+    Keys are refused whether or not they are real: a forged one looks the same to an
+    agent, and the answer tells no one which keys exist.
 -   Which are recorded: each distinct key found (at most eight per body) is looked up in
     the key store and its secret checked by the authenticator's argon2 verifier, as a
     request's key would be; only a real key with the right secret is recorded as leaked
-    (``report_leak``, with the source ``request-body:<METHOD> <path>``), and revoked with
-    ``revoke=True``. A forgery of someone's key id marks nothing. A store that fails or
-    a verifier that is full is logged; the 400 stands.
+    (``report_leak``, with the source ``request-body:<METHOD> <route>``: the guarded prefix,
+    never the path its sender chose), and revoked with ``revoke=True``. A forgery of
+    someone's key id marks nothing. A store that fails or a verifier that is full is
+    logged; the 400 stands.
 -   The refusal has the spec's error body, carries ``service-organization-id`` and
     ``service-tenant-id`` (the request reached its organization), reaches the audit hook
-    and the ``keyturn`` log like the other refusals, and never repeats the key: the log
-    line names the key id.
+    and the ``keyturn`` log once, like the other refusals, and is charged to the sender's
+    key, never to a key found in the body (whoever writes the body chooses those): the
+    middleware decides the request with ``final=False``, and the guard records either its
+    refusal or its acceptance. It never repeats the key: log lines name key ids.
 """
 
 from __future__ import annotations
@@ -76,7 +83,7 @@ from keyturn._steps import (
 from keyturn._token import ParsedToken
 from keyturn.activity import Action, By, Channel, KeyEvent, new_event
 from keyturn.authenticator import Authenticator
-from keyturn.errors import KeyInPayload, PayloadTooLarge, Reason, Refusal
+from keyturn.errors import InvalidRequest, KeyInPayload, PayloadTooLarge, Reason, Refusal
 
 __all__ = ["DEFAULT_CONTENT_TYPES", "DEFAULT_MAX_BYTES", "PayloadGuard"]
 
@@ -86,8 +93,11 @@ DEFAULT_CONTENT_TYPES: Final = ("application/json", "application/*+json")
 DEFAULT_MAX_BYTES: Final = 1 << 20
 SOURCE_PREFIX: Final = "request-body:"  # the leak's recorded place: request-body:POST /path
 _CHUNK: Final = 64 * 1024  # bytes read from wsgi.input at a time
-_MAX_SOURCE: Final = 2048  # characters of the recorded place
-_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# The methods a leak's recorded place names; any other is "OTHER".
+_METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "QUERY"})
+_DIGITS: Final = re.compile(r"[0-9]+", re.ASCII)  # a Content-Length as RFC 9110 writes it
+_LENGTH: Final = "The Content-Length header is not a number of bytes: send its digits only."
+_CHARSET: Final = "The charset of the request body is not one this API reads: send JSON in UTF-8."
 
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -129,9 +139,11 @@ class PayloadGuard:
         self.revoke = bool(revoke)
         self._exact = frozenset(kind for kind in self.content_types if "*" not in kind)
         self._patterns = tuple(kind for kind in self.content_types if "*" in kind)
-        # Set by check(), on the copy a middleware keeps: who answers each step (Step.via).
+        # Set by check(), on the copy a middleware keeps: who answers each step (Step.via),
+        # and the route the middleware guards, which a leak's recorded place names.
         self._callers: dict[int, Caller] = {}
         self._records_events = False
+        self._route = "/"
 
     def __repr__(self) -> str:
         return (
@@ -139,9 +151,10 @@ class PayloadGuard:
             f"revoke={self.revoke})"
         )
 
-    def check(self, authenticator: Authenticator) -> PayloadGuard:
+    def check(self, authenticator: Authenticator, route: str = "/") -> PayloadGuard:
         """A copy of this guard bound to *authenticator*'s store and verifier, once the store
-        can record leaks (said at startup, by the middleware)."""
+        can record leaks (said at startup, by the middleware). *route*: the prefix the
+        middleware guards, the place a leak is recorded at."""
         missing = [
             name
             for name in ("get_key", "report_leak") + (("revoke_key",) if self.revoke else ())
@@ -159,6 +172,7 @@ class PayloadGuard:
             ARGON2: Verifying(authenticator.verifier, authenticator.cache),
         }
         bound._records_events = hasattr(store, "record_event")
+        bound._route = route
         return bound
 
     def scans(self, content_type: str | None) -> bool:
@@ -177,19 +191,39 @@ class PayloadGuard:
         path: str,
         principal: Principal,
         authenticator: Authenticator,
+        started: float | None = None,
     ) -> Receive | Refusal:
-        """Read and scan an accepted HTTP request's body before the app is called.
+        """Read and scan an accepted HTTP request's body before the app is called. The
+        request was decided with ``final=False``: its refusal is recorded here, or its
+        acceptance (:meth:`Authenticator.admit`). *started*: when its decision began.
 
         :returns: the refusal, or the ``receive`` to call the app with: it hands the app the
             body that was read, as one message, then what the server sends next.
         """
+        method = scope.get("method", "GET").upper()
+        screened = await self._read_asgi(scope, receive, method, path, principal, authenticator)
+        if isinstance(screened, Refusal):
+            return authenticator.record(AuthRequest((), (), method, path), screened, started)
+        authenticator.admit(method, path, principal, started)
+        return screened
+
+    async def _read_asgi(
+        self,
+        scope: MutableMapping[str, Any],
+        receive: Receive,
+        method: str,
+        path: str,
+        principal: Principal,
+        authenticator: Authenticator,
+    ) -> Receive | Refusal:
         content_type, length = _asgi_headers(scope.get("headers", ()))
         if not self.scans(content_type):
             return receive
-        method = scope.get("method", "GET")
         if length is not None and length > self.max_bytes:  # said before a byte is read
-            return self._too_large(method, path, principal, authenticator)
-        scanner = BodyScanner()
+            return self._too_large(principal)
+        scanner = _scanner(content_type)
+        if scanner is None:
+            return _unreadable(_CHARSET, principal)
         chunks: list[bytes] = []
         size, over = 0, False
         message: Message = {"type": "http.request", "body": b"", "more_body": False}
@@ -211,7 +245,7 @@ class PayloadGuard:
         else:
             over = True  # a server that sends empty messages forever
         scanner.end()
-        refused = self._refusal(scanner, over, method, path, principal, authenticator)
+        refused = self._refusal(scanner, over, principal)
         if refused is not None:
             # No frame of ours holds the body while the store is asked (tracebacks' locals).
             chunks.clear()
@@ -230,23 +264,44 @@ class PayloadGuard:
         path: str,
         principal: Principal,
         authenticator: Authenticator,
+        started: float | None = None,
     ) -> Refusal | None:
         """Read and scan an accepted request's body before the app is called; the refusal,
-        or ``None`` with ``wsgi.input`` replaced by the body that was read.
+        or ``None`` with ``wsgi.input`` replaced by the body that was read. Recorded as
+        :meth:`screen_asgi` says.
         """
-        if not self.scans(environ.get("CONTENT_TYPE")):
+        method = environ.get("REQUEST_METHOD", "GET").upper()
+        refused = self._read_wsgi(environ, method, path, principal, authenticator)
+        if refused is not None:
+            return authenticator.record(AuthRequest((), (), method, path), refused, started)
+        authenticator.admit(method, path, principal, started)
+        return None
+
+    def _read_wsgi(
+        self,
+        environ: WSGIEnvironment,
+        method: str,
+        path: str,
+        principal: Principal,
+        authenticator: Authenticator,
+    ) -> Refusal | None:
+        content_type = environ.get("CONTENT_TYPE")
+        if not self.scans(content_type):
             return None
-        method = environ.get("REQUEST_METHOD", "GET")
-        declared = (environ.get("CONTENT_LENGTH") or "").strip()
-        if declared.isascii() and declared.isdigit():
+        declared = environ.get("CONTENT_LENGTH") or ""
+        if _DIGITS.fullmatch(declared):
             left = int(declared)
             if left > self.max_bytes:  # said before a byte is read
-                return self._too_large(method, path, principal, authenticator)
+                return self._too_large(principal)
+        elif declared:  # int() reads "+59", " 59", "5_9" and "٥٩": servers and apps differ
+            return _unreadable(_LENGTH, principal)
         elif environ.get("wsgi.input_terminated"):  # chunked: the server ends the stream
             left = self.max_bytes + 1
         else:
             return None  # no body the app may read (PEP 3333)
-        scanner = BodyScanner()
+        scanner = _scanner(content_type)
+        if scanner is None:
+            return _unreadable(_CHARSET, principal)
         stream = environ["wsgi.input"]
         chunks: list[bytes] = []
         size = 0
@@ -259,7 +314,7 @@ class PayloadGuard:
             size += len(chunk)
         scanner.end()
         over = size > self.max_bytes
-        refused = self._refusal(scanner, over, method, path, principal, authenticator)
+        refused = self._refusal(scanner, over, principal)
         if refused is not None:
             chunks.clear()  # no frame of ours holds the body while the store is asked
             chunk = b""
@@ -270,89 +325,115 @@ class PayloadGuard:
         return None
 
     def screen_django(
-        self, request: Any, path: str, principal: Principal, authenticator: Authenticator
+        self,
+        request: Any,
+        path: str,
+        principal: Principal,
+        authenticator: Authenticator,
+        started: float | None = None,
     ) -> Refusal | None:
         """Scan a Django request's ``request.body`` (read whole: Django's handlers hold it
-        already) before the view runs; the refusal, or ``None``."""
-        scanner, over = self._django_scan(request)
-        method = request.method or "GET"
-        refused = self._refusal(scanner, over, method, path, principal, authenticator)
+        already) before the view runs; the refusal, or ``None``. Recorded as
+        :meth:`screen_asgi` says."""
+        method = (request.method or "GET").upper()
+        scanner, refused = self._django_scan(request, principal)
         if refused is not None and scanner.keys:
             self._record(scanner, method, path, authenticator)
-        return refused
+        return self._django_end(refused, method, path, principal, authenticator, started)
 
     async def screen_django_async(
-        self, request: Any, path: str, principal: Principal, authenticator: Authenticator
+        self,
+        request: Any,
+        path: str,
+        principal: Principal,
+        authenticator: Authenticator,
+        started: float | None = None,
     ) -> Refusal | None:
         """:meth:`screen_django` for Django's async handler: the store awaited or on a thread."""
-        scanner, over = self._django_scan(request)
-        method = request.method or "GET"
-        refused = self._refusal(scanner, over, method, path, principal, authenticator)
+        method = (request.method or "GET").upper()
+        scanner, refused = self._django_scan(request, principal)
         if refused is not None and scanner.keys:
             await self._record_async(scanner, method, path, authenticator)
-        return refused
+        return self._django_end(refused, method, path, principal, authenticator, started)
 
-    def _django_scan(self, request: Any) -> tuple[BodyScanner, bool]:
-        scanner = BodyScanner()
+    def _django_scan(
+        self, request: Any, principal: Principal
+    ) -> tuple[BodyScanner, Refusal | None]:
         meta = request.META
-        if not self.scans(meta.get("CONTENT_TYPE")):
-            return scanner, False
+        content_type = meta.get("CONTENT_TYPE")
+        if not self.scans(content_type):
+            return BodyScanner(), None
         declared = str(meta.get("CONTENT_LENGTH") or "").strip()
         if declared.isascii() and declared.isdigit() and int(declared) > self.max_bytes:
-            return scanner, True  # said before a byte is read
-        body: bytes = request.body
+            return BodyScanner(), self._too_large(principal)  # said before a byte is read
+        scanner = _scanner(content_type)
+        if scanner is None:
+            return BodyScanner(), _unreadable(_CHARSET, principal)
+        body: bytes = request.body  # what Django read, whatever CONTENT_LENGTH said
         scanner.feed(body[: self.max_bytes], final=True)
-        return scanner, len(body) > self.max_bytes
+        return scanner, self._refusal(scanner, len(body) > self.max_bytes, principal)
 
-    def _refusal(
-        self,
-        scanner: BodyScanner,
-        over: bool,
+    @staticmethod
+    def _django_end(
+        refused: Refusal | None,
         method: str,
         path: str,
         principal: Principal,
         authenticator: Authenticator,
+        started: float | None,
     ) -> Refusal | None:
-        """The answer to a scanned body, logged and audited as the decision's refusals are."""
-        if scanner.keys:  # said even when the body was also too long: a key was there
-            refusal = KeyInPayload(
-                Reason.KEY_IN_PAYLOAD, key_id=scanner.keys[0].key_id, principal=principal
-            )
-            return authenticator.record(AuthRequest((), (), method.upper(), path), refusal)
-        if over:
-            return self._too_large(method, path, principal, authenticator)
+        if refused is not None:
+            return authenticator.record(AuthRequest((), (), method, path), refused, started)
+        authenticator.admit(method, path, principal, started)
         return None
 
-    def _too_large(
-        self, method: str, path: str, principal: Principal, authenticator: Authenticator
-    ) -> Refusal:
-        refusal = PayloadTooLarge(
+    def _refusal(self, scanner: BodyScanner, over: bool, principal: Principal) -> Refusal | None:
+        """The answer to a scanned body. It is charged to the key that sent the request,
+        never to a key found in the body: whoever writes a body chooses those."""
+        if scanner.keys:  # said even when the body was also too long: a key was there
+            return KeyInPayload(Reason.KEY_IN_PAYLOAD, key_id=principal.key_id, principal=principal)
+        if scanner.unreadable:
+            return _unreadable(_CHARSET, principal)
+        if over:
+            return self._too_large(principal)
+        return None
+
+    def _too_large(self, principal: Principal) -> Refusal:
+        return PayloadTooLarge(
             Reason.PAYLOAD_TOO_LARGE,
             f"The request body is longer than the {self.max_bytes} bytes this API reads: "
             "send a smaller one.",
+            key_id=principal.key_id,
             principal=principal,
         )
-        return authenticator.record(AuthRequest((), (), method.upper(), path), refusal)
 
     # --- recording: a flow of questions, and a sync and an async driver ----------------------
 
+    def _source(self, method: str) -> str:
+        """Where a key was found, as recorded on it and named in its creator's notice: the
+        method and the route this guard matched, never the rest of the path (whoever sends
+        the body chooses it, up to 2,048 characters of it, to be read in an official mail)."""
+        shown = method if method in _METHODS else "OTHER"
+        return f"{SOURCE_PREFIX}{shown} {self._route}"
+
     def _leaks(
-        self, keys: list[ParsedToken], source: str, authenticator: Authenticator
+        self, keys: list[ParsedToken], source: str, where: str, authenticator: Authenticator
     ) -> Generator[Step, Any, None]:
-        """Record each real key of *keys* as leaked (and revoke it, if asked to)."""
+        """Record each real key of *keys* as leaked at *source* (and revoke it, if asked
+        to); *where*: the request, for the log."""
         now = authenticator.clock()
         cache = authenticator.cache
         for parsed in keys:
             key: ApiKey | None = yield GetKey(parsed.key_id)
             if key is None:
-                log.info("a key found in %s has no such id in the store", source[:200])
+                log.info("a key found in %s has no such id in the store", where)
                 continue
             # As the authenticator checks a key: a token verified before skips argon2.
             digest = cache.digest(parsed.token)
             if cache.lookup(digest) != fingerprint(key.secret_hash) and (
                 yield VerifySecret(digest, key.secret_hash, parsed.secret, key.account_id)
             ):  # a real id with another secret: a forgery of someone's key
-                log.info("a key found in %s is a forgery of key id %s", source[:200], key.key_id)
+                log.info("a key found in %s is a forgery of key id %s", where, key.key_id)
                 continue
             first = yield ReportLeak(key.key_id, source, now)
             revoked = bool(self.revoke and (yield RevokeKey(key.key_id, now)))
@@ -363,7 +444,7 @@ class PayloadGuard:
                 "key %s of account %r was found in %s and is recorded as leaked%s%s",
                 key.key_id,
                 key.account_id,
-                source[:200],
+                where,
                 "" if first else " (it already was)",
                 "; revoked" if revoked else "",
             )
@@ -371,7 +452,9 @@ class PayloadGuard:
     def _record(
         self, scanner: BodyScanner, method: str, path: str, authenticator: Authenticator
     ) -> None:
-        flow = self._leaks(scanner.keys, _source(method, path), authenticator)
+        flow = self._leaks(
+            scanner.keys, self._source(method), _loggable(method, path), authenticator
+        )
         deadline = _deadline(authenticator)
         answer: Any = None
         try:
@@ -389,7 +472,9 @@ class PayloadGuard:
     async def _record_async(
         self, scanner: BodyScanner, method: str, path: str, authenticator: Authenticator
     ) -> None:
-        flow = self._leaks(scanner.keys, _source(method, path), authenticator)
+        flow = self._leaks(
+            scanner.keys, self._source(method), _loggable(method, path), authenticator
+        )
         deadline = _deadline(authenticator)
         answer: Any = None
         try:
@@ -432,10 +517,32 @@ def _failed(step: Step, exc: Exception) -> None:
     )
 
 
-def _source(method: str, path: str) -> str:
-    """Where a key was found, as recorded on it: one line, bounded."""
-    source = _CONTROL.sub("\ufffd", f"{SOURCE_PREFIX}{method.upper()} {path}")
-    return source if len(source) <= _MAX_SOURCE else source[: _MAX_SOURCE - 1] + "\u2026"
+def _loggable(method: str, path: str) -> str:
+    """The request a key was found in, for a log line: quoted and escaped, one line, bounded."""
+    return f"the body of {method[:20]!r} {path[:200]!r}{'...' if len(path) > 200 else ''}"
+
+
+def _scanner(content_type: str | None) -> BodyScanner | None:
+    """A scanner for a body of *content_type*, reading its ``charset`` too; ``None`` when
+    that names no text encoding, or when the type names two charsets (parsers differ on
+    which one counts)."""
+    charsets = {
+        value.strip().strip('"').strip().lower()
+        for name, _, value in (part.partition("=") for part in (content_type or "").split(";")[1:])
+        if name.strip().lower() == "charset"
+    } - {""}
+    if len(charsets) > 1:
+        return None
+    try:
+        return BodyScanner(charsets.pop() if charsets else None)
+    except LookupError:
+        return None
+
+
+def _unreadable(message: str, principal: Principal) -> Refusal:
+    return InvalidRequest(
+        Reason.UNREADABLE_BODY, message, key_id=principal.key_id, principal=principal
+    )
 
 
 def _asgi_headers(headers: Any) -> tuple[str | None, int | None]:

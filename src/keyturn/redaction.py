@@ -20,8 +20,11 @@ Rules of this file:
    ``[redacted key <key id>]``, so you can revoke it by its id; anything else of that form
    -- a mistyped key, a key cut short, a longer run -- becomes ``[redacted]``: it may still
    hold most of a secret.
-2. Where: the message and its arguments as the record renders them, the exception text,
-   the stack text, and every text attribute (``extra={...}`` values included). A record
+2. Where: the message and its arguments as the record renders them, each argument on its
+   own (handlers such as Sentry's ship them apart from the message, and a format such as
+   ``%.12s`` renders only part of one), the exception text, the stack text, and every text
+   attribute (``extra={...}`` values included). An argument that holds a key is replaced
+   by its text, redacted. A record
    whose rendered message holds a key gets the redacted message and no arguments; one
    whose exception text holds a key gets the redacted text and loses ``exc_info``, since
    the exception object itself still holds the key and some handlers send it on. Records
@@ -32,6 +35,7 @@ Rules of this file:
 from __future__ import annotations
 
 import logging
+import operator
 import re
 from collections.abc import Mapping
 from typing import Any, Final
@@ -87,11 +91,8 @@ class RedactKeys(logging.Filter):
             record.args = _broken_args(record.args)
         elif _holds_key(message):
             record.msg, record.args = redact(message), ()
-        elif isinstance(record.args, Mapping):  # values the format does not use
-            record.args = {
-                key: redact(value) if isinstance(value, str) else value
-                for key, value in record.args.items()
-            }
+        elif record.args:  # the format cut a key short, or left it out: args ship apart
+            record.args = _clean_args(record.args)
         self._exception(record)
         for name, value in vars(record).items():
             if isinstance(value, str) and name != "msg" and _PREFIX in value:
@@ -110,6 +111,32 @@ class RedactKeys(logging.Filter):
         if text and _holds_key(text):
             # The exception still holds the key: only the redacted text goes on.
             record.exc_text, record.exc_info = redact(text), None
+
+
+def _clean(value: object) -> object:
+    """*value*, or its text redacted if that holds a key: Sentry's logging integration and
+    JSON formatters ship a record's arguments apart from its message."""
+    if isinstance(value, str):
+        return redact(value)
+    if value is None or isinstance(value, int | float):  # never a key: no repr to build
+        return value
+    try:
+        text = repr(value)
+    except Exception:  # a repr that raises: no handler ships its text either
+        return value
+    return redact(text) if _holds_key(text) else value
+
+
+def _clean_args(args: Any) -> Any:
+    """The arguments of a record, each value holding a key redacted; the same object when
+    none does (a record with no key is left exactly as it was)."""
+    if isinstance(args, Mapping):
+        values = {key: _clean(value) for key, value in args.items()}
+        return values if any(values[k] is not v for k, v in args.items()) else args
+    if isinstance(args, tuple):
+        cleaned = tuple(map(_clean, args))
+        return cleaned if any(map(operator.is_not, cleaned, args)) else args
+    return _clean(args)  # one argument, set by hand
 
 
 def _broken_args(args: Any) -> Any:

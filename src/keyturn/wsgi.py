@@ -77,6 +77,7 @@ from __future__ import annotations
 
 import logging
 import operator
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Protocol
 from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
@@ -151,7 +152,7 @@ class ApiKeyMiddleware:
         payload_guard: PayloadGuard | None = None,
     ) -> None:
         check_options(authenticator, realm)
-        self.payload_guard = payload_guard and payload_guard.check(authenticator)
+        self.payload_guard = payload_guard and payload_guard.check(authenticator, prefix)
         self.app = app
         self.authenticator = authenticator
         self.paths = Paths(prefix, public_paths)
@@ -178,6 +179,9 @@ class ApiKeyMiddleware:
         # Built in the call: no frame of ours holds the key while anything it calls may
         # raise, nor while the app runs (error trackers send a traceback's frame locals).
         # The tuple's own __new__, not the named tuple's Python one: the same record, cheaper.
+        guard = self.payload_guard
+        began = None if guard is None else time.monotonic()  # for the audit event
+        # With the guard, an acceptance is counted once the body is read (final=False).
         outcome = self.authenticator.authenticate(
             _new_request(
                 AuthRequest,
@@ -187,12 +191,13 @@ class ApiKeyMiddleware:
                     method.upper(),  # what the router dispatches on
                     path,
                 ),
-            )
+            ),
+            final=guard is None,
         )
         if isinstance(outcome, Refusal):
             return _refuse(outcome, self.realm, method, start_response)
-        if self.payload_guard is not None:  # the body, read before the app
-            screened = self.payload_guard.screen_wsgi(environ, path, outcome, self.authenticator)
+        if guard is not None:  # the body, read before the app
+            screened = guard.screen_wsgi(environ, path, outcome, self.authenticator, began)
             if screened is not None:
                 return _refuse(screened, self.realm, method, start_response)
 

@@ -96,6 +96,27 @@ def test_djangos_csrf_guards_every_post(world: World) -> None:
     assert len(world.store.keys_of("alice")) == 1
 
 
+def test_one_csrf_secret_across_pages_without_csrf_middleware(world: World) -> None:
+    """Without CsrfViewMiddleware in MIDDLEWARE the console still runs Django's check, and
+    keeps the browser's CSRF secret: a form loaded before another console page still
+    creates (a revoke form left open in another tab works); a forged one is still refused."""
+    from django.conf import settings
+
+    without = [name for name in settings.MIDDLEWARE if "CsrfViewMiddleware" not in name]
+    with override_settings(MIDDLEWARE=without):
+        client = signed_in("alice", enforce_csrf_checks=True)
+        first = client.get("/console/")
+        fields = hidden_fields(first.text)
+        cookie = client.cookies["csrftoken"].value
+        assert client.get("/console/").status_code == 200  # another page, in another tab
+        assert client.cookies["csrftoken"].value == cookie
+
+        assert create(client, {"token": fields["token"]}).status_code == 403
+        made = create(client, fields)
+        assert made.status_code == 201
+        assert len(world.store.keys_of("alice")) == 1
+
+
 def test_the_pages_headers(world: World) -> None:
     """The console's headers, with Referrer-Policy same-origin (Django's CSRF refuses
     "Origin: null"), and Django's CSRF cookie for the forms."""

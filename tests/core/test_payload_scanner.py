@@ -134,8 +134,23 @@ def test_a_huge_body_is_read_in_bounded_memory() -> None:
     junk = b"\\n\\u00e9rma_" * 5000
     for _ in range(50):
         scanner.feed(junk)
-        assert len(scanner._kept) < _token.TOKEN_LENGTH
+        assert len(scanner._raw._kept) < _token.TOKEN_LENGTH
     scanner.feed(KEY.encode(), final=True)
+    assert [parsed.token for parsed in scanner.keys] == [KEY]
+
+
+def test_a_huge_body_in_another_encoding_is_read_in_bounded_memory() -> None:
+    """In UTF-16, each reading keeps a key's length, and at most a batch waits to be decoded."""
+    scanner = BodyScanner("utf-7")
+    junk = "\\n\\u00e9rma_".encode("utf-16") * 5000
+    for _ in range(50):
+        scanner.feed(junk)
+        assert len(scanner._raw._kept) < _token.TOKEN_LENGTH
+        for reading in scanner._decoded:
+            assert len(reading._reading._kept) < _token.TOKEN_LENGTH
+            assert len(reading._pending) < 64 * 1024
+    assert len(scanner._decoded) == 2  # UTF-16 by its byte order mark, UTF-7 as declared
+    scanner.feed(KEY.encode("utf-16-le"), final=True)
     assert [parsed.token for parsed in scanner.keys] == [KEY]
 
 
@@ -185,3 +200,80 @@ def test_found_if_and_only_if_present_whatever_the_chunking(
 def test_random_bytes_hold_no_key_and_never_raise(data: bytes, chunk_sizes: list[int]) -> None:
     """Arbitrary bytes, chunked anyhow: read without error, and as the reference reads them."""
     assert tokens(data, chunk_sizes) == reference(data) == []
+
+
+# --- encodings (rule 6) ----------------------------------------------------------------------
+
+# What json.loads reads from bytes: RFC 8259's detection and byte order marks.
+JSON_ENCODINGS = [
+    "utf-8-sig",
+    "utf-16",
+    "utf-16-le",
+    "utf-16-be",
+    "utf-32",
+    "utf-32-le",
+    "utf-32-be",
+]
+
+
+def scanned(body: bytes, chunk_sizes: list[int], charset: str | None = None) -> list[str]:
+    scanner = BodyScanner(charset)
+    at = 0
+    for size in chunk_sizes:
+        scanner.feed(body[at : at + size])
+        at += size
+    scanner.feed(body[at:])
+    scanner.end()
+    return [parsed.token for parsed in scanner.keys]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    bodies(),
+    st.sampled_from(JSON_ENCODINGS),
+    st.lists(st.integers(1, 80), max_size=30),
+)
+def test_every_encoding_json_reads_is_read(
+    body: tuple[bytes, list[str]], encoding: str, chunk_sizes: list[int]
+) -> None:
+    """Random bodies in UTF-16 or UTF-32 (either byte order, with or without a byte order
+    mark) or UTF-8 with one, cut anyhow: every key put in is found, as in UTF-8."""
+    data, inserted = body
+    encoded = data.decode().encode(encoding)
+    assert set(inserted) <= set(scanned(encoded, chunk_sizes))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    bodies(),
+    st.sampled_from(["utf-7", "cp500", "cp1026", "utf-16-le", "utf-32-be", "shift_jis"]),
+    st.lists(st.integers(1, 80), max_size=30),
+)
+def test_the_declared_charset_is_read(
+    body: tuple[bytes, list[str]], charset: str, chunk_sizes: list[int]
+) -> None:
+    """A body in the encoding its charset names: every key put in is found."""
+    data, inserted = body
+    encoded = data.decode().encode(charset, "backslashreplace")  # é is not in every one
+    assert set(inserted) <= set(scanned(encoded, chunk_sizes, charset))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.binary(max_size=300),
+    st.sampled_from([None, "utf-7", "utf-16", "utf-32", "raw_unicode_escape", "cp500", "big5"]),
+    st.lists(st.integers(1, 40), max_size=20),
+)
+def test_random_bytes_in_any_charset_never_raise(
+    data: bytes, charset: str | None, chunk_sizes: list[int]
+) -> None:
+    """Arbitrary bytes, any declared charset, chunked anyhow: read without error."""
+    assert scanned(data, chunk_sizes, charset) == []
+
+
+def test_a_charset_that_is_no_text_encoding_is_refused() -> None:
+    """Unknown names, bytes-to-bytes codecs and decoders that cannot be lenient."""
+    for charset in ("klingon", "base64", "zlib", "rot13", "idna", "unicode_escape", ""):
+        with pytest.raises(LookupError):
+            BodyScanner(charset)
+    assert BodyScanner("UTF8").keys == []

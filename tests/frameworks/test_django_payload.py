@@ -13,13 +13,14 @@ from django.http import HttpRequest, JsonResponse
 from django.test import AsyncClient, Client, override_settings
 from django.urls import path
 
-from keyturn import Authenticator, CreatedKey, KeyManager, Scope
+from keyturn import AuditEvent, Authenticator, CreatedKey, KeyManager, Scope
 from keyturn.django import ApiKeyMiddleware
 from keyturn.payload import PayloadGuard
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 from tests import django_project  # noqa: F401  (configures Django for this process)
 
 SESSIONS = "/managed-agents/v1/sessions"
+ROUTE = "request-body:POST /managed-agents/v1/"  # where a key found is recorded
 seen: list[bytes] = []
 
 
@@ -71,7 +72,7 @@ def check_refused(reply: Any, store: MemoryKeyStore, pasted: CreatedKey) -> None
     assert seen == []
     record = store.get_key(pasted.info.key_id)
     assert record is not None and record.leaked is not None and record.revoked_at is not None
-    assert record.leaked.url == f"request-body:POST {SESSIONS}"
+    assert record.leaked.url == ROUTE  # the guarded route, not the path
 
 
 def test_sync_handler(keys: tuple[MemoryKeyStore, CreatedKey, CreatedKey]) -> None:
@@ -103,6 +104,40 @@ def test_async_handler(keys: tuple[MemoryKeyStore, CreatedKey, CreatedKey]) -> N
         )
 
     check_refused(asyncio.run(send()), store, pasted)
+
+
+def test_a_refusal_is_audited_once_and_charged_to_the_sender(
+    keys: tuple[MemoryKeyStore, CreatedKey, CreatedKey],
+) -> None:
+    """Django's sync and async handlers: each guarded request is one audit event; a refusal
+    names the sender's key, never the key found in the body."""
+    from django.conf import settings
+
+    store, sender, pasted = keys
+    events: list[AuditEvent] = []
+    membership = settings.KEYTURN["AUTHENTICATOR"].membership
+    with Authenticator(store, membership, audit=events.append) as authenticator:
+        config = {**settings.KEYTURN, "AUTHENTICATOR": authenticator}
+        with override_settings(KEYTURN=config):
+            sync = Client().post(
+                SESSIONS, body(pasted), content_type="application/json", headers=headers(sender)
+            )
+
+            async def send() -> Any:
+                return await AsyncClient().post(
+                    SESSIONS, body(pasted), content_type="application/json", headers=headers(sender)
+                )
+
+            asynchronous = asyncio.run(send())
+            clean = Client().post(
+                SESSIONS, "{}", content_type="application/json", headers=headers(sender)
+            )
+    assert (sync.status_code, asynchronous.status_code, clean.status_code) == (400, 400, 200)
+    assert [(e.allowed, e.error and e.error.key_id) for e in events] == [
+        (False, sender.info.key_id),
+        (False, sender.info.key_id),
+        (True, None),
+    ]
 
 
 def test_the_setting_is_checked_at_startup(

@@ -94,6 +94,50 @@ def test_records_without_a_key_are_left_as_they_were(key: tuple[str, str]) -> No
     assert named.args == {"name": "alice", "unused": f"[redacted key {key_id}]"}
 
 
+class Holder:
+    """An object whose repr holds a key, as a request or a client object's may."""
+
+    def __init__(self, secret: str) -> None:
+        self.secret = secret
+
+    def __repr__(self) -> str:
+        return f"Holder({self.secret})"
+
+
+def test_arguments_shipped_apart_from_the_message_are_redacted(key: tuple[str, str]) -> None:
+    """A format that renders part of a key (``%.12s``) or none of it leaves the whole key in
+    record.args, which Sentry's logging integration and JSON formatters ship as they are:
+    each argument holding a key is redacted there, a tuple's as a mapping's, and a single
+    argument set by hand; the rendered message is still the one without the key."""
+    secret, key_id = key
+    redacted = f"[redacted key {key_id}]"
+    cases = [
+        ("calling with %.12s", (secret,), (redacted,)),
+        ("%d calls with %.4s", (3, secret), (3, redacted)),
+        ("object %.6r", (Holder(secret),), (f"Holder({redacted})",)),
+        ("bytes %.3s", (secret.encode(),), (f"b'{redacted}'",)),
+    ]
+    for message, args, cleaned in cases:
+        record = logging.LogRecord("x", logging.INFO, __file__, 1, message, args, None)
+        rendered = record.getMessage()
+        assert RedactKeys().filter(record) is True
+        assert record.args == cleaned, message
+        assert record.msg == message
+        assert secret[16:] not in rendered
+    single = logging.LogRecord("x", logging.INFO, __file__, 1, "nothing", (), None)
+    single.args = secret  # type: ignore[assignment]  # a handler or library may set one
+    RedactKeys().filter(single)
+    assert single.args == redacted  # type: ignore[comparison-overlap]
+
+
+def test_arguments_without_a_key_stay_the_same_objects(key: tuple[str, str]) -> None:
+    """No key: the very tuple, and the very values, are kept."""
+    args = ("alice", 3, 2.5, None, b"rma_", Holder("nothing"))
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "%s %d %f %s %s %r", args, None)
+    RedactKeys().filter(record)
+    assert record.args is args
+
+
 @pytest.mark.parametrize(
     ("make", "becomes"),
     [

@@ -75,6 +75,56 @@ def test_an_unreadable_since_is_a_usage_error(ready: Run, since: str) -> None:
     assert status == 2 and "--since" in err
 
 
+def test_export_replaces_an_existing_file_with_an_owner_only_one(
+    ready: Run, tmp_path: Path
+) -> None:
+    """An existing world-readable file at --output is replaced by a new file of mode 600
+    (not truncated in place, keeping its mode); nothing else is left in the folder."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    target = folder / "events.jsonl"
+    target.write_text("old contents\n")
+    target.chmod(0o644)
+    status, _, err = ready("audit", "export", "--output", str(target))
+    assert status == 0 and "Wrote" in err
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o600
+    assert "old contents" not in target.read_text()
+    assert [p.name for p in folder.iterdir()] == ["events.jsonl"]
+
+
+def test_export_never_writes_through_a_symbolic_link(ready: Run, tmp_path: Path) -> None:
+    """--output naming a symbolic link: the link itself is replaced by the export, and the
+    file it pointed to is left as it was."""
+    elsewhere = tmp_path / "elsewhere.txt"
+    elsewhere.write_text("not yours to overwrite\n")
+    elsewhere.chmod(0o644)
+    link = tmp_path / "events.jsonl"
+    link.symlink_to(elsewhere)
+    status, _, _ = ready("audit", "export", "--output", str(link))
+    assert status == 0
+    assert not link.is_symlink()
+    assert stat.S_IMODE(os.lstat(link).st_mode) == 0o600
+    assert elsewhere.read_text() == "not yours to overwrite\n"
+    assert stat.S_IMODE(os.stat(elsewhere).st_mode) == 0o644
+
+
+def test_export_to_a_folder_that_is_not_there_is_a_usage_error(ready: Run, tmp_path: Path) -> None:
+    """No such folder: exit status 2, said plainly."""
+    status, _, err = ready("audit", "export", "--output", str(tmp_path / "no" / "events.jsonl"))
+    assert status == 2 and "cannot write" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "since", ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00", "0001-01-01T00:00+01:00"]
+)
+def test_a_since_outside_the_years_utc_reads_is_a_usage_error(ready: Run, since: str) -> None:
+    """An instant that parses yet lies outside the years 1 to 9999 in UTC: exit status 2
+    with a message, never a traceback."""
+    status, _, err = ready("audit", "export", "--since", since)
+    assert status == 2 and "--since" in err and "outside the years" in err
+    assert "Traceback" not in err
+
+
 @settings(
     max_examples=20,
     deadline=None,

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from email import message_from_bytes, policy
@@ -19,10 +20,11 @@ from typing import Any
 
 import attrs
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from werkzeug.test import Client as WerkzeugClient
 
-from keyturn import KeyManager, Lifetime, Scope, Status
+from keyturn import Authenticator, KeyManager, Lifetime, Scope, Status
 from keyturn.activity import Action, ActivityNotKept, By
 from keyturn.cli import main
 from keyturn.notices import (
@@ -38,7 +40,9 @@ from keyturn.notices import (
     sign,
     verify_webhook,
 )
+from keyturn.payload import PayloadGuard
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
+from keyturn.wsgi import ApiKeyMiddleware
 from tests.stores.conftest import Backend
 from tests.stores.test_activity import HostStore
 from tests.stores.test_contract import TENANT, world
@@ -163,7 +167,7 @@ def test_inactive_leaked_and_revoked_keys_are_told(backend: Backend, smtp: Mailb
     }
     bodies = "".join(m.get_payload(decode=True).decode() for m in smtp.messages)
     assert "revoked by operator root: in a log" in bodies
-    assert "seen at https://gist.example/abc" in bodies
+    assert 'seen at "https://gist.example/abc"' in bodies
     assert "revoked by keyturn (rotation)" in bodies
     assert notifier(manager, smtp.port).run().sent == 0
 
@@ -224,6 +228,69 @@ def test_the_nearest_threshold_is_the_one_due(left: timedelta) -> None:
         else []
     )
     assert [d.kind for d in found] == expected
+
+
+# A request path a holder of alice's key chooses, to be read in her official mail.
+PHISHING = "/managed-agents/v1/sessions/" + "Your account is locked: call +1 555 0100 now " * 45
+
+
+def test_a_key_found_in_a_body_is_told_by_the_guards_route_only() -> None:
+    """The payload guard finds alice's real key in a body sent to a path of 2,000
+    characters: her leaked notice names the method and the guarded route, quoted, and no
+    character of the rest of the path."""
+    store, membership = MemoryKeyStore(), MemoryMembership()
+    membership.add_organization("org_default", tenant_id="acme", default=True)
+    membership.add_member("alice", "org_default", role="admin")
+    membership.add_member("mallory", "org_default", role="admin")
+    manager = KeyManager(store, membership, clock=lambda: START)
+    leaked = manager.create("alice", name="laptop", scope=TENANT)
+    sender = manager.create("mallory", name="mine", scope=TENANT)
+
+    def app(environ: Any, start_response: Any) -> list[bytes]:
+        start_response("200 OK", [])
+        return [b"{}"]
+
+    with Authenticator(store, membership, clock=lambda: START) as authenticator:
+        guarded = ApiKeyMiddleware(app, authenticator=authenticator, payload_guard=PayloadGuard())
+        reply = WerkzeugClient(guarded).post(
+            PHISHING,
+            data=json.dumps({"content": leaked.secret}),
+            headers={"authorization": f"Bearer {sender.secret}", "x-organization-id": "default"},
+            content_type="application/json",
+        )
+    assert (reply.status_code, reply.json["error"]["code"]) == (400, "key_in_payload")
+    record = store.get_key(leaked.info.key_id)
+    assert record is not None and record.leaked is not None
+    assert record.leaked.url == "request-body:POST /managed-agents/v1/"
+
+    outbox: list[Any] = []
+    clock = lambda: START + timedelta(hours=1)  # noqa: E731
+    later = KeyManager(store, membership, clock=clock)
+    Notifier(later, deliver=outbox.append, address_of=lambda a: a, console_url=CONSOLE).run()
+    (notice,) = [n for n in outbox if n.kind is NoticeKind.LEAKED]
+    assert notice.detail == 'seen in the body of a request to "/managed-agents/v1/" (POST)'
+    assert "555" not in notice.text and "locked" not in notice.text
+
+
+def test_a_place_recorded_before_is_quoted_and_bounded() -> None:
+    """A leak recorded with a whole path, or by a code host with a URL of its choosing:
+    the notice quotes it (escaped, one line) and cuts it short."""
+    store, membership = MemoryKeyStore(), MemoryMembership()
+    membership.add_organization("org_default", tenant_id="acme", default=True)
+    membership.add_member("alice", "org_default", role="admin")
+    manager = KeyManager(store, membership, clock=lambda: START)
+    old = manager.create("alice", name="old", scope=TENANT)
+    hosted = manager.create("alice", name="hosted", scope=TENANT)
+    store.report_leak(old.info.key_id, "request-body:POST " + PHISHING + "\r\nBcc: x", START)
+    store.report_leak(hosted.info.key_id, "https://gist.example/" + "a\n" * 300, START)
+
+    found = due({}, store.leaked_keys(), [], START, timedelta(days=30))
+
+    details = {d.name: d.detail or "" for d in found}
+    assert details["old"].startswith('seen in the body of a request to "/managed-agents/v1/')
+    assert details["old"].endswith('\u2026" (POST)')
+    assert details["hosted"].startswith('seen at "https://gist.example/a\\na\\n')
+    assert all("\n" not in d and "\r" not in d and len(d) < 450 for d in details.values())
 
 
 # --- a real HTTP receiver on loopback ---------------------------------------------------------
@@ -313,6 +380,78 @@ def test_a_signed_webhook_is_verified_by_the_receiver(
     assert "secret" not in repr(WebhookDelivery(receiver.url, secret=SECRET)).lower()
 
 
+@attrs.define
+class SlowReceiver:
+    url: str
+    answered: list[bool] = attrs.field(factory=list)  # whether each request got its answer
+    lock: threading.Lock = attrs.field(factory=threading.Lock)
+
+
+# A 204 with a header long enough that, a byte every 0.2 s, it takes half a minute.
+SLOW_ANSWER = b"HTTP/1.1 204 No Content\r\nx-padding: " + b"." * 120 + b"\r\n\r\n"
+
+
+@pytest.fixture
+def slow_receiver() -> Iterator[SlowReceiver]:
+    """A receiver on 127.0.0.1 that sends its answer to the first request a byte every
+    0.2 s (each read of the sender's is quick; the whole is not), and the rest at once."""
+    state = SlowReceiver("")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["content-length"]))
+            with state.lock:
+                first = not state.answered
+                state.answered.append(False)
+                index = len(state.answered) - 1
+            try:
+                if first:
+                    for byte in SLOW_ANSWER:
+                        self.wfile.write(bytes((byte,)))
+                        time.sleep(0.2)
+                else:
+                    self.wfile.write(SLOW_ANSWER)
+            except OSError:  # the sender hung up
+                return
+            state.answered[index] = True
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    state.url = f"http://127.0.0.1:{server.server_port}/hooks"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        server.shutdown()
+        thread.join(10)
+        server.server_close()
+
+
+@pytest.mark.timeout(60)
+def test_a_slow_receiver_is_cut_off_at_the_timeout_and_the_run_goes_on(
+    slow_receiver: SlowReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Three notices, the first answered a byte at a time: timeout bounds the whole request,
+    so that delivery fails (given back, for the next run) and the other two are sent."""
+    store, membership = MemoryKeyStore(), MemoryMembership()
+    membership.add_organization("org_default", tenant_id="acme", default=True)
+    membership.add_member("alice", "org_default", role="admin")
+    manager = KeyManager(store, membership, clock=lambda: START)
+    for name in ("one", "two", "three"):
+        manager.create("alice", name=name, scope=TENANT, expiry=Lifetime.DAYS_7)
+    hook = WebhookDelivery(slow_receiver.url, secret=SECRET, timeout=1.0)
+
+    report = Notifier(manager, deliver=hook, address_of=lambda a: a, console_url=CONSOLE).run()
+
+    assert (report.sent, report.failed) == (2, 1)
+    assert slow_receiver.answered[1:] == [True, True]
+    assert "no answer within 1.0s" in caplog.text
+
+
 def test_verify_webhook_refuses_replays_tampering_and_missing_headers() -> None:
     """Outside the window, another body, another signature, or no header: refused."""
     body = b'{"kind": "expired"}'
@@ -349,6 +488,35 @@ def test_any_changed_byte_of_a_signed_body_is_refused(position: int, flip: int) 
         verify_webhook(
             SECRET, timestamp="1800000000", signature=signature, body=bytes(changed), now=1.8e9
         )
+
+
+@settings(max_examples=500)
+@given(
+    timestamp=st.one_of(
+        st.text(),
+        st.text(alphabet="0123456789²³¹٠١٢٣٤٥٦٧٨٩０１", min_size=1, max_size=30),
+        st.text(alphabet="0123456789", min_size=13, max_size=6000),
+        st.just("9" * 400),
+        st.just("1" * 5000),
+    ),
+    signature=st.text(),
+    body=st.one_of(st.binary(), st.just(b"[" * 100_000)),
+)
+def test_verify_webhook_raises_only_webhook_rejected(
+    timestamp: str, signature: str, body: bytes
+) -> None:
+    """Any header text a client may send (digits of any script, thousands of them, lone
+    surrogates): WebhookRejected, as documented, never another exception."""
+    with pytest.raises(WebhookRejected):
+        verify_webhook(SECRET, timestamp=timestamp, signature=signature, body=body, now=1.8e9)
+
+
+def test_a_body_nested_too_deep_is_rejected_once_signed() -> None:
+    """A signed body no JSON parser can nest so deep: rejected, not a RecursionError."""
+    body = b"[" * 100_000
+    signature = f"v1={sign(SECRET, '1800000000', body)}"
+    with pytest.raises(WebhookRejected, match="not JSON"):
+        verify_webhook(SECRET, timestamp="1800000000", signature=signature, body=body, now=1.8e9)
 
 
 # --- several instances at once: one notice, not three -----------------------------------------

@@ -8,6 +8,7 @@ test chooses), in front of an app that echoes the body it got.
 from __future__ import annotations
 
 import asyncio
+import codecs
 import hashlib
 import io
 import json
@@ -22,12 +23,14 @@ import pytest
 from keyturn import _token
 from keyturn import asgi as keyturn_asgi
 from keyturn import wsgi as keyturn_wsgi
+from keyturn._payload import keys_in
 from keyturn.activity import Action, Channel
 from keyturn.errors import Reason
 from keyturn.payload import PayloadGuard
 from tests.world import World, WorldKeyStore, make_world
 
 SESSIONS = "/managed-agents/v1/sessions"
+ROUTE = "request-body:POST /managed-agents/v1/"  # where a key found is recorded
 OUTSIDE = "/healthz"
 JSON = "application/json"
 
@@ -269,12 +272,12 @@ def test_a_real_key_in_a_json_body_is_refused_and_recorded(guarded: Any) -> None
     assert site.seen == []
     key = world.store.get_key(world.key_ids["main"])
     assert key is not None and key.leaked is not None
-    assert key.leaked.url == f"request-body:POST {SESSIONS}"
+    assert key.leaked.url == ROUTE  # the guarded route, not the path
     assert key.leaked.at == world.clock.now
     assert key.revoked_at is None
     refused = world.audit[-1]
     assert refused.error.reason is Reason.KEY_IN_PAYLOAD
-    assert refused.error.key_id == world.key_ids["main"]
+    assert refused.error.key_id == world.key_ids["research"]  # the sender's key, charged
     assert (refused.method, refused.path) == ("POST", SESSIONS)
 
 
@@ -304,7 +307,7 @@ def test_with_revoke_the_key_found_is_revoked(guarded: Any) -> None:
         Action.LEAK_REPORTED,
         "payload guard",
         Channel.LIBRARY,
-        f"request-body:POST {SESSIONS}",
+        ROUTE,
     ) in done
     assert (
         Action.AUTO_REVOKED,
@@ -348,7 +351,7 @@ def test_the_key_is_never_echoed_nor_logged(guarded: Any, caplog: pytest.LogCapt
     assert reply.status == 400
     text = "\n".join(record.getMessage() for record in caplog.records)
     assert site.world.key_ids["main"] in text
-    assert f"request-body:POST {SESSIONS}" in text
+    assert f"the body of 'POST' {SESSIONS!r}" in text
     assert leaked not in text
     assert all(leaked not in value for value in reply.headers.values())
 
@@ -489,3 +492,159 @@ def test_the_options_are_checked_at_startup(world: World) -> None:
             echo_wsgi([]), authenticator=authenticator, payload_guard=PayloadGuard()
         )
     assert "max_bytes=1048576" in repr(PayloadGuard())
+
+
+# --- encodings: every one a JSON parser reads ------------------------------------------------
+
+# What json.loads reads from bytes (RFC 8259's detection, and a byte order mark), and so
+# Starlette's and FastAPI's request.json(), Flask's get_json() and Django's json.loads.
+ENCODINGS = ["utf-8-sig", "utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "utf-32-be"]
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_a_key_in_every_encoding_json_reads_is_refused(guarded: Any, encoding: str) -> None:
+    """A body a JSON parser reads the key from, in UTF-16 or UTF-32 of either byte order,
+    with or without a byte order mark, plain or escaped, cut anywhere: 400."""
+    site = guarded()
+    key = site.world.keys["main"]
+    plain = message(key).decode()
+    for text in (plain, plain.replace("rma_", "\\u0072ma\\u005f")):
+        body = text.encode(encoding)
+        assert key in json.loads(body)["content"]  # what the app's parser reads
+        for size in (1, 3, 5, 64, len(body)):
+            chunks = [body[at : at + size] for at in range(0, len(body), size)]
+            for length in (True, False):
+                assert site.post(chunks, length=length).status == 400, (size, length)
+    assert site.seen == []
+
+
+def utf7_hiding(key: str) -> bytes:
+    """*key* in a JSON body in UTF-7, its first letter in base64: no ``rma_`` in the bytes."""
+    return b'{"content": "+AHI-' + key[1:].encode("ascii") + b'"}'
+
+
+@pytest.mark.parametrize(
+    ("charset", "encode"),
+    [
+        ("utf-7", utf7_hiding),
+        ("cp500", lambda key: json.dumps({"content": key}).encode("cp500")),  # EBCDIC
+        ("UTF-16", lambda key: json.dumps({"content": key}).encode("utf-16")),
+        ('"utf-32-be"', lambda key: json.dumps({"content": key}).encode("utf-32-be")),
+    ],
+)
+def test_a_key_in_the_declared_charset_is_refused(guarded: Any, charset: str, encode: Any) -> None:
+    """The ``charset`` of ``Content-Type`` is how Django REST framework reads a body: a key
+    that only that encoding spells is refused too."""
+    site = guarded()
+    key = site.world.keys["main"]
+    body = encode(key)
+    assert key in codecs.decode(body, charset.strip('"'))  # what such a parser reads
+    content_type = f"application/json; charset={charset}"
+    for size in (1, 2, 7, len(body)):
+        chunks = [body[at : at + size] for at in range(0, len(body), size)]
+        assert site.post(chunks, content_type=content_type).status == 400
+    assert site.seen == []
+
+
+def test_a_charset_no_parser_reads_the_same_is_refused(guarded: Any) -> None:
+    """A charset Python does not decode, one that is no text encoding, or two different
+    ones (parsers differ on which counts): 400 invalid_request, charged to the sender, and
+    the app never runs. The usual spellings of UTF-8 pass."""
+    site = guarded()
+    world = site.world
+    body = b'{"content": "hello"}'
+    for charset in ("klingon", "base64", "rot13", "utf-8; charset=utf-16"):
+        reply = site.post(body, content_type=f"application/json; charset={charset}")
+        assert reply.status == 400, charset
+        assert reply.json()["error"] == {
+            "code": "invalid_request",
+            "message": "The charset of the request body is not one this API reads: send "
+            "JSON in UTF-8.",
+        }
+        assert reply.headers["service-organization-id"] == "org_research"
+        assert world.audit[-1].error.reason is Reason.UNREADABLE_BODY
+        assert world.audit[-1].error.key_id == world.key_ids["research"]
+    assert site.seen == []
+    for charset in ("utf-8", '"UTF-8"', "utf8", "latin-1", "us-ascii"):
+        assert site.post(body, content_type=f"application/json; charset={charset}").status == 200
+    assert len(site.seen) == 5
+
+
+def test_the_scanner_alone_misses_what_only_a_charset_spells() -> None:
+    """The reason the charset is read: the raw bytes of these bodies hold no key."""
+    key = _token.generate().token
+    assert keys_in(utf7_hiding(key)) == []
+    assert keys_in(json.dumps({"content": key}).encode("cp500")) == []
+
+
+# --- who is charged, and how often audited --------------------------------------------------
+
+
+def test_a_refusal_is_charged_to_the_sender_never_to_a_key_in_the_body(guarded: Any) -> None:
+    """Bodies holding a forgery of alice's key id, a key no store holds and her real key:
+    each refusal is one audit event naming the sender's key, counted against the sender as
+    key_in_payload and nowhere as accepted; no key found in a body gets a usage row."""
+    site = guarded()
+    world = site.world
+    sender = world.key_ids["research"]
+    bodies = [
+        message(forged(world.key_ids["main"])),
+        message(world.keys["unknown"]),
+        message(world.keys["main"]),
+        message(forged("AAAAAAAAAAAA")),
+    ]
+    before = len(world.audit)
+    for body in bodies:
+        assert site.post(body).status == 400
+    events = world.audit[before:]
+    assert [(e.allowed, e.error.reason, e.error.key_id) for e in events] == [
+        (False, Reason.KEY_IN_PAYLOAD, sender)
+    ] * len(bodies)
+    assert site.post(b"{}").status == 200
+    assert len(world.audit) == before + len(bodies) + 1 and world.audit[-1].allowed
+    world.authenticators[-1].close()  # writes the counts out
+    counts = {(key_id, outcome): n for (key_id, _, outcome), n in world.store._usage.items()}
+    assert counts == {(sender, "key_in_payload"): len(bodies), (sender, "accepted"): 1}
+
+
+def test_every_guard_refusal_is_audited_once(guarded: Any) -> None:
+    """413, and the 400 for a body the guard cannot read: one event each, the sender's."""
+    site = guarded(max_bytes=100)
+    world = site.world
+    before = len(world.audit)
+    assert site.post(b"[" + b" " * 200 + b"]").status == 413
+    assert site.post(b"{}", content_type="application/json; charset=nope").status == 400
+    assert [(e.error.reason, e.error.key_id) for e in world.audit[before:]] == [
+        (Reason.PAYLOAD_TOO_LARGE, world.key_ids["research"]),
+        (Reason.UNREADABLE_BODY, world.key_ids["research"]),
+    ]
+
+
+# --- WSGI: a Content-Length that int() reads and servers may not ----------------------------
+
+
+@pytest.mark.parametrize("declared", ["+59", "5_9", " 59", "59 ", "\u0665\u0669", "-0", "0x3b"])
+def test_a_content_length_that_is_not_plain_digits_is_refused(world: World, declared: str) -> None:
+    """``int()`` reads ``+59``, ``5_9``, `` 59`` and Arabic-Indic digits, and WebOb, Bottle,
+    Falcon and plain WSGI apps read that many bytes: the guard cannot know how many the app
+    will read, so the request gets 400, never the app."""
+    seen: list[bytes] = []
+    app = keyturn_wsgi.ApiKeyMiddleware(
+        echo_wsgi(seen), authenticator=world.authenticator(), payload_guard=PayloadGuard()
+    )
+    site = Guarded("wsgi", world, app, seen)
+    body = message(world.keys["main"])
+    headers = [
+        ("authorization", f"Bearer {world.keys['research']}"),
+        ("content-type", JSON),
+        ("content-length", declared),
+    ]
+    reply = site._wsgi(SESSIONS, headers, [body], True)
+    assert reply.status == 400
+    assert reply.json()["error"] == {
+        "code": "invalid_request",
+        "message": "The Content-Length header is not a number of bytes: send its digits only.",
+    }
+    assert reply.headers["service-organization-id"] == "org_research"
+    assert seen == []
+    assert world.audit[-1].error.reason is Reason.UNREADABLE_BODY

@@ -119,6 +119,11 @@ def console_urls(console: Console) -> tuple[list[URLPattern], str]:
 
 
 def _visit(console: Console, request: HttpRequest, rest: str) -> Visit:
+    if "CSRF_COOKIE" not in request.META:
+        # CsrfViewMiddleware is not in MIDDLEWARE (it would have read the cookie): read it
+        # here, or get_token() below makes a new secret on every page, and a form open in
+        # another tab fails once any other page loads.
+        _CSRF.process_request(request)
     csrf_refused = _CSRF.process_view(request, None, (), {}) is not None
     body = b""
     if request.method == "POST":
