@@ -11,7 +11,8 @@ Rules of this file (keep them):
      rule (:func:`reach_question`, which the console's :class:`~keyturn.KeyManager` uses
      too), the policy's 403 and the service headers it carries (``Refusal.principal``),
      and the mapping of a failing store or provider to 503 (:func:`unavailable`);
-   - ``_token.py``: the key layout and checksum; ``_lifecycle.py``: a key's status;
+   - ``_token.py``: the key layout and checksum; ``_lifecycle.py``: a key's status, and
+     whether its use is a rotation's first (:func:`~keyturn._lifecycle.revokes_at_first_use`);
      ``_hashing.py``: whether a secret matches its hash.
 
    ``authenticator.py`` drives it, and the callers of ``_calls.py`` answer its steps;
@@ -20,7 +21,8 @@ Rules of this file (keep them):
    ``_memo.py`` gives back this decision's last answer while nothing it read has changed.
 2. No I/O and no framework. :func:`decide` is a generator: it yields steps (``_steps.py``:
    read a key, verify a secret, resolve an organization, get a role) and receives their
-   answers. It mutates nothing it is given. The sync and async drivers in
+   answers. It mutates nothing it is given; its one write is a step too (a rotation's first
+   use, :class:`~keyturn._steps.MarkUsed`). The sync and async drivers in
    ``authenticator.py`` run it; neither holds any logic.
 3. Argon2 is a yielded step (:class:`~keyturn._steps.VerifySecret`), so the drivers run it
    off the caller.
@@ -44,7 +46,7 @@ import attrs
 
 from keyturn import _token
 from keyturn._hashing import Overloaded, VerifiedTokenCache, fingerprint
-from keyturn._lifecycle import derive_status
+from keyturn._lifecycle import derive_status, revokes_at_first_use
 from keyturn._model import Found, Principal, Scope, Status
 from keyturn._steps import (
     GetDefaultOrganization,
@@ -52,6 +54,7 @@ from keyturn._steps import (
     GetOrganization,
     GetRole,
     Lookup,
+    MarkUsed,
     ReachesTenant,
     Step,
     VerifySecret,
@@ -127,6 +130,9 @@ class Rules:
     # The store reads what a request needs at once (``KeyStore.lookup``, optional): the
     # decision asks it one question, and answers the rest from what it found.
     lookup: bool = False
+    # Uses are recorded (the Authenticator's usage write is on): a rotation's first use is
+    # then written by the decision itself, before the answer (:func:`decide`).
+    records_use: bool = False
 
 
 def reach_question(account_id: str, scope: Scope) -> GetRole | ReachesTenant:
@@ -339,6 +345,13 @@ def decide(
         assert organization is not None
         organization_id = organization.id
 
+    if rules.records_use and revokes_at_first_use(key):
+        # The creator asked for the old key's revoke at this key's first use: written now,
+        # so the old key is refused from the next request on (spec: a revoke is immediate),
+        # and a write that fails is this request's 503, never a pass with the old key alive.
+        # Before the policy: the memo keeps a principal the policy refused, and may answer
+        # this key's next request without a decision.
+        yield MarkUsed(key_id, now)
     principal = _principal(
         account_id,
         key_id,

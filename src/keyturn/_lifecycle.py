@@ -7,7 +7,8 @@
 - Status (D11): Revoked and Expired are final; Inactive while the creator does not reach the
   key's scope; Active otherwise. Derived on every use, never stored.
 - Rotation (spec section 5): a replacement's recorded use revokes the key it replaces when
-  its creator asked for it (:func:`revoked_by_use`), in the same write as the use.
+  its creator asked for it (:func:`revoked_by_use`), in the same write as the use; its first
+  accepted request writes that use before it is answered (:func:`revokes_at_first_use`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ __all__ = [
     "derive_status",
     "expiry_for",
     "revoked_by_use",
+    "revokes_at_first_use",
     "validate_name",
 ]
 
@@ -157,3 +159,10 @@ def revoked_by_use(replacement: ApiKey, old: ApiKey | None, at: datetime) -> boo
         and replacement.replaces == old.key_id
         and derive_status(old, at, reaches_scope=True).revocable
     )
+
+
+def revokes_at_first_use(key: ApiKey) -> bool:
+    """Whether accepting *key* now is the first use of a replacement whose creator asked for
+    the old key's revoke at it: its use is then written before the request is answered, so
+    the old key is refused from the next request on, never a usage write later."""
+    return key.revoke_old_on_first_use and key.replaces is not None and key.first_used_at is None

@@ -340,3 +340,4 @@ class UsageRecorder:
     def _work(self) -> None:
         while (item := self._queue.get()) is not None:
             self._apply(*item)
+            self._queue.task_done()  # the bench waits for every write handed over to land

@@ -167,7 +167,9 @@ class Authenticator:
     :param clock: returns the current UTC time; injectable for tests.
     :param usage_interval: seconds between two ``last_used_at`` writes for one key, made
         off the request's path with the key's request counts (see :mod:`keyturn.usage`);
-        ``None`` writes neither.
+        ``None`` writes neither. One use is written on the path: a rotation's replacement
+        whose creator asked for the old key's revoke at its first use, in that first
+        request (``docs/rotation.md``).
     """
 
     def __init__(
@@ -198,10 +200,13 @@ class Authenticator:
         _require_sync(audit, "audit")
         self.store = store
         self.membership = membership
+        # A store without mark_used (a read-only double) simply has no usage recorded.
+        records_use = usage_interval is not None and hasattr(store, "mark_used")
         self.rules = Rules(
             organization_pattern=organization_pattern,
             policy=policy,
             lookup=_looks_up(store, membership),
+            records_use=records_use,
         )
         self.audit = audit
         self.timeout = timeout
@@ -223,10 +228,9 @@ class Authenticator:
         blocks = not all(isinstance(caller, InPlace) for caller in self._callers[:2])
         self._timeout = timeout if blocks else None
         self.memo = Memo(store, membership, clock)  # the decision's answers, while they hold
-        # A store without mark_used (a read-only double) simply has no usage recorded.
         self.usage = (
             UsageRecorder(store, interval=usage_interval, clock=clock)
-            if usage_interval is not None and hasattr(store, "mark_used")
+            if records_use and usage_interval is not None
             else None
         )
         self.closed = False

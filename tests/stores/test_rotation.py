@@ -7,6 +7,8 @@ Each test runs against memory, SQLite, PostgreSQL and async PostgreSQL (see ``ba
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 import tempfile
 from collections.abc import Iterator
 from datetime import timedelta
@@ -124,6 +126,113 @@ def test_the_replacement_s_first_request_revokes_the_old_key_when_the_creator_as
         used_at,
     )
     assert info(auto_new.info.key_id).status is Status.ACTIVE
+
+
+ROTATIONS = 6
+
+
+def test_the_old_key_is_refused_right_after_the_replacement_s_first_use(
+    backend: Backend, edge: str, loop: asyncio.Runner
+) -> None:
+    """With the Authenticator's defaults (usage written off the request's path, once a minute
+    per key), the request right after a replacement's first use with the old key is refused:
+    the old key warm in the memo and the replica each time, none accepted of six."""
+    world(backend)
+    manager = KeyManager(backend.keys, backend.membership)
+    auth = backend.authenticator()
+    accepted = 0
+    try:
+        for n in range(ROTATIONS):
+            old = manager.create("alice", name=f"agent {n}", scope=TENANT)
+            new = manager.rotate("alice", old.info.key_id, revoke_old_on_first_use=True)
+            assert get(edge, auth, loop, old.secret) == 200  # decided, then kept
+            assert get(edge, auth, loop, old.secret) == 200  # answered from what was kept
+            assert get(edge, auth, loop, new.secret) == 200  # the first use...
+            accepted += get(edge, auth, loop, old.secret) == 200  # ...and the next request
+    finally:
+        auth.close()
+    assert accepted == 0
+    assert all(info.status is Status.REVOKED for info in manager.list("alice")[1::2])
+
+
+@contextlib.contextmanager
+def writes_held(request: pytest.FixtureRequest, key_id: str) -> Iterator[None]:
+    """Another session holds what the key's usage write needs: SQLite's write lock, or the
+    key's row in PostgreSQL. Reads go on."""
+    holder: Any
+    if request.getfixturevalue("backend").name == "sqlite":
+        holder = sqlite3.connect(request.getfixturevalue("sqlite_path"), isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+    else:
+        import psycopg
+
+        holder = psycopg.connect(request.getfixturevalue("postgres_url"))
+        holder.execute("SELECT 1 FROM keyturn_keys WHERE key_id = %s FOR UPDATE", (key_id,))
+    try:
+        yield
+    finally:
+        holder.rollback()
+        holder.close()
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("postgres-async", marks=pytest.mark.postgres),
+    ],
+    indirect=True,
+)
+def test_a_first_use_whose_revoke_cannot_be_written_is_refused(
+    backend: Backend, edge: str, loop: asyncio.Runner, request: pytest.FixtureRequest
+) -> None:
+    """While the replacement's first use cannot be written, its request gets 503 and the old
+    key still works (nothing was revoked); once it can, the new key passes and the old one is
+    refused on the next request."""
+    world(backend)
+    manager = KeyManager(backend.keys, backend.membership)
+    old = manager.create("alice", name="agent", scope=TENANT)
+    new = manager.rotate("alice", old.info.key_id, revoke_old_on_first_use=True)
+    auth = backend.authenticator(timeout=0.5)
+    try:
+        assert get(edge, auth, loop, old.secret) == 200
+        with writes_held(request, new.info.key_id):
+            assert get(edge, auth, loop, new.secret) == 503
+            assert get(edge, auth, loop, old.secret) == 200
+        assert get(edge, auth, loop, new.secret) == 200
+        assert get(edge, auth, loop, old.secret) == 401
+    finally:
+        auth.close()
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("postgres-async", marks=pytest.mark.postgres),
+    ],
+    indirect=True,
+)
+def test_a_first_use_leaves_this_process_s_replica_before_the_write_returns(
+    backend: Backend,
+) -> None:
+    """The usage write of a replacement's first use drops the old key and the new one from
+    the process's replica before it returns: the next request with either reads them anew."""
+    world(backend)
+    manager = KeyManager(backend.keys, backend.membership)
+    old = manager.create("alice", name="agent", scope=TENANT)
+    new = manager.rotate("alice", old.info.key_id, revoke_old_on_first_use=True)
+    pair = (old.info.key_id, new.info.key_id)
+
+    def kept(key_id: str) -> bool:
+        backend.keys.lookup(key_id, None)  # read through, and kept once the feed is current
+        return backend.native_keys.lookup_cached(key_id, None) is not None
+
+    assert wait_until(backend, lambda: all(kept(key_id) for key_id in pair))
+    backend.keys.mark_used(new.info.key_id, clock_now().now)
+    assert [backend.native_keys.lookup_cached(key_id, None) for key_id in pair] == [None, None]
 
 
 def test_the_usage_write_leaves_final_keys_and_unlinked_keys_alone(backend: Backend) -> None:

@@ -97,9 +97,14 @@ class AsyncSQLKeyStore:
                 (key_id, utc, key_id, utc, key_id, utc, key_id, utc, utc, key_id),
             )
             changed = await cursor.fetchall()
-        for (changed_id,) in changed:  # the old key revoked at rotation's request, if any
-            if changed_id != key_id:
+        # A first use (the decision reads it) and the old key it revoked at rotation's
+        # request: both dropped from the replica before this returns, so this process's next
+        # request with either is decided afresh.
+        for changed_id, first_used_at in changed:
+            if changed_id != key_id or first_used_at == utc:
                 self.database.replica.changed(_sql.KEY, changed_id)
+        for changed_id, _ in changed:
+            if changed_id != key_id:
                 old = await self.get_key(changed_id)
                 if old is not None:
                     await self.record_event(_sql.auto_revoked(old, at, key_id))

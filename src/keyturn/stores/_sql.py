@@ -511,7 +511,7 @@ class Statements:
     # or not at all. The rule is keyturn._lifecycle.revoked_by_use, translated: the old key
     # is revoked at the instant of the use, unless it is already Revoked or Expired. Each
     # side of the OR is a primary-key lookup: no scan. It returns the ids of the rows it
-    # changed.
+    # changed, each with its first_used_at (the key's: the instant written, on a first use).
     # Parameters: key_id, at, key_id, at, key_id, at, key_id, at, at, key_id.
     mark_used: str = """
         UPDATE keyturn_keys SET
@@ -522,7 +522,7 @@ class Statements:
         WHERE (key_id = %s AND (last_used_at IS NULL OR last_used_at < %s))
            OR (revoked_at IS NULL AND expires_at > %s AND key_id = (
                 SELECT replaces FROM keyturn_keys WHERE key_id = %s AND revoke_old_on_first_use))
-        RETURNING key_id
+        RETURNING key_id, first_used_at
     """
     # The first report stands: it says when the key became public.
     report_leak: str = (
