@@ -56,6 +56,7 @@ from keyturn._decision import (
 from keyturn._hashing import SecretVerifier, VerifiedTokenCache
 from keyturn._memo import Memo, Ticket
 from keyturn._model import Clock, Principal, utc_now
+from keyturn._shortcuts import shortcuts
 from keyturn._steps import Step, WrongAnswer
 from keyturn._usage import UsageRecorder
 from keyturn.errors import Reason, Refusal, ServiceUnavailable
@@ -98,16 +99,6 @@ def _require(obj: object, name: str, kind: str, methods: tuple[str, ...]) -> Non
             f"{name} must be {kind} (see keyturn.protocols); {type(obj).__name__} "
             f"lacks {', '.join(missing)}{hint}"
         )
-
-
-def _looks_up(store: object, membership: object) -> bool:
-    # A store's combined read answers for its own database's membership tables only.
-    database = getattr(store, "database", None)
-    return (
-        callable(getattr(store, "lookup", None))
-        and database is not None
-        and getattr(membership, "database", None) is database
-    )
 
 
 def _require_sync(hook: object, name: str) -> None:
@@ -198,10 +189,11 @@ class Authenticator:
         _require_sync(audit, "audit")
         self.store = store
         self.membership = membership
+        # The combined read and the memo only for keyturn's own classes: a host's code is
+        # asked step by step (_shortcuts.py).
+        taken = shortcuts(store, membership)
         self.rules = Rules(
-            organization_pattern=organization_pattern,
-            policy=policy,
-            lookup=_looks_up(store, membership),
+            organization_pattern=organization_pattern, policy=policy, lookup=taken.lookup
         )
         self.audit = audit
         self.timeout = timeout
@@ -222,7 +214,7 @@ class Authenticator:
         # No deadline to keep when no call can block: the warm path reads no clock for it.
         blocks = not all(isinstance(caller, InPlace) for caller in self._callers[:2])
         self._timeout = timeout if blocks else None
-        self.memo = Memo(store, membership, clock)  # the decision's answers, while they hold
+        self.memo = Memo(taken.feeds, clock)  # the decision's answers, while they hold
         # A store without mark_used (a read-only double) simply has no usage recorded.
         self.usage = (
             UsageRecorder(store, interval=usage_interval, clock=clock)
