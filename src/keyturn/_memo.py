@@ -42,6 +42,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from keyturn._decision import AuthRequest
+from keyturn._fork import renew_in_child
 from keyturn._model import Clock, Principal, utc_now
 from keyturn._shortcuts import Changes
 from keyturn.errors import PermissionDenied, Reason, Refusal
@@ -86,6 +87,13 @@ class Memo:
         self._entries: dict[Where, tuple[Principal, object, Any]] = {}
         self._lock = threading.Lock()
         self.hits = 0  # answers given back: the tests count them
+        renew_in_child(self)
+
+    def _after_fork(self) -> None:
+        # A lock held at the fork stays held; and a child's stores may count their changes
+        # afresh, so a number kept here could come round again meaning another state.
+        self._lock = threading.Lock()
+        self._entries = {}
 
     def __repr__(self) -> str:
         return f"Memo(enabled={self.enabled}, size={len(self._entries)})"

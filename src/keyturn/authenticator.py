@@ -53,6 +53,7 @@ from keyturn._decision import (
     police,
     unavailable,
 )
+from keyturn._fork import renew_in_child
 from keyturn._hashing import SecretVerifier, VerifiedTokenCache
 from keyturn._memo import Memo, Ticket
 from keyturn._model import Clock, Principal, utc_now
@@ -201,15 +202,7 @@ class Authenticator:
         self.clock = clock
         self.cache = cache if cache is not None else VerifiedTokenCache()
         self.verifier = verifier if verifier is not None else SecretVerifier()
-        # Blocking calls run on threads of our own (started on first use): calls stuck in a
-        # hung backend must not starve argon2, nor the event loop's default executor.
-        self._calls = ThreadPoolExecutor(16, thread_name_prefix="keyturn-call")
-        # Indexed by Step.via: MEMBERSHIP, STORE, ARGON2.
-        self._callers = (
-            caller_for(membership, "get_role", self._calls, timeout),
-            caller_for(store, "get_key", self._calls, timeout),
-            Verifying(self.verifier, self.cache),
-        )
+        self._open_calls()
         self._is_async = any(caller.is_async for caller in self._callers)
         # No deadline to keep when no call can block: the warm path reads no clock for it.
         blocks = not all(isinstance(caller, InPlace) for caller in self._callers[:2])
@@ -222,9 +215,25 @@ class Authenticator:
             else None
         )
         self.closed = False
+        renew_in_child(self)
 
     def __repr__(self) -> str:
         return f"Authenticator(store={self.store!r}, membership={self.membership!r})"
+
+    def _open_calls(self) -> None:
+        # Blocking calls run on threads of our own (started on first use): calls stuck in a
+        # hung backend must not starve argon2, nor the event loop's default executor.
+        self._calls = ThreadPoolExecutor(16, thread_name_prefix="keyturn-call")
+        # Indexed by Step.via: MEMBERSHIP, STORE, ARGON2.
+        self._callers = (
+            caller_for(self.membership, "get_role", self._calls, self.timeout),
+            caller_for(self.store, "get_key", self._calls, self.timeout),
+            Verifying(self.verifier, self.cache),
+        )
+
+    def _after_fork(self) -> None:
+        if not self.closed:  # the parent's call threads are not in this process
+            self._open_calls()
 
     def authenticate(self, request: AuthRequest) -> Principal | Refusal:
         """Decide *request*, calling the store and provider from this thread."""

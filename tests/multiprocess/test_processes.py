@@ -21,6 +21,11 @@ After each change, the next waits until every worker of every server has answere
 judged request for it. At the end, a fresh process lists every key and membership:
 nothing written may be lost.
 
+A server that loads the app before it forks its workers runs too: gunicorn ``--preload``
+over a SQLite file, its parent having checked one key at start, so its workers inherit an
+Authenticator that has run; each key the parent never verified must be accepted by the
+worker it reaches, within the request's bounded wait.
+
 Servers are stopped by their process ids (each leads a process group with its workers);
 every loop and every wait is bounded.
 """
@@ -52,7 +57,7 @@ import pytest
 from keyturn import KeyManager, Scope
 from keyturn.stores import open_database
 from tests.console.support import form_token
-from tests.multiprocess.apps import STORE_URL, WORKER_HEADER
+from tests.multiprocess.apps import STORE_URL, WARM_UP_KEY, WORKER_HEADER
 
 ROOT = Path(__file__).resolve().parents[2]
 LAG = {"sqlite": 0.0, "postgres": 1.0}  # seconds from a commit to its judged requests
@@ -109,6 +114,16 @@ SERVERS = (  # the servers under load
         ],
     ),
 )
+PRELOADED = Server(  # the app built, and checked once, in the parent before the fork
+    "gunicorn --preload",
+    2,
+    lambda port: [
+        *("-m", "gunicorn", "--preload", "--workers", "2", "--worker-class", "gthread"),
+        *("--threads", "4", "--bind", f"127.0.0.1:{port}", "--log-level", "warning"),
+        "tests.multiprocess.apps:preloaded_wsgi",
+    ],
+)
+FRESH_KEYS = 6  # keys the preloading parent never verified: one request each
 
 
 # --- what was changed, and when -----------------------------------------------------------
@@ -220,10 +235,13 @@ def healthy(port: int) -> bool:
 
 
 @contextmanager
-def serving(server: Server, url: str, log: Path) -> Iterator[int]:
-    """*server* on a free port over *url*; stopped by its process id (and group) at the end."""
+def serving(
+    server: Server, url: str, log: Path, env: dict[str, str] | None = None
+) -> Iterator[int]:
+    """*server* on a free port over *url*, with *env* added to its environment; stopped by
+    its process id (and group) at the end."""
     port = free_port()
-    env = {**os.environ, STORE_URL: url, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, STORE_URL: url, "PYTHONPATH": str(ROOT), **(env or {})}
     with open(log, "wb") as output:
         process = subprocess.Popen(  # noqa: S603 -- our own interpreter and arguments
             [sys.executable, *server.argv(port)],
@@ -578,3 +596,37 @@ def test_every_server_sees_every_commit_and_nothing_is_lost(store_url: str, tmp_
     ]
     for organization in kept:
         assert json.loads(cli(store_url, "member", "list", organization, "--json")) == []
+
+
+def test_preloaded_workers_verify_keys_their_parent_never_saw(tmp_path: Path) -> None:
+    """gunicorn ``--preload`` over a SQLite file: its parent built the Authenticator and
+    verified one key (argon2 and the usage writer ran on their threads) before it forked
+    the workers; each key it never saw is accepted by the worker the request reaches."""
+    url = f"sqlite:///{tmp_path / 'keyturn.sqlite3'}"
+    scope = Scope.organization("org_default", tenant_id="acme")
+    with open_database(url) as db:
+        db.membership.add_organization("org_default", tenant_id="acme", default=True)
+        db.membership.add_member("alice", "org_default", role="admin")
+        manager = KeyManager(db.keys, db.membership)
+        created = [
+            manager.create("alice", name=f"k{n}", scope=scope) for n in range(FRESH_KEYS + 1)
+        ]
+    warm_up, *fresh = (
+        Key(key.info.key_id, key.secret, "alice", tenant=False, changes=[]) for key in created
+    )
+    statuses: Counter[int | str] = Counter()
+    workers: set[str] = set()
+    log = tmp_path / "gunicorn.log"
+    with serving(PRELOADED, url, log, {WARM_UP_KEY: warm_up.secret}) as port:
+        for key in fresh:
+            try:
+                status, worker = get(port, key)  # bounded: REQUEST_TIMEOUT
+            except (OSError, http.client.HTTPException):
+                status, worker = "no answer", ""
+            statuses[status] += 1
+            workers.add(worker)
+    assert alive(workers - {""}) == set(), "workers outlived their server"
+    assert statuses == Counter({200: FRESH_KEYS}), (
+        f"keys the parent never verified: {dict(statuses)} of {FRESH_KEYS}, "
+        f"answered by workers {sorted(workers - {''})}"
+    )
