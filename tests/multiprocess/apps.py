@@ -10,8 +10,9 @@ the key console at ``/console/`` over the same store, its signed-in account read
 ``account`` cookie, as a host's sign-in would read it. Each app is built on first access,
 so a worker builds only the one it serves, with a database of its own. ``:preloaded_wsgi``
 is ``:wsgi`` for a server that loads the app before it forks (gunicorn ``--preload``): the
-parent builds it and checks it once, as a host's start-up check would, with the key named
-by ``KEYTURN_WARM_UP_KEY``, so its workers inherit an Authenticator that has already run.
+parent builds it and checks it once, as a host's start-up check would, with the tenant key
+named by ``KEYTURN_WARM_UP_KEY`` in its default organization, so its workers inherit an
+Authenticator that has already run.
 """
 
 from __future__ import annotations
@@ -128,9 +129,8 @@ def _preloaded_wsgi() -> Any:
     from werkzeug.test import Client
 
     app = _wsgi()
-    response = Client(app).get(
-        "/managed-agents/v1/models", headers={"Authorization": f"Bearer {os.environ[WARM_UP_KEY]}"}
-    )
+    headers = {"Authorization": f"Bearer {os.environ[WARM_UP_KEY]}", "x-organization-id": "default"}
+    response = Client(app).get("/managed-agents/v1/models", headers=headers)
     if response.status_code != 200:
         raise RuntimeError(f"the start-up check got {response.status_code}")
     return app
