@@ -28,6 +28,7 @@ from argon2 import PasswordHasher, Type, extract_parameters
 from argon2.exceptions import InvalidHashError, VerificationError
 from argon2.low_level import verify_secret
 
+from keyturn._fork import renew_in_child
 from keyturn.errors import Reason
 
 __all__ = [
@@ -105,6 +106,10 @@ class VerifiedTokenCache:
         self._keyed = hashlib.blake2b(key=secrets.token_bytes(32), digest_size=16)
         self._entries: dict[bytes, str] = {}
         self._lock = threading.Lock()
+        renew_in_child(self)
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()  # another thread may have held it at the fork
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -186,6 +191,11 @@ class SecretVerifier:
         self.limits = limits
         self.runs = 0  # argon2 runs started: the benchmarks and tests count them
         self.shed = 0  # checks refused past a bound
+        self._after_fork()  # what a forked child makes anew: the pool and its bookkeeping
+        renew_in_child(self)
+
+    def _after_fork(self) -> None:
+        # The parent's argon2 threads are not in a child, nor will its checks in flight land.
         self._executor = ThreadPoolExecutor(self.max_workers, thread_name_prefix="keyturn-argon2")
         self._in_flight: dict[tuple[bytes, str], Future[Reason | None]] = {}
         self._per_key: dict[str, int] = {}

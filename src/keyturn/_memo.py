@@ -23,10 +23,11 @@ Rules of this file (keep them):
    (:func:`~keyturn._decision.police`, the decision's own step 4).
 2. Only principals are kept (and the principal the policy refused). Refusals are decided
    afresh: a flood of bad keys costs the memo nothing and evicts nothing.
-3. Used only where both the store and the provider have a change feed: keyturn's own
-   stores, answering the decision's questions themselves (a subclass that answers one its
-   own way, as a test double may, has no feed of its own). With a host provider, every
-   request is decided: its answers can change unseen.
+3. Used only where both the store and the provider have a change feed keyturn can trust:
+   keyturn's own classes, answering the decision's questions with their own methods
+   (:func:`~keyturn._shortcuts.shortcuts`, the one rule, decides). A subclass that answers
+   one its own way (a host's rule, a test double) or a host provider: every request is
+   decided, since its answers can change unseen.
 4. Bounded: past its size, the oldest answer goes.
 """
 
@@ -41,12 +42,13 @@ from datetime import datetime
 from typing import Any, Final
 
 from keyturn._decision import AuthRequest
+from keyturn._fork import renew_in_child
 from keyturn._model import Clock, Principal, utc_now
+from keyturn._shortcuts import Changes
 from keyturn.errors import PermissionDenied, Reason, Refusal
 
 __all__ = ["Memo", "Ticket"]
 
-Changes = Callable[[], "int | None"]
 # Where a request's answer is kept: the keyed digest of its Authorization line, and its
 # organization values (a tuple, as the adapters build it).
 Where = tuple[bytes, Sequence[str]]
@@ -57,30 +59,6 @@ Ticket = tuple[Where, object]
 # Before a key's expiry, by the wall clock, that the memo stops answering (rule 1).
 _MARGIN: Final = 0.001  # seconds
 
-# The questions the decision may put to each: a change feed counts only its own answers.
-_STORE_READS: Final = ("get_key", "lookup", "lookup_cached")
-_MEMBERSHIP_READS: Final = (
-    "get_organization",
-    "get_default_organization",
-    "get_role",
-    "reaches_tenant",
-)
-
-
-def _changes_of(target: object, reads: tuple[str, ...]) -> Changes | None:
-    """*target*'s ``changes``, if it is a keyturn store's and *target* answers every read
-    of *reads* with that store's own methods."""
-    kind = type(target)
-    owner = next((klass for klass in kind.__mro__ if "changes" in vars(klass)), None)
-    if owner is None or not owner.__module__.startswith("keyturn.stores."):
-        return None  # a host's method of that name may mean anything
-    if any(getattr(kind, read, None) is not getattr(owner, read, None) for read in reads):
-        return None
-    if any(read in getattr(target, "__dict__", ()) for read in (*reads, "changes")):
-        return None  # patched on the object itself
-    changes: Changes = getattr(target, "changes")  # noqa: B009 - typed here
-    return changes
-
 
 def _unknown() -> None:
     return None
@@ -90,25 +68,32 @@ class Memo:
     """The decision's answers by request, for one :class:`~keyturn.Authenticator`."""
 
     def __init__(
-        self, store: object, membership: object, clock: Clock = utc_now, max_size: int = 100_000
+        self,
+        feeds: tuple[Changes, Changes | None] | None,
+        clock: Clock = utc_now,
+        max_size: int = 100_000,
     ) -> None:
         self.max_size = max_size
         # The clock the decision reads, or (the default) the wall clock it rounds: cheaper.
         self._wall = clock is utc_now
         self._now: Callable[[], float | datetime] = time.time if self._wall else clock
-        database = getattr(store, "database", None)
-        shared = database is not None and getattr(membership, "database", None) is database
-        mine = _changes_of(store, _STORE_READS)
-        # One database answers for both: its number counts both.
-        self._membership = None if shared else _changes_of(membership, _MEMBERSHIP_READS)
-        self.enabled = mine is not None and (shared or self._membership is not None)
-        self._store: Changes = mine or _unknown
+        # The store's change number, and the membership's when another database answers
+        # for it (``_shortcuts.py`` says which feeds may be trusted; none: the memo is off).
+        self.enabled = feeds is not None
+        self._store, self._membership = feeds if feeds is not None else (_unknown, None)
         # Keyed once per process, like the verified-token cache: the digests name no secret.
         self._keyed = hashlib.blake2s(key=secrets.token_bytes(32), digest_size=16)
         # Where -> (the principal, the change numbers, when it stops holding by self._now)
         self._entries: dict[Where, tuple[Principal, object, Any]] = {}
         self._lock = threading.Lock()
         self.hits = 0  # answers given back: the tests count them
+        renew_in_child(self)
+
+    def _after_fork(self) -> None:
+        # A lock held at the fork stays held; and a child's stores may count their changes
+        # afresh, so a number kept here could come round again meaning another state.
+        self._lock = threading.Lock()
+        self._entries = {}
 
     def __repr__(self) -> str:
         return f"Memo(enabled={self.enabled}, size={len(self._entries)})"

@@ -49,6 +49,7 @@ from datetime import time as midnight
 from typing import Any, Final
 
 from keyturn._calls import InPlace, caller_for
+from keyturn._fork import renew_in_child
 from keyturn._model import utc_now
 from keyturn._steps import CountUsage, MarkUsed
 from keyturn.errors import Reason
@@ -132,6 +133,17 @@ class UsageRecorder:
         self._tasks: dict[str, asyncio.Task[None]] = {}  # key id -> its write, until done
         self._batches: set[asyncio.Task[None]] = set()  # every key's counts at once
         self._closed = False
+        renew_in_child(self)
+
+    def _after_fork(self) -> None:
+        # The writer thread, its queue and the parent's tasks stay with the parent, which
+        # also writes what it counted: a child starts its own, from zero.
+        self._lock = threading.Lock()
+        self._queue = queue.Queue(self._queue.maxsize)
+        self._thread = None
+        _threaded.discard(self)
+        self._tasks, self._batches = {}, set()
+        self._accepted, self._refused = defaultdict(int), {}
 
     def __repr__(self) -> str:
         return f"UsageRecorder(store={self.store!r}, interval={self.interval!r})"

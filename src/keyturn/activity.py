@@ -30,6 +30,7 @@ from typing import Any, Final
 
 import attrs
 
+from keyturn._fork import renew_in_child
 from keyturn._model import ApiKey
 from keyturn.errors import KeyturnError
 
@@ -110,18 +111,26 @@ class By:
 
 LIBRARY: Final = By()
 
-_ids = threading.Lock()
-_last_ns = 0
+
+class _Ids:
+    """Event ids that sort after every id this process made before: events recorded at one
+    instant (a clock that stands still) list in the order they happened."""
+
+    def __init__(self) -> None:
+        self._last_ns = 0
+        self._after_fork()
+        renew_in_child(self)
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()  # another thread may have held it at the fork
+
+    def __call__(self) -> str:
+        with self._lock:
+            self._last_ns = ns = max(time.time_ns(), self._last_ns + 1)
+        return f"{ns:016x}{secrets.token_hex(4)}"
 
 
-def _event_id() -> str:
-    """A fresh id that sorts after every id this process made before: events recorded at
-    one instant (a clock that stands still) list in the order they happened."""
-    global _last_ns
-    with _ids:
-        _last_ns = max(time.time_ns(), _last_ns + 1)
-        ns = _last_ns
-    return f"{ns:016x}{secrets.token_hex(4)}"
+_event_id: Final = _Ids()
 
 
 @attrs.frozen(kw_only=True)

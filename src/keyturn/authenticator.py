@@ -53,9 +53,11 @@ from keyturn._decision import (
     police,
     unavailable,
 )
+from keyturn._fork import renew_in_child
 from keyturn._hashing import SecretVerifier, VerifiedTokenCache
 from keyturn._memo import Memo, Ticket
 from keyturn._model import Clock, Principal, utc_now
+from keyturn._shortcuts import shortcuts
 from keyturn._steps import Step, WrongAnswer
 from keyturn._usage import UsageRecorder
 from keyturn.errors import Reason, Refusal, ServiceUnavailable
@@ -98,16 +100,6 @@ def _require(obj: object, name: str, kind: str, methods: tuple[str, ...]) -> Non
             f"{name} must be {kind} (see keyturn.protocols); {type(obj).__name__} "
             f"lacks {', '.join(missing)}{hint}"
         )
-
-
-def _looks_up(store: object, membership: object) -> bool:
-    # A store's combined read answers for its own database's membership tables only.
-    database = getattr(store, "database", None)
-    return (
-        callable(getattr(store, "lookup", None))
-        and database is not None
-        and getattr(membership, "database", None) is database
-    )
 
 
 def _require_sync(hook: object, name: str) -> None:
@@ -202,10 +194,13 @@ class Authenticator:
         self.membership = membership
         # A store without mark_used (a read-only double) simply has no usage recorded.
         records_use = usage_interval is not None and hasattr(store, "mark_used")
+        # The combined read and the memo only for keyturn's own classes: a host's code is
+        # asked step by step (_shortcuts.py).
+        taken = shortcuts(store, membership)
         self.rules = Rules(
             organization_pattern=organization_pattern,
             policy=policy,
-            lookup=_looks_up(store, membership),
+            lookup=taken.lookup,
             records_use=records_use,
         )
         self.audit = audit
@@ -214,29 +209,37 @@ class Authenticator:
         self.clock = clock
         self.cache = cache if cache is not None else VerifiedTokenCache()
         self.verifier = verifier if verifier is not None else SecretVerifier()
-        # Blocking calls run on threads of our own (started on first use): calls stuck in a
-        # hung backend must not starve argon2, nor the event loop's default executor.
-        self._calls = ThreadPoolExecutor(16, thread_name_prefix="keyturn-call")
-        # Indexed by Step.via: MEMBERSHIP, STORE, ARGON2.
-        self._callers = (
-            caller_for(membership, "get_role", self._calls, timeout),
-            caller_for(store, "get_key", self._calls, timeout),
-            Verifying(self.verifier, self.cache),
-        )
+        self._open_calls()
         self._is_async = any(caller.is_async for caller in self._callers)
         # No deadline to keep when no call can block: the warm path reads no clock for it.
         blocks = not all(isinstance(caller, InPlace) for caller in self._callers[:2])
         self._timeout = timeout if blocks else None
-        self.memo = Memo(store, membership, clock)  # the decision's answers, while they hold
+        self.memo = Memo(taken.feeds, clock)  # the decision's answers, while they hold
         self.usage = (
             UsageRecorder(store, interval=usage_interval, clock=clock)
             if records_use and usage_interval is not None
             else None
         )
         self.closed = False
+        renew_in_child(self)
 
     def __repr__(self) -> str:
         return f"Authenticator(store={self.store!r}, membership={self.membership!r})"
+
+    def _open_calls(self) -> None:
+        # Blocking calls run on threads of our own (started on first use): calls stuck in a
+        # hung backend must not starve argon2, nor the event loop's default executor.
+        self._calls = ThreadPoolExecutor(16, thread_name_prefix="keyturn-call")
+        # Indexed by Step.via: MEMBERSHIP, STORE, ARGON2.
+        self._callers = (
+            caller_for(self.membership, "get_role", self._calls, self.timeout),
+            caller_for(self.store, "get_key", self._calls, self.timeout),
+            Verifying(self.verifier, self.cache),
+        )
+
+    def _after_fork(self) -> None:
+        if not self.closed:  # the parent's call threads are not in this process
+            self._open_calls()
 
     def authenticate(self, request: AuthRequest, *, final: bool = True) -> Principal | Refusal:
         """Decide *request*, calling the store and provider from this thread.

@@ -43,6 +43,7 @@ except ImportError as exc:
     raise ImportError("keyturn.client needs httpx: pip install 'keyturn[client]'") from exc
 
 from keyturn import _token
+from keyturn._fork import renew_in_child
 from keyturn.errors import KeyturnError, Reason
 
 __all__ = ["ApiKeyAuth", "InvalidCredentials", "KeyExpiryWarning"]
@@ -131,6 +132,10 @@ class ApiKeyAuth(httpx.Auth):
         self.warn_within = warn_within
         self._warned = False
         self._lock = threading.Lock()  # one warning, also with threads sharing the auth
+        renew_in_child(self)
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()  # another thread may have held it at the fork
 
     def __repr__(self) -> str:
         # getattr: an error tracker may show an instance whose __init__ refused its input

@@ -8,7 +8,11 @@ PostgreSQL (opened in the server's event loop at startup, closed after its shutd
 answered in ``x-worker-pid``, so the suite knows that every worker served. ``:console`` is
 the key console at ``/console/`` over the same store, its signed-in account read from the
 ``account`` cookie, as a host's sign-in would read it. Each app is built on first access,
-so a worker builds only the one it serves, with a database of its own.
+so a worker builds only the one it serves, with a database of its own. ``:preloaded_wsgi``
+is ``:wsgi`` for a server that loads the app before it forks (gunicorn ``--preload``): the
+parent builds it and checks it once, as a host's start-up check would, with the tenant key
+named by ``KEYTURN_WARM_UP_KEY`` in its default organization, so its workers inherit an
+Authenticator that has already run.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ if TYPE_CHECKING:
     from keyturn.stores.sqlite import SQLiteDatabase
 
 STORE_URL = "KEYTURN_STORE_URL"
+WARM_UP_KEY = "KEYTURN_WARM_UP_KEY"
 POOL_SIZE = 3  # connections per worker at most: the suite's servers share one PostgreSQL
 WORKER_HEADER = "x-worker-pid"
 
@@ -120,7 +125,24 @@ def _wsgi() -> Any:
     return with_pid
 
 
-_BUILDERS = {"asgi": _asgi, "async_asgi": _async_asgi, "console": _console, "wsgi": _wsgi}
+def _preloaded_wsgi() -> Any:
+    from werkzeug.test import Client
+
+    app = _wsgi()
+    headers = {"Authorization": f"Bearer {os.environ[WARM_UP_KEY]}", "x-organization-id": "default"}
+    response = Client(app).get("/managed-agents/v1/models", headers=headers)
+    if response.status_code != 200:
+        raise RuntimeError(f"the start-up check got {response.status_code}")
+    return app
+
+
+_BUILDERS = {
+    "asgi": _asgi,
+    "async_asgi": _async_asgi,
+    "console": _console,
+    "preloaded_wsgi": _preloaded_wsgi,
+    "wsgi": _wsgi,
+}
 _BUILT: dict[str, Any] = {}
 
 

@@ -21,6 +21,12 @@ After each change, the next waits until every worker of every server has answere
 judged request for it. At the end, a fresh process lists every key and membership:
 nothing written may be lost.
 
+A server that loads the app before it forks its workers runs too: gunicorn ``--preload``
+over a SQLite file, its parent having checked one key at start, so its workers inherit an
+Authenticator that has run. It serves under the load above, judged alike; and on its own,
+each key the parent never verified must be accepted by the worker it reaches, within the
+request's bounded wait.
+
 Servers are stopped by their process ids (each leads a process group with its workers);
 every loop and every wait is bounded.
 """
@@ -52,7 +58,7 @@ import pytest
 from keyturn import KeyManager, Scope
 from keyturn.stores import open_database
 from tests.console.support import form_token
-from tests.multiprocess.apps import STORE_URL, WORKER_HEADER
+from tests.multiprocess.apps import STORE_URL, WARM_UP_KEY, WORKER_HEADER
 
 ROOT = Path(__file__).resolve().parents[2]
 LAG = {"sqlite": 0.0, "postgres": 1.0}  # seconds from a commit to its judged requests
@@ -109,6 +115,16 @@ SERVERS = (  # the servers under load
         ],
     ),
 )
+PRELOADED = Server(  # the app built, and checked once, in the parent before the fork
+    "gunicorn --preload",
+    2,
+    lambda port: [
+        *("-m", "gunicorn", "--preload", "--workers", "2", "--worker-class", "gthread"),
+        *("--threads", "4", "--bind", f"127.0.0.1:{port}", "--log-level", "warning"),
+        "tests.multiprocess.apps:preloaded_wsgi",
+    ],
+)
+FRESH_KEYS = 6  # keys the preloading parent never verified: one request each
 
 
 # --- what was changed, and when -----------------------------------------------------------
@@ -220,10 +236,13 @@ def healthy(port: int) -> bool:
 
 
 @contextmanager
-def serving(server: Server, url: str, log: Path) -> Iterator[int]:
-    """*server* on a free port over *url*; stopped by its process id (and group) at the end."""
+def serving(
+    server: Server, url: str, log: Path, env: dict[str, str] | None = None
+) -> Iterator[int]:
+    """*server* on a free port over *url*, with *env* added to its environment; stopped by
+    its process id (and group) at the end."""
     port = free_port()
-    env = {**os.environ, STORE_URL: url, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, STORE_URL: url, "PYTHONPATH": str(ROOT), **(env or {})}
     with open(log, "wb") as output:
         process = subprocess.Popen(  # noqa: S603 -- our own interpreter and arguments
             [sys.executable, *server.argv(port)],
@@ -373,8 +392,10 @@ class ConsoleWriter:
 class Scenario:
     """The writes, each timed and recorded, each waited on until every worker was judged."""
 
-    def __init__(self, url: str, ledger: Ledger, writer: Writer, lag: float) -> None:
-        self.url, self.ledger, self.lag = url, ledger, lag
+    def __init__(
+        self, url: str, ledger: Ledger, servers: tuple[Server, ...], writer: Writer, lag: float
+    ) -> None:
+        self.url, self.ledger, self.servers, self.lag = url, ledger, servers, lag
         self.writer = writer  # the console or the KeyManager process: the test switches
 
     def create(self, account: str, organization: str | None = None) -> Key:
@@ -413,7 +434,7 @@ class Scenario:
         change = Change(what, sent, time.monotonic(), works=what == "created")
         start = len(self.ledger.answers)
         self.ledger.changed(key, change)
-        wait_for_judged(self.ledger, key, change, self.lag, start)
+        wait_for_judged(self.ledger, self.servers, key, change, self.lag, start)
 
 
 # --- the load ----------------------------------------------------------------------------------
@@ -442,9 +463,11 @@ def load(ledger: Ledger, server: str, port: int, stop: threading.Event) -> None:
         ledger.answers.append(Answer(sent, time.monotonic(), server, worker, key, status))
 
 
-def wait_for_judged(ledger: Ledger, key: Key, change: Change, lag: float, start: int) -> None:
+def wait_for_judged(
+    ledger: Ledger, servers: tuple[Server, ...], key: Key, change: Change, lag: float, start: int
+) -> None:
     """Wait until every worker of every server answered a judged request for *change*."""
-    seen: dict[str, set[str]] = {server.name: set() for server in SERVERS}
+    seen: dict[str, set[str]] = {server.name: set() for server in servers}
     position = start
     for _ in range(POLLS):
         answers = ledger.answers[position:]
@@ -452,7 +475,7 @@ def wait_for_judged(ledger: Ledger, key: Key, change: Change, lag: float, start:
         for answer in answers:
             if answer.key is key and answer.worker and answer.sent >= change.committed + lag:
                 seen[answer.server].add(answer.worker)
-        if all(len(seen[server.name]) >= server.workers for server in SERVERS):
+        if all(len(seen[server.name]) >= server.workers for server in servers):
             return
         time.sleep(0.01)
     pytest.fail(f"no judged answer from every worker after {change.what} of {key.key_id}: {seen}")
@@ -484,18 +507,23 @@ def seed(url: str, ledger: Ledger) -> None:
 
 
 def test_every_server_sees_every_commit_and_nothing_is_lost(store_url: str, tmp_path: Path) -> None:
-    """Three servers of five workers over one store: no stale answer, no lost write."""
+    """Three servers of five workers over one store (and over SQLite a preloaded gunicorn
+    of two more): no stale answer, no lost write."""
     kind = "sqlite" if store_url.startswith("sqlite") else "postgres"
     lag = LAG[kind]
     ledger = Ledger()
     seed(store_url, ledger)
+    # The preloaded gunicorn over SQLite only: over PostgreSQL its workers would share the
+    # connections their parent's pool opened, which are the stores' to renew in a child.
+    servers = (*SERVERS, PRELOADED) if kind == "sqlite" else SERVERS
+    warm_up = {WARM_UP_KEY: ledger.keys[0].secret}  # revoked in the first round, not before
     stop = threading.Event()
     with ExitStack() as stack:
         ports = {
             server.name: stack.enter_context(
-                serving(server, store_url, tmp_path / f"{server.name}.log")
+                serving(server, store_url, tmp_path / f"{server.name}.log", warm_up)
             )
-            for server in SERVERS
+            for server in servers
         }
         console = ConsoleWriter(
             stack.enter_context(serving(CONSOLE, store_url, tmp_path / "console.log"))
@@ -517,7 +545,7 @@ def test_every_server_sees_every_commit_and_nothing_is_lost(store_url: str, tmp_
 
         stack.callback(stop_load)
 
-        scenario = Scenario(store_url, ledger, console, lag)
+        scenario = Scenario(store_url, ledger, servers, console, lag)
         for round_ in range(ROUNDS):
             scenario.writer = console if round_ % 2 == 0 else writer
             organization = f"org_round_{round_}"
@@ -561,7 +589,7 @@ def test_every_server_sees_every_commit_and_nothing_is_lost(store_url: str, tmp_
         if verdict(a, lag) is not None
     ][:5]
     assert wrong == Counter(), "\n".join([summary, *details])
-    for server in SERVERS:
+    for server in servers:
         assert len(workers[server.name]) >= server.workers, summary
 
     # Nothing lost: a fresh process reads back every key, status and membership.
@@ -578,3 +606,34 @@ def test_every_server_sees_every_commit_and_nothing_is_lost(store_url: str, tmp_
     ]
     for organization in kept:
         assert json.loads(cli(store_url, "member", "list", organization, "--json")) == []
+
+
+def test_preloaded_workers_verify_keys_their_parent_never_saw(tmp_path: Path) -> None:
+    """gunicorn ``--preload`` over a SQLite file: its parent built the Authenticator and
+    verified one key (argon2 and the usage writer ran on their threads) before it forked
+    the workers; each key it never saw is accepted by the worker the request reaches."""
+    url = f"sqlite:///{tmp_path / 'keyturn.sqlite3'}"
+    scope = Scope.organization("org_default", tenant_id="acme")
+    with open_database(url) as db:
+        db.membership.add_organization("org_default", tenant_id="acme", default=True)
+        db.membership.add_member("alice", "org_default", role="admin")
+        manager = KeyManager(db.keys, db.membership)
+        warm_up = manager.create("alice", name="start-up check", scope=Scope.tenant("acme"))
+        created = [manager.create("alice", name=f"k{n}", scope=scope) for n in range(FRESH_KEYS)]
+    fresh = [Key(key.info.key_id, key.secret, "alice", tenant=False, changes=[]) for key in created]
+    statuses: Counter[int | str] = Counter()
+    workers: set[str] = set()
+    log = tmp_path / "gunicorn.log"
+    with serving(PRELOADED, url, log, {WARM_UP_KEY: warm_up.secret}) as port:
+        for key in fresh:
+            try:
+                status, worker = get(port, key)  # bounded: REQUEST_TIMEOUT
+            except (OSError, http.client.HTTPException):
+                status, worker = "no answer", ""
+            statuses[status] += 1
+            workers.add(worker)
+    assert alive(workers - {""}) == set(), "workers outlived their server"
+    assert statuses == Counter({200: FRESH_KEYS}), (
+        f"keys the parent never verified: {dict(statuses)} of {FRESH_KEYS}, "
+        f"answered by workers {sorted(workers - {''})}"
+    )

@@ -61,6 +61,7 @@ import jinja2
 import markupsafe
 
 from keyturn._decision import holds_key
+from keyturn._fork import renew_in_child
 from keyturn._lifecycle import MAX_NAME_LENGTH, custom_date_bounds, expiry_for, validate_name
 from keyturn._model import CreatedKey, CustomDate, KeyInfo, Lifetime, Organization, Scope, Status
 from keyturn.activity import Action, ActivityNotKept, By, Channel, KeyEvent
@@ -288,6 +289,10 @@ class _FormTokens:
         self._secret = secret
         self._used: dict[str, float] = {}  # nonce -> when it may be forgotten
         self._lock = threading.Lock()
+        renew_in_child(self)
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()  # another thread may have held it at the fork
 
     def _mac(self, account_id: str, form: str, body: str) -> str:
         message = f"{form}\0{account_id}\0{body}".encode()
