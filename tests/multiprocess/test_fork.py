@@ -12,6 +12,7 @@ another thread of the parent held at the fork is free in the child, for each own
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import select
 import signal
@@ -39,11 +40,12 @@ CHILD_WAIT = 30.0  # seconds a child may take to answer at all: far past one arg
 LOCK_WAIT = 10.0  # ... and to take a free lock
 
 
-def forked(work: Callable[[], list[str]], wait: float = CHILD_WAIT) -> list[str]:
+def forked(work: Callable[[], list[str]], wait: float = CHILD_WAIT, gate: Any = None) -> list[str]:
     """The lines *work* wrote in a forked child, as many as came with no *wait* seconds
-    between them; the child is killed by its pid if it had not finished by then."""
+    between them; the child is killed by its pid if it had not finished by then. With
+    *gate* (a lock), the fork happens while holding it."""
     read, write = os.pipe()
-    with warnings.catch_warnings():
+    with gate or contextlib.nullcontext(), warnings.catch_warnings():
         # Python 3.12 warns of a fork while threads run: a preloading server forks so.
         warnings.simplefilter("ignore", DeprecationWarning)
         pid = os.fork()
@@ -184,3 +186,43 @@ def test_a_lock_held_at_the_fork_is_free_in_the_child() -> None:
         verifier.close()
     stuck = [name for name, answer in answered.items() if not answer]
     assert stuck == [], f"{len(stuck)}/{len(uses)} children stuck on a lock: {stuck}"
+
+
+def test_a_child_reads_on_connections_of_its_own(store_url: str) -> None:
+    """The parent goes on writing while each child reads: every answer a child gets is its
+    own (an inherited connection shared with the parent would hand one the other's rows)."""
+    with open_database(store_url) as db:
+        db.membership.add_organization("org_main", tenant_id="acme", default=True)
+        db.membership.add_member("alice", "org_main", role="admin")
+        manager = KeyManager(db.keys, db.membership)
+        scope = Scope.organization("org_main", tenant_id="acme")
+        key_id = manager.create("alice", name="k", scope=scope).info.key_id
+        assert db.keys.get_key(key_id) is not None  # the parent's pool is in use
+        stop, gate = threading.Event(), threading.Lock()
+
+        def write() -> None:  # the parent's own traffic, on its own connections
+            n = 0
+            while not stop.is_set() and n < 100_000:
+                with gate:  # never in a write at the fork: only a connection is shared
+                    db.membership.add_member(f"writer{n % 10}", "org_main", role="member")
+                n += 1
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        try:
+
+            def work() -> list[str]:
+                answers = []
+                for _ in range(50):
+                    try:
+                        key = db.keys.get_key(key_id)
+                        answers.append("right" if key and key.key_id == key_id else "wrong")
+                    except Exception as exc:
+                        answers.append(type(exc).__name__)
+                return answers
+
+            answers = [answer for _ in range(CHILDREN) for answer in forked(work, gate=gate)]
+        finally:
+            stop.set()
+            writer.join(CHILD_WAIT)
+    assert answers == ["right"] * 50 * CHILDREN, sorted(set(answers))

@@ -36,7 +36,7 @@ import select
 import termios
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Final
 
 try:
@@ -48,6 +48,7 @@ except ImportError as exc:
         "the PostgreSQL store needs psycopg: pip install 'keyturn[postgres]'"
     ) from exc
 
+from keyturn._fork import renew_in_child
 from keyturn._model import Found
 from keyturn.activity import EventHook
 from keyturn.errors import StoreTimeout, StoreUnreachable
@@ -131,6 +132,9 @@ def _pool_options(min_size: int, max_size: int, timeout: float) -> dict[str, Any
     }
 
 
+_ORPHANS: Final[list[object]] = []  # a forked child's inherited pools, never closed
+
+
 class _Replicated:
     """The replica side of both databases: the process's replica of this database, its
     listener, and the stores' ``lookup_cached``.
@@ -146,6 +150,9 @@ class _Replicated:
     enforces_timeout = False  # the sync middleware bounds the calls itself
     replica: _replica.Replica
     _listener: _Listener | None
+    pool: Any  # the database's pool: sync or async
+    _owns_pool: bool
+    _renew_pool: Callable[[], Any]  # a new pool like the one we opened, not opened yet
 
     def _share_later(self, pool: AnyPool, replica: bool, listen: str | None) -> None:
         self.replica, self._listener = _replica.Replica(), None  # never current: reads through
@@ -156,6 +163,19 @@ class _Replicated:
         self._listen_with = (listen, {}) if listen is not None else (str(pool.conninfo), kwargs)
         self._attach_lock = threading.Lock()
         self._shared: tuple[str, ...] = ()
+        self._reopen = False  # a forked child's new pool, opened on first use
+        renew_in_child(self)
+
+    def _after_fork(self) -> None:
+        # The parent's connections are the parent's: a child querying one would read the
+        # parent's answers. A pool of ours is made anew, opened on first use; the old one
+        # is kept, never closed (closing would end the parent's sessions). A pool passed
+        # in is its owner's to make in the child (gunicorn's post_fork).
+        self._attach_lock = threading.Lock()
+        if self._owns_pool and not self._closed:
+            _ORPHANS.append(self.pool)
+            self.pool = self._renew_pool()
+            self._reopen = True
 
     def _attach(self, identity: Identity | None) -> None:
         if identity is None:  # keyturn's tables are not there yet: try again later
@@ -227,12 +247,14 @@ class PostgresDatabase(_Replicated, _sql.ClosedOnExit):
         self.on_event = on_event
         self._closed = False
         self._owns_pool = pool is None
+        options = _pool_options(min_size, max_size, timeout)
         if pool is None:
-            pool = ConnectionPool(conninfo, open=True, **_pool_options(min_size, max_size, timeout))
+            pool = ConnectionPool(conninfo, open=True, **options)
         self.pool: ConnectionPool[Any] = pool
         self.keys = SQLKeyStore(self)
         self.membership = SQLMembership(self)
         self._share_later(pool, replica, listener_conninfo)
+        self._renew_pool = lambda: ConnectionPool(conninfo, open=False, **options)
 
     def __repr__(self) -> str:
         return f"PostgresDatabase({_describe(self.pool)!r})"
@@ -240,6 +262,12 @@ class PostgresDatabase(_Replicated, _sql.ClosedOnExit):
     def create_schema(self) -> int:
         """Create or upgrade the tables (idempotent, safe to run concurrently); the version."""
         return _create_schema(self.pool, self._owns_pool)
+
+    def _reopened(self) -> None:
+        with self._attach_lock:
+            if self._reopen:
+                self.pool.open()
+                self._reopen = False
 
     def attach(self, connection: Connection[Any]) -> None:
         """On the first pooled connection lent: find which database this is, and share
@@ -260,6 +288,8 @@ class PostgresDatabase(_Replicated, _sql.ClosedOnExit):
     def connection(self, lock: str | None = None) -> Iterator[Connection[Any]]:
         """A pooled connection for a ``with`` block, each statement committed on its own;
         with *lock*, one transaction serialized with every other taking that lock."""
+        if self._reopen:
+            self._reopened()
         with _waited(self.pool), self.pool.connection() as connection:
             if self._listener is None and self._wants_replica:
                 self.attach(connection)
@@ -294,15 +324,15 @@ class AsyncPostgresDatabase(_Replicated):
         self.on_event = on_event
         self._closed = False
         self._owns_pool = pool is None
+        options = _pool_options(min_size, max_size, timeout)
         if pool is None:
             # An async pool may only start inside a running loop: open() does it.
-            pool = AsyncConnectionPool(
-                conninfo, open=False, **_pool_options(min_size, max_size, timeout)
-            )
+            pool = AsyncConnectionPool(conninfo, open=False, **options)
         self.pool: AsyncConnectionPool[Any] = pool
         self.keys = AsyncSQLKeyStore(self)
         self.membership = AsyncSQLMembership(self)
         self._share_later(pool, replica, listener_conninfo)
+        self._renew_pool = lambda: AsyncConnectionPool(conninfo, open=False, **options)
 
     def __repr__(self) -> str:
         return f"AsyncPostgresDatabase({_describe(self.pool)!r})"
@@ -345,6 +375,9 @@ class AsyncPostgresDatabase(_Replicated):
     @contextlib.asynccontextmanager
     async def connection(self, lock: str | None = None) -> AsyncIterator[AsyncConnection[Any]]:
         """The awaited twin of :meth:`PostgresDatabase.connection`."""
+        if self._reopen:
+            self._reopen = False
+            await self.pool.open()
         with _waited(self.pool):
             async with self.pool.connection() as connection:
                 if self._listener is None and self._wants_replica:
