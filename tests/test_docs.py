@@ -371,3 +371,47 @@ def test_quickstart_serves_as_the_page_says(
     assert ok.status_code == 200
     assert ok.json() == {"items": [{"id": "agent-small", "owner": case.owner}]}
     assert ok.headers["service-organization-id"] == case.owner
+
+
+QUICKSTARTS = [
+    ROOT / "docs" / name for name in ("quickstart-asgi.md", "quickstart-wsgi.md", "django.md")
+]
+FIRST_KEY = "### A first key in development"
+
+
+def _first_key_block(page: Path) -> str:
+    text = page.read_text(encoding="utf-8")
+    assert FIRST_KEY in text, page.name
+    [(_, code), *_] = python_blocks(text.split(FIRST_KEY, 1)[1])
+    return code
+
+
+def test_every_quickstart_makes_a_first_key_with_key_manager(tmp_path: Path) -> None:
+    """Each quickstart has the same first-key snippet, not the command that makes no keys;
+    run as a file, it prints a key the page's store then accepts."""
+    from keyturn import Authenticator, AuthRequest, Principal
+    from keyturn.stores import open_database
+
+    snippets = {page.name: _first_key_block(page) for page in QUICKSTARTS}
+    assert len(set(snippets.values())) == 1, snippets
+    [snippet] = set(snippets.values())
+    assert "KeyManager(" in snippet
+    for page in QUICKSTARTS:
+        assert "create keys with the\n`keyturn` command" not in page.read_text(encoding="utf-8")
+
+    (tmp_path / "first_key.py").write_text(snippet, encoding="utf-8")
+    for _ in range(2):  # run twice: the setup lines may run again, each run makes a key
+        done = subprocess.run(
+            [sys.executable, "first_key.py"], cwd=tmp_path, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+    secret = done.stdout.strip()
+    with (
+        open_database(f"sqlite:///{tmp_path / 'keyturn.sqlite3'}") as db,
+        Authenticator(db.keys, db.membership) as authenticator,
+    ):
+        decided = authenticator.authenticate(
+            AuthRequest(authorization=(f"Bearer {secret}",), organization=("default",))
+        )
+    assert isinstance(decided, Principal)
+    assert (decided.account_id, decided.organization_id) == ("alice", "org_main")

@@ -711,7 +711,7 @@ def _made_elsewhere(args: argparse.Namespace) -> int:
     raise CommandError(
         f"this command makes no keys: keys are {verb} by the signed-in user in the key "
         f"console (keyturn.console), or by your service's code for its signed-in user with "
-        f"{call}; in development, see 'A first key' in the quickstart",
+        f"{call}; in development, see 'A first key in development' in the quickstart",
         2,
     )
 
