@@ -415,3 +415,14 @@ def test_every_quickstart_makes_a_first_key_with_key_manager(tmp_path: Path) -> 
         )
     assert isinstance(decided, Principal)
     assert (decided.account_id, decided.organization_id) == ("alice", "org_main")
+
+
+def test_every_install_line_says_how_to_install_from_a_clone() -> None:
+    """keyturn is not on the package index yet: a page that says ``pip install
+    'keyturn[...]'`` also says the line that works from a clone."""
+    installs = re.compile(r"pip install '?keyturn\b")
+    for page in ALL_PAGES:
+        text = page.read_text(encoding="utf-8")
+        if page.name in ("decisions.md", "performance.md") or not installs.search(text):
+            continue  # the two mention the extras, and ask the reader to install nothing
+        assert re.search(r"pip install -e '?\.", text), page.name
