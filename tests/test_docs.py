@@ -426,3 +426,21 @@ def test_every_install_line_says_how_to_install_from_a_clone() -> None:
         if page.name in ("decisions.md", "performance.md") or not installs.search(text):
             continue  # the two mention the extras, and ask the reader to install nothing
         assert re.search(r"pip install -e '?\.", text), page.name
+
+
+def test_the_readme_says_what_a_test_run_needs() -> None:
+    """The README's extras table names every extra of pyproject.toml; its test section names
+    the database the PostgreSQL tests need, how long a run takes, and how to run a part."""
+    import tomllib
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    table = readme.split("| Extra | For |", 1)[1].split("\n\n", 1)[0]
+    for extra in project["project"]["optional-dependencies"]:
+        assert f"| `{extra}` |" in table, extra
+    assert "createdb -h 127.0.0.1 -U postgres test" in readme
+    assert re.search(r"A whole run is long: about \d+ minutes", readme)
+    assert 'make test PYTEST_ARGS="' in readme
+    dev = project["dependency-groups"]["dev"]
+    names = [re.split(r"[<>=\[]", item)[0] for item in dev if isinstance(item, str)]
+    assert len(names) == len(set(names)), "a package listed twice in the dev group"
