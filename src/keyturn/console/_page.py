@@ -770,8 +770,9 @@ class Console:
         return self._render(visit, "created.html", 201, context)
 
     def _secret(self, visit: Visit, account_id: str, created: CreatedKey) -> dict[str, str]:
-        """The page of a new key's secret, and a ready ``curl`` line that calls the API with
-        it: a tenant key's names an organization (``default`` when the user reaches it)."""
+        """What the page of a new key shows: its secret, and a ready ``curl`` line that calls
+        the API with it; a tenant key's line names an organization (``default`` when the user
+        reaches it, else one of the user's organizations in that tenant)."""
         headers = [f"Authorization: Bearer {created.secret}"]
         scope = created.info.scope
         if scope.organization_id is None:
