@@ -4,9 +4,10 @@ Its pages' ``python title="app.py"`` blocks are one file, built page by page: af
 page the file so far must import (each page's "Run it"), and the whole file passes ``mypy
 --strict``. Then the finished ``app.py`` is served by uvicorn on 127.0.0.1, a real browser
 (Debian's Chromium) signs in through its sign-in page, creates a key in the console, and the
-``curl`` line the console shows answers 200, run as it is. The Flask variant's
-``flask_app.py`` is built and checked the same way, and its console is reached through its
-sign-in with Werkzeug's test client. The environment holds only what the tutorial says to install.
+``curl`` line the console shows answers 200, run as it is. The Flask and Django variants
+(``flask_app.py``, ``django_app.py``) are built and checked the same way, and their
+console is reached through their sign-in with the framework's test client. The
+environment holds only what the tutorial says to install.
 """
 
 from __future__ import annotations
@@ -98,13 +99,14 @@ def test_each_page_runs_and_the_file_passes_mypy(tutorial_python: Path, tmp_path
                 timeout=120,
             )
             assert done.returncode == 0, f"{page.name}, {name}:\n{done.stderr[-3000:]}"
-    assert set(built) == {"app.py", "flask_app.py"}
+    assert set(built) == {"app.py", "flask_app.py", "django_app.py"}
     checked = subprocess.run(  # noqa: S603 -- our interpreter and the tutorial's files
         [
             sys.executable,
             "-m",
             "mypy",
             "--strict",
+            "--disable-error-code=import-untyped",  # Django ships no types
             "--no-incremental",
             "--python-executable",
             tutorial_python,
@@ -112,6 +114,7 @@ def test_each_page_runs_and_the_file_passes_mypy(tutorial_python: Path, tmp_path
             os.devnull,
             "app.py",
             "flask_app.py",
+            "django_app.py",
         ],
         cwd=tmp_path,
         capture_output=True,
@@ -138,13 +141,38 @@ assert browser.get("/managed-agents/v1/models").status_code == 401
 """
 
 
-def test_the_flask_variant_serves_the_console_behind_its_sign_in(
-    tutorial_python: Path, tmp_path: Path
+DJANGO_SIGN_IN = f"""
+import django_app  # configures Django first
+
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.test import Client
+
+call_command("migrate", verbosity=0)
+User.objects.create_user("alice", password={PASSWORD!r})
+browser = Client()
+sent = browser.get("/console/")
+assert sent["Location"] == "/accounts/login/?next=%2Fconsole%2F", sent
+assert browser.get(sent["Location"]).status_code == 200
+back = browser.post(
+    "/accounts/login/", {{"username": "alice", "password": {PASSWORD!r}, "next": "/console/"}}
+)
+assert back["Location"] == "/console/", back
+assert "Signed in as <strong>alice</strong>" in browser.get("/console/").text
+assert browser.get("/managed-agents/v1/models").status_code == 401
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "script"), [("flask_app.py", FLASK_SIGN_IN), ("django_app.py", DJANGO_SIGN_IN)]
+)
+def test_a_variant_serves_the_console_behind_its_sign_in(
+    tutorial_python: Path, tmp_path: Path, name: str, script: str
 ) -> None:
-    app = [code for page in PAGES for name, code in files_of(page) if name == "flask_app.py"]
-    _write(tmp_path, "flask_app.py", app)
+    app = [code for page in PAGES for file, code in files_of(page) if file == name]
+    _write(tmp_path, name, app)
     done = subprocess.run(  # noqa: S603 -- our interpreter and the tutorial's app
-        [tutorial_python, "-W", "error", "-c", FLASK_SIGN_IN],
+        [tutorial_python, "-W", "error", "-c", script],
         cwd=tmp_path,
         env=the_environment(tmp_path),
         capture_output=True,
