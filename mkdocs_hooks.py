@@ -171,9 +171,19 @@ def _literal_blocks(text: str) -> str:
     return "\n".join(out)
 
 
+_DUNDER: Final = re.compile(r"__\w+__")
+
+
 class ReSTRoles(griffe.Extension):
     """Sphinx roles become autorefs cross-references, ``::`` blocks fenced code; reST titles
-    go."""
+    go. Dunder methods (``__repr__``, ``__call__``) are left out of the reference: the
+    ``public`` filter keeps them, and they say nothing a reader calls; ``__init__`` stays,
+    merged into its class."""
+
+    def on_class_members(self, *, cls: griffe.Class, **kwargs: Any) -> None:
+        for name in [name for name in cls.members if _DUNDER.fullmatch(name)]:
+            if name != "__init__":
+                del cls.members[name]
 
     def on_instance(self, *, obj: griffe.Object, **kwargs: Any) -> None:
         if obj.docstring is None:

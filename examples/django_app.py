@@ -17,6 +17,7 @@ in production, give the application to gunicorn, waitress or an ASGI server::
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -83,6 +84,9 @@ def create_asgi_app(authenticator: Authenticator) -> ASGIHandler:
 
 def main() -> None:
     """Serve on 127.0.0.1:$PORT, keys from $KEYTURN_STORE_URL, until Ctrl+C or SIGTERM."""
+    # Each refusal is an INFO line of the "keyturn" logger, with its reason and the key id.
+    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("keyturn").setLevel(logging.INFO)
     url = os.environ.get("KEYTURN_STORE_URL", "sqlite:///keyturn.sqlite3")
     with (
         open_database(url) as db,

@@ -14,6 +14,7 @@ server; in production, give ``create_app`` to waitress or gunicorn the same way:
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -53,6 +54,9 @@ def create_app(authenticator: Authenticator) -> Flask:
 
 def main() -> None:
     """Serve on 127.0.0.1:$PORT, keys from $KEYTURN_STORE_URL, until Ctrl+C or SIGTERM."""
+    # Each refusal is an INFO line of the "keyturn" logger, with its reason and the key id.
+    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("keyturn").setLevel(logging.INFO)
     url = os.environ.get("KEYTURN_STORE_URL", "sqlite:///keyturn.sqlite3")
     with (
         open_database(url) as db,

@@ -14,6 +14,7 @@ Serve it as it is (``pip install 'keyturn[asgi]' uvicorn``)::
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import AsyncIterator
 
@@ -57,6 +58,9 @@ def create_app(authenticator: Authenticator) -> Starlette:
 
 def main() -> None:
     """Serve the app with uvicorn on 127.0.0.1:$PORT, keys from $KEYTURN_STORE_URL."""
+    # Each refusal is an INFO line of the "keyturn" logger, with its reason and the key id.
+    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("keyturn").setLevel(logging.INFO)
     import uvicorn
 
     with open_database(os.environ.get("KEYTURN_STORE_URL", "sqlite:///keyturn.sqlite3")) as db:

@@ -15,6 +15,7 @@ Serve it as it is (``pip install 'keyturn[wsgi]' werkzeug``), on the standard li
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import threading
@@ -75,6 +76,9 @@ def create_app(authenticator: Authenticator) -> WSGIApplication:
 
 def main() -> None:
     """Serve on 127.0.0.1:$PORT, keys from $KEYTURN_STORE_URL, until Ctrl+C or SIGTERM."""
+    # Each refusal is an INFO line of the "keyturn" logger, with its reason and the key id.
+    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("keyturn").setLevel(logging.INFO)
     url = os.environ.get("KEYTURN_STORE_URL", "sqlite:///keyturn.sqlite3")
     with (
         open_database(url) as db,

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 from hypothesis import settings
 
@@ -16,5 +19,7 @@ settings.load_profile("keyturn")
 
 @pytest.fixture(scope="session")
 def environments() -> Environments:
-    """The test run's built wheel and clean environments (see ``tests/environments.py``)."""
-    return Environments()
+    """The test run's built wheel and clean environments (see ``tests/environments.py``),
+    under ``$KEYTURN_TEST_ENVS`` if set: two runs at once need two folders."""
+    folder = os.environ.get("KEYTURN_TEST_ENVS")
+    return Environments(Path(folder)) if folder else Environments()

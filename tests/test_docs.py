@@ -371,3 +371,76 @@ def test_quickstart_serves_as_the_page_says(
     assert ok.status_code == 200
     assert ok.json() == {"items": [{"id": "agent-small", "owner": case.owner}]}
     assert ok.headers["service-organization-id"] == case.owner
+
+
+QUICKSTARTS = [
+    ROOT / "docs" / name for name in ("quickstart-asgi.md", "quickstart-wsgi.md", "django.md")
+]
+FIRST_KEY = "### A first key in development"
+
+
+def _first_key_block(page: Path) -> str:
+    text = page.read_text(encoding="utf-8")
+    assert FIRST_KEY in text, page.name
+    [(_, code), *_] = python_blocks(text.split(FIRST_KEY, 1)[1])
+    return code
+
+
+def test_every_quickstart_makes_a_first_key_with_key_manager(tmp_path: Path) -> None:
+    """Each quickstart has the same first-key snippet, not the command that makes no keys;
+    run as a file, it prints a key the page's store then accepts."""
+    from keyturn import Authenticator, AuthRequest, Principal
+    from keyturn.stores import open_database
+
+    snippets = {page.name: _first_key_block(page) for page in QUICKSTARTS}
+    assert len(set(snippets.values())) == 1, snippets
+    [snippet] = set(snippets.values())
+    assert "KeyManager(" in snippet
+    for page in QUICKSTARTS:
+        assert "create keys with the\n`keyturn` command" not in page.read_text(encoding="utf-8")
+
+    (tmp_path / "first_key.py").write_text(snippet, encoding="utf-8")
+    for _ in range(2):  # run twice: the setup lines may run again, each run makes a key
+        done = subprocess.run(
+            [sys.executable, "first_key.py"], cwd=tmp_path, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+    secret = done.stdout.strip()
+    with (
+        open_database(f"sqlite:///{tmp_path / 'keyturn.sqlite3'}") as db,
+        Authenticator(db.keys, db.membership) as authenticator,
+    ):
+        decided = authenticator.authenticate(
+            AuthRequest(authorization=(f"Bearer {secret}",), organization=("default",))
+        )
+    assert isinstance(decided, Principal)
+    assert (decided.account_id, decided.organization_id) == ("alice", "org_main")
+
+
+def test_every_install_line_says_how_to_install_from_a_clone() -> None:
+    """keyturn is not on the package index yet: a page that says ``pip install
+    'keyturn[...]'`` also says the line that works from a clone."""
+    installs = re.compile(r"pip install '?keyturn\b")
+    for page in ALL_PAGES:
+        text = page.read_text(encoding="utf-8")
+        if page.name in ("decisions.md", "performance.md") or not installs.search(text):
+            continue  # the two mention the extras, and ask the reader to install nothing
+        assert re.search(r"pip install -e '?\.", text), page.name
+
+
+def test_the_readme_says_what_a_test_run_needs() -> None:
+    """The README's extras table names every extra of pyproject.toml; its test section names
+    the database the PostgreSQL tests need, how long a run takes, and how to run a part."""
+    import tomllib
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    table = readme.split("| Extra | For |", 1)[1].split("\n\n", 1)[0]
+    for extra in project["project"]["optional-dependencies"]:
+        assert f"| `{extra}` |" in table, extra
+    assert "createdb -h 127.0.0.1 -U postgres test" in readme
+    assert re.search(r"A whole run is long: about \d+ minutes", readme)
+    assert 'make test PYTEST_ARGS="' in readme
+    dev = project["dependency-groups"]["dev"]
+    names = [re.split(r"[<>=\[]", item)[0] for item in dev if isinstance(item, str)]
+    assert len(names) == len(set(names)), "a package listed twice in the dev group"

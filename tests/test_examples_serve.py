@@ -41,12 +41,13 @@ def test_example_serves_as_it_is(example: str, tmp_path: Path) -> None:
             "alice", name="example", scope=Scope.tenant("acme")
         )
     port = free_port()
+    errors = (tmp_path / "stderr").open("w")  # closed once the server has stopped
     server = subprocess.Popen(  # noqa: S603 -- our interpreter and our example
         [sys.executable, str(ROOT / "examples" / f"{example}.py")],
         cwd=tmp_path,
         env={**os.environ, "KEYTURN_STORE_URL": url, "PORT": str(port)},
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=errors,
     )
     watchdog = threading.Timer(60, server.kill)  # no hang, whatever happens
     watchdog.start()
@@ -69,12 +70,16 @@ def test_example_serves_as_it_is(example: str, tmp_path: Path) -> None:
         os.kill(server.pid, signal.SIGTERM)
         code = server.wait(20)
         watchdog.cancel()
+        errors.close()
 
     assert health.status_code == 200
     assert ok.status_code == 200
     assert ok.json()["items"][0]["organization_id"] == "org_main"
     assert ok.headers["service-tenant-id"] == "acme"
     assert refused.status_code == 401
+    # The example logs each refusal with its reason, as the demo does.
+    logged = (tmp_path / "stderr").read_text()
+    assert "INFO keyturn: refused" in logged and "with 401: missing" in logged, logged
     assert code in (0, -signal.SIGTERM)  # uvicorn re-raises SIGTERM once it has shut down
     with open_database(url) as db:
         stored = db.keys.get_key(key.info.key_id)

@@ -39,6 +39,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
+from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from importlib.metadata import PackageNotFoundError, version
@@ -71,6 +72,9 @@ ENVIRONMENT_VARIABLE: Final = "KEYTURN_STORE_URL"
 DEFAULT_STORE_URL: Final = "sqlite:///keyturn.sqlite3"
 STATUSES: Final = {status.value.lower(): status for status in Status}
 WEEK: Final = 7  # days of requests `keys list` shows
+# How the command is called: "keyturn", or "manage.py keyturn" in a Django project; every
+# message that names a command names it so.
+_PROG: ContextVar[str] = ContextVar("prog", default="keyturn")
 
 
 class CommandError(Exception):
@@ -357,7 +361,7 @@ def _since(text: str) -> datetime:
 def _key_id_argument(key_id: str) -> str:
     if key_id.startswith(_token.PREFIX):  # a key or a hint, not an id; never echo it
         raise CommandError(
-            "KEY_ID is the key's id, the KEY ID column of 'keyturn keys list' "
+            f"KEY_ID is the key's id, the KEY ID column of '{_PROG.get()} keys list' "
             "(12 letters and digits), not the key or its hint",
             status=2,
         )
@@ -401,7 +405,7 @@ def _inactivated(db: Database, accounts: Sequence[str]) -> Iterator[None]:
 
 
 def _warn(message: str) -> None:
-    print(f"keyturn: warning: {message}", file=sys.stderr)
+    print(f"{_PROG.get()}: warning: {message}", file=sys.stderr)
 
 
 # --- output --------------------------------------------------------------------------------
@@ -562,7 +566,7 @@ def _open(url: str, *, init: bool) -> Database:
         if not init and not os.path.exists(path):
             raise CommandError(
                 f"there is no store at {path} (from {url}): check --store or "
-                f"${ENVIRONMENT_VARIABLE}, or create it with 'keyturn db init'"
+                f"${ENVIRONMENT_VARIABLE}, or create it with '{_PROG.get()} db init'"
             )
     elif url.startswith(("postgresql://", "postgres://")):
         _reach_postgres(url)
@@ -574,7 +578,7 @@ def _open(url: str, *, init: bool) -> Database:
         if not init and db.schema_version() <= 0:
             raise CommandError(
                 f"the store {redact_url(url)} has no keyturn tables in the first schema of "
-                "its search_path: run 'keyturn db init'"
+                f"its search_path: run '{_PROG.get()} db init'"
             )
     except BaseException:
         db.close()
@@ -671,7 +675,7 @@ def scan(args: argparse.Namespace) -> int:
         print(finding)
     if findings:
         print(
-            f"keyturn: {len(findings)} API key(s) found: revoke them in the console "
+            f"{_PROG.get()}: {len(findings)} API key(s) found: revoke them in the console "
             "and remove them from these files",
             file=sys.stderr,
         )
@@ -691,8 +695,7 @@ def _read(name: str) -> str:
 # --- the parser: the table of contents ------------------------------------------------------
 
 
-def _examples() -> str:
-    return """\
+_EXAMPLES: Final = """\
 examples:
   keyturn db init
   keyturn org add org_acme --tenant acme --default
@@ -714,6 +717,24 @@ store URLs:
 exit status: 0 done; 1 not found, not revocable, not reachable, conflicting, or the
 store failed; 2 bad usage or an invalid value.
 """
+
+
+def _examples(prog: str) -> str:
+    return _EXAMPLES.replace("\n  keyturn ", f"\n  {prog} ")
+
+
+def _made_elsewhere(args: argparse.Namespace) -> int:
+    """``keys create`` and ``keys rotate``: where keys are made instead (spec section 1)."""
+    verb, call = {
+        "create": ("created", "KeyManager.create(account_id, name=..., scope=...)"),
+        "rotate": ("rotated", "KeyManager.rotate(account_id, key_id)"),
+    }[args.verb]
+    raise CommandError(
+        f"this command makes no keys: keys are {verb} by the signed-in user in the key "
+        f"console (keyturn.console), or by your service's code for its signed-in user with "
+        f"{call}; in development, see 'A first key in development' in the quickstart",
+        2,
+    )
 
 
 def _nonempty(text: str) -> str:
@@ -753,9 +774,9 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"the store (default: ${ENVIRONMENT_VARIABLE}, else {DEFAULT_STORE_URL})",
     )
     parser = argparse.ArgumentParser(
-        prog="keyturn",
+        prog=_PROG.get(),
         description="Manage personal API keys, organizations and memberships in a store.",
-        epilog=_examples(),
+        epilog=_examples(_PROG.get()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[store],
     )
@@ -766,7 +787,11 @@ def build_parser() -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=text, description=text)
         leaves = sub.add_subparsers(title="commands", metavar="COMMAND", required=True)
 
-        def leaf(name: str, run: Callable[..., None], text: str, **extra: Any) -> Any:
+        def leaf(
+            name: str, run: Callable[..., Any], text: str, *, listed: bool = True, **extra: Any
+        ) -> Any:
+            if not listed:  # no help: argparse leaves it out of the list of commands
+                return leaves.add_parser(name, add_help=False, prefix_chars="\0")
             command = leaves.add_parser(name, help=text, description=text, parents=[store], **extra)
             command.set_defaults(run=partial(_in_store, run))
             return command
@@ -832,7 +857,7 @@ def build_parser() -> argparse.ArgumentParser:
         "so the key's creator can be told. The creator revokes their own keys in the console.",
     )
     account(sub)
-    sub.add_argument("key_id", metavar="KEY_ID", help="as shown by 'keyturn keys list'")
+    sub.add_argument("key_id", metavar="KEY_ID", help=f"as shown by '{_PROG.get()} keys list'")
     sub.add_argument("--reason", required=True, help="why the key is revoked, for its creator")
     sub = keys("expiring", keys_expiring, "list the account's keys that expire soon, soonest first")
     account(sub)
@@ -846,6 +871,10 @@ def build_parser() -> argparse.ArgumentParser:
     as_json(sub)
     sub = keys("leaked", keys_leaked, "list every account's keys reported leaked, latest first")
     as_json(sub)
+    for verb in ("create", "rotate"):  # not listed: they answer where keys are made
+        sub = keys(verb, _made_elsewhere, "", listed=False)
+        sub.add_argument("options", nargs=argparse.REMAINDER)
+        sub.set_defaults(run=_made_elsewhere, verb=verb)
 
     audit = group("audit", "the record of every key action")
     sub = audit(
@@ -899,7 +928,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub = commands.add_parser(
         "demo",
-        help="serve the list-models example with fresh demo keys ('keyturn demo --help')",
+        help=f"serve the list-models example with fresh demo keys ('{_PROG.get()} demo --help')",
         add_help=False,  # the demo's own options and --help: keyturn.demo parses them
         prefix_chars="\0",
     )
@@ -934,18 +963,27 @@ def build_parser() -> argparse.ArgumentParser:
 # --- running a command -----------------------------------------------------------------------
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command in *argv* (default: ``sys.argv[1:]``); returns the exit status."""
+def main(argv: Sequence[str] | None = None, *, prog: str = "keyturn") -> int:
+    """Run the command in *argv* (default: ``sys.argv[1:]``); returns the exit status. Its
+    usage and messages call the command *prog*."""
+    token = _PROG.set(prog)
+    try:
+        return _main(argv)
+    finally:
+        _PROG.reset(token)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     try:
         args = build_parser().parse_args(argv)
         status: int = args.run(args)
     except SystemExit as exit:  # --help, a usage error argparse printed, the demo's refusal
         if isinstance(exit.code, str):
-            print(f"keyturn: error: {exit.code}", file=sys.stderr)
+            print(f"{_PROG.get()}: error: {exit.code}", file=sys.stderr)
             return 1
         return exit.code or 0
     except (CommandError, KeyturnError) as error:
-        print(f"keyturn: error: {error}", file=sys.stderr)
+        print(f"{_PROG.get()}: error: {error}", file=sys.stderr)
         if isinstance(error, CommandError):
             return error.status
         return 2 if isinstance(error, InvalidKeyName | InvalidExpiry) else 1

@@ -52,6 +52,9 @@ USER = "demo-user"
 DEMO_STORE = "sqlite:///keyturn-demo.sqlite3"
 DEMO_COOKIE = "keyturn_demo_account"
 KEY_NAMES = ("demo: tenant", "demo: research")
+# The demo writes each request's counts at once, so its console's chart is never behind; a
+# service keeps the default (60 s), one write per key per minute.
+USAGE_INTERVAL = 0.0
 MODELS = ("agent-small", "agent-large")
 
 
@@ -120,7 +123,7 @@ def console_routes(
     from starlette.responses import HTMLResponse, RedirectResponse, Response
     from starlette.routing import Mount, Route
 
-    from keyturn.console import Console
+    from keyturn.console import Console, safe_next
     from keyturn.console._page import from_own_origin
     from keyturn.console._visit import HEADERS
 
@@ -136,7 +139,8 @@ def console_routes(
             form = (await request.body()).decode(errors="replace")
             account = form.partition("account=")[2].partition("&")[0]
             if account == USER:
-                response = RedirectResponse("/console/", status_code=303, headers=dict(HEADERS))
+                back = safe_next(request.query_params.get("next"), "/console/")
+                response = RedirectResponse(back, status_code=303, headers=dict(HEADERS))
                 response.set_cookie(DEMO_COOKIE, account, httponly=True, samesite="strict")
                 return response
         return HTMLResponse(_SIGN_IN_PAGE, headers=dict(HEADERS))
@@ -260,7 +264,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     log = logging.getLogger("keyturn")  # on the console: its INFO line on each refusal
     log.addHandler(handler)
     log.setLevel(logging.INFO)
-    with open_database(args.store) as db, Authenticator(db.keys, db.membership) as authenticator:
+    with (
+        open_database(args.store) as db,
+        Authenticator(db.keys, db.membership, usage_interval=USAGE_INTERVAL) as authenticator,
+    ):
         db.create_schema()
         keys = seed(db.keys, db.membership)
         app = create_app(authenticator, routes=console_routes(db.keys, db.membership))

@@ -28,13 +28,14 @@ Rules of this file:
    surfaced as a 500, never an anonymous request.
 2. The OpenAPI declaration costs nothing per request. ``api_key`` is itself the bearer
    security scheme (FastAPI lists it on every operation that uses it); :func:`document`
-   amends the generated document once, when it is first asked for: the key and the
-   ``x-organization-id`` header become ONE security requirement (both are sent: a
-   tenant-scoped key needs the header, an organization-scoped key may name its own
-   organization), and the middleware's answers -- 400, 401, 403, 404, 503 with the error
-   body's schema -- are declared on those operations. FastAPI cannot say either through
-   dependencies: it lists each scheme as an alternative, and takes responses only from
-   routes and routers.
+   amends the generated document once, when it is first asked for: two alternative
+   security requirements, the key alone (an organization-scoped key need not name its
+   organization: spec section 5) or the key with the ``x-organization-id`` header (a
+   tenant-scoped key needs it); the header as an optional parameter whose schema is its
+   syntax (design D8: ``default`` or an organization id), so a value that matches is one
+   the middleware reads; and the middleware's answers -- 400, 401, 403, 404, 503 with the
+   error body's schema. FastAPI cannot say these through dependencies: it takes responses
+   only from routes and routers, and a scheme's header has no schema.
 """
 
 # No ``from __future__ import annotations`` here: FastAPI reads the annotations of
@@ -51,6 +52,7 @@ try:
 except ImportError as exc:
     raise ImportError("keyturn.fastapi needs FastAPI: pip install 'keyturn[fastapi]'") from exc
 
+from keyturn._decision import DEFAULT_ORGANIZATION_PATTERN
 from keyturn._model import Principal
 from keyturn._web import principal_in
 
@@ -167,29 +169,49 @@ async def current_principal(connection: HTTPConnection) -> Principal:
     return principal_in(connection.get("state"))
 
 
-def document(app: FastAPI, *, organization_header: bool = True) -> None:
+def document(
+    app: FastAPI,
+    *,
+    organization_header: bool = True,
+    organization_pattern: str = DEFAULT_ORGANIZATION_PATTERN,
+) -> None:
     """Complete *app*'s OpenAPI document for the operations that use :data:`api_key`.
 
-    On each, the key and ``x-organization-id`` become one security requirement (only the
-    key with ``organization_header=False``, for a service whose keys are all
-    organization-scoped), and :data:`ERROR_RESPONSES` are declared, except a status the
-    operation already declares itself. Done once, when the document is first generated,
+    On each, two alternative security requirements: the key alone, or the key with
+    ``x-organization-id`` (the key alone with ``organization_header=False``, for a service
+    whose keys are all organization-scoped); the header as an optional parameter whose
+    schema is its syntax, ``default`` or an id matching *organization_pattern* (give the
+    ``Authenticator``'s own if you changed it); and :data:`ERROR_RESPONSES`, except a status
+    the operation already declares itself. Done once, when the document is first generated,
     so routes added later are covered and requests pay nothing.
     """
+    header = _organization_parameter(organization_pattern) if organization_header else None
     if app.openapi_schema is not None:  # generated already: amend that one
-        _declare(app.openapi_schema, organization_header=organization_header)
+        _declare(app.openapi_schema, header)
     generate = app.openapi
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = _declare(generate(), organization_header=organization_header)
+            app.openapi_schema = _declare(generate(), header)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's way to extend the document
 
 
-def _declare(openapi: dict[str, Any], *, organization_header: bool) -> dict[str, Any]:
-    """*openapi* with keyturn's requirement and answers on the operations using the key."""
+def _organization_parameter(pattern: str) -> dict[str, Any]:
+    """The ``x-organization-id`` header as an operation parameter: its syntax (design D8)."""
+    return {
+        "name": _ORGANIZATION_DEFINITION["name"],
+        "in": "header",
+        "required": False,
+        "description": _ORGANIZATION_DEFINITION["description"],
+        "schema": {"type": "string", "pattern": f"^(default|{pattern})$"},
+    }
+
+
+def _declare(openapi: dict[str, Any], header: dict[str, Any] | None) -> dict[str, Any]:
+    """*openapi* with keyturn's requirements, the organization *header* (unless ``None``)
+    and the middleware's answers on the operations using the key."""
     declared = False
     for path_item in openapi.get("paths", {}).values():
         for operation in path_item.values():
@@ -197,10 +219,14 @@ def _declare(openapi: dict[str, Any], *, organization_header: bool) -> dict[str,
             if not requirements or not any(KEY_SCHEME in each for each in requirements):
                 continue
             declared = True
-            if organization_header:
-                for each in requirements:
-                    if KEY_SCHEME in each:
-                        each.setdefault(ORGANIZATION_SCHEME, [])
+            if header is not None:
+                with_header: dict[str, list[str]] = {KEY_SCHEME: [], ORGANIZATION_SCHEME: []}
+                if with_header not in requirements:
+                    requirements.append(with_header)
+                parameters = operation.setdefault("parameters", [])
+                named = {(p.get("in"), str(p.get("name", "")).lower()) for p in parameters}
+                if ("header", header["name"]) not in named:
+                    parameters.append(copy.deepcopy(header))
             responses = operation.setdefault("responses", {})
             for status, answer in ERROR_RESPONSES.items():
                 responses.setdefault(status, copy.deepcopy(answer))
@@ -208,7 +234,7 @@ def _declare(openapi: dict[str, Any], *, organization_header: bool) -> dict[str,
     if declared:
         components = openapi.setdefault("components", {})
         components.setdefault("schemas", {})[ERROR_SCHEMA_NAME] = copy.deepcopy(_ERROR_SCHEMA)
-        if organization_header:
+        if header is not None:
             schemes = components.setdefault("securitySchemes", {})
             schemes[ORGANIZATION_SCHEME] = dict(_ORGANIZATION_DEFINITION)
     return openapi

@@ -93,10 +93,15 @@ def main() -> None:
         page.fill("#name", "nightly export")
         page.check("input[name=lifetime][value=custom]")
         page.fill("#date", "2026-12-31")
-        expect(page.locator("#expires")).to_have_text("2027-01-01 00:00 CET")
+        expect(page.locator("#expires")).to_have_text("2026-12-31, end of day CET")
         page.locator("section.panel").first.screenshot(path=OUT / "console-create-custom-date.png")
         page.click("#create-button")
         page.locator("#secret").evaluate("(el, fake) => { el.value = fake; }", FAKE_SECRET)
+        page.locator("#curl").evaluate(
+            "(el, fake) => { el.textContent = el.textContent.replace(/rma_\\w+/, fake)"
+            ".replace(/127\\.0\\.0\\.1:\\d+/, '127.0.0.1:8000'); }",
+            FAKE_SECRET,
+        )
         page.screenshot(path=OUT / "console-created.png")
         page.reload()  # sends the create form again: the console refuses a second key
         expect(page.locator("h1")).to_have_text("This form was already sent")

@@ -60,7 +60,8 @@ def test_request_user_is_the_account(world: World) -> None:
     anonymous = Client().get("/console/")
     page = signed_in("alice").get("/console/")
 
-    assert (anonymous.status_code, anonymous["Location"]) == (303, SIGN_IN)
+    assert anonymous.status_code == 303
+    assert anonymous["Location"] == SIGN_IN + "?next=%2Fconsole%2F"
     assert page.status_code == 200
     assert "Signed in as <strong>alice</strong>" in page.text
     assert "alice&#39;s" in page.text
@@ -205,3 +206,22 @@ def test_manage_py_keyturn_from_the_command_line(tmp_path: Path) -> None:
             with pytest.raises(SystemExit) as exited:
                 ManagementUtility(argv).execute()
             assert exited.value.code == status, argv
+
+
+def test_manage_py_keyturn_speaks_as_itself(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its usage, its errors and the commands its messages name are ``manage.py keyturn``."""
+    from django.core.management import ManagementUtility
+
+    url = f"sqlite:///{tmp_path / 'missing.sqlite3'}"
+    with override_settings(KEYTURN={"STORE_URL": url}):
+        for argv in (["manage.py", "keyturn", "--help"], ["manage.py", "keyturn", "org", "list"]):
+            with pytest.raises(SystemExit):
+                ManagementUtility(argv).execute()
+    shown = capsys.readouterr()
+    assert shown.out.startswith("usage: manage.py keyturn [-h]")
+    assert "\n  manage.py keyturn db init\n" in shown.out  # the examples
+    assert shown.err.startswith("manage.py keyturn: error: there is no store at ")
+    assert "create it with 'manage.py keyturn db init'" in shown.err
+    assert "'keyturn " not in shown.err

@@ -19,7 +19,7 @@ from keyturn import KeyManager, Lifetime, Scope, Status
 from keyturn.console import Console, ConsoleSetupError, preview
 from keyturn.console._visit import CSP, MAX_FORM_BYTES
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
-from tests.console.support import SIGN_IN, Client, World, form_token, make_world
+from tests.console.support import SIGN_IN, Client, World, form_token, make_world, signed_in
 
 SECURITY_HEADERS = {
     "cache-control": "no-store",
@@ -44,13 +44,26 @@ def create_form(client: Client, **fields: str) -> dict[str, str]:
     }
 
 
-def test_visitor_not_signed_in_is_sent_to_sign_in(client: Client) -> None:
-    """Without an account the console answers every page with a redirect to the sign-in URL."""
+def test_visitor_not_signed_in_is_sent_to_sign_in_with_next(client: Client) -> None:
+    """Without an account the console answers every page with a redirect to the sign-in URL,
+    whose ``next`` is the page to come back to (the key list, after a form)."""
     client.account = None
-    for path in ("/console/", "/console/revoke?key=x", "/console/preview"):
+    for path in ("/console/", "/console/revoke?key=x", "/console/preview", "/console/activity"):
         reply = client.get(path)
         assert reply.status == 303
-        assert reply.headers["location"] == SIGN_IN
+        assert reply.headers["location"] == SIGN_IN + "?" + urlencode({"next": path})
+    posted = client.post("/console/revoke", {"key": "x"})
+    assert posted.headers["location"] == SIGN_IN + "?next=%2Fconsole%2F"
+
+
+def test_a_sign_in_url_with_its_own_query_keeps_it() -> None:
+    """``next`` joins a query the sign-in URL has; one that names its own ``next`` is kept."""
+    for url, expected in (
+        ("/login?via=console", "/login?via=console&next=%2Fconsole%2F"),
+        ("/login?next=/home", "/login?next=/home"),
+    ):
+        console = Console(make_world().manager, signed_in=signed_in, sign_in_url=url)
+        assert Client("asgi", console).get("/console/").headers["location"] == expected
 
 
 @pytest.mark.parametrize(
@@ -192,7 +205,8 @@ def test_a_custom_date_expires_at_the_end_of_that_day(client: Client, world: Wor
     assert reply.status == 201
     [key] = world.store.keys_of("alice")
     assert key.expires_at == datetime(2026, 7, 1, 12, 0, tzinfo=UTC)
-    assert "2026-07-02 00:00 NZST" in reply.text
+    assert "2026-07-01, end of day NZST" in reply.text
+    assert "2026-07-02" not in reply.text
 
 
 def test_list_shows_only_own_keys_and_filters_from_the_url(client: Client, world: World) -> None:
@@ -314,7 +328,7 @@ def test_preview_on_a_dst_change_day() -> None:
     """In Los Angeles, 8 March 2026 has 23 hours; its end is 00:00 PDT, 07:00 UTC."""
     now = datetime(2026, 3, 7, 20, 0, tzinfo=UTC)  # 12:00 PST on 7 March
     shown = preview("custom", "2026-03-08", "America/Los_Angeles", now)
-    assert shown.expires == "2026-03-09 00:00 PDT"
+    assert shown.expires == "2026-03-08, end of day PDT"
     assert (shown.first_day, shown.last_day) == (date(2026, 3, 8), date(2027, 3, 7))
     last = preview("custom", "2027-03-07", "America/Los_Angeles", now)
     assert last.expires == "2027-03-07 12:00 PST"  # one year from now comes first
@@ -456,7 +470,7 @@ def test_without_script_times_follow_a_tz_parameter(client: Client, world: World
     """?tz=Zone renders the list's times there, and the filter form keeps it."""
     world.manager.create("alice", name="zoned", scope=Scope.tenant("acme"))
     page = client.get("/console/?tz=Pacific/Auckland").text
-    assert "2026-07-16 00:00 NZST" in page  # 12:00 UTC on 15 June + 30 days
+    assert "2026-07-15, end of day NZST" in page  # 12:00 UTC on 15 June + 30 days
     assert '<input type="hidden" name="tz" value="Pacific/Auckland">' in page
     assert "2026-07-15 12:00 UTC" in client.get("/console/?tz=Not/AZone").text
 

@@ -224,7 +224,7 @@ def test_the_hook_is_asked_only_of_a_signed_in_user() -> None:
     world = make_world(recently_authenticated=recent, reauthenticate_url="/re")
     for edge in ("asgi", "wsgi"):
         client = Client(edge, world.console)
-        assert client.get("/console/").headers["location"] == SIGN_IN
+        assert client.get("/console/").headers["location"] == SIGN_IN + "?next=%2Fconsole%2F"
         client.account = "alice"
         assert '<form id="create"' in client.get("/console/").text
     assert len(asked) == 2

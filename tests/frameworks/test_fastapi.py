@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterator
 from datetime import datetime
@@ -59,11 +60,15 @@ def conforms(value: Any, schema: dict[str, Any]) -> bool:
     )
 
 
-def test_openapi_declares_the_key_and_the_organization_header_as_one_requirement(
+ALTERNATIVES = [{"apiKey": []}, {"apiKey": [], "organization": []}]
+
+
+def test_openapi_offers_the_key_alone_or_with_the_organization_header(
     world: tuple[TestClient, CreatedKey],
 ) -> None:
-    """Both schemes are declared, and the guarded operation needs both at once: the header
-    alone never satisfies it; an operation without Caller declares nothing."""
+    """Both schemes are declared; the guarded operation takes the key alone (an
+    organization-scoped key) or the key with the header (a tenant-scoped key), never the
+    header alone; an operation without Caller declares nothing."""
     client, _ = world
     document = client.get("/openapi.json").json()
 
@@ -73,9 +78,30 @@ def test_openapi_declares_the_key_and_the_organization_header_as_one_requirement
     assert schemes["organization"]["type"] == "apiKey"
     assert schemes["organization"]["in"] == "header"
     assert schemes["organization"]["name"] == "x-organization-id"
-    assert document["paths"][MODELS]["get"]["security"] == [{"apiKey": [], "organization": []}]
+    assert document["paths"][MODELS]["get"]["security"] == ALTERNATIVES
     assert "security" not in document["paths"]["/healthz"]["get"]
     assert set(document["paths"]["/healthz"]["get"]["responses"]) == {"200"}
+    assert "parameters" not in document["paths"]["/healthz"]["get"]
+
+
+def test_openapi_declares_the_header_s_syntax(world: tuple[TestClient, CreatedKey]) -> None:
+    """``x-organization-id`` is an optional header parameter whose pattern is design D8's
+    syntax: a value it admits is read by the middleware (200 or 404, never 400), one it
+    refuses is a 400; a tenant key without the header is the 400 the document declares."""
+    client, key = world
+    document = client.get("/openapi.json").json()
+    [parameter] = document["paths"][MODELS]["get"]["parameters"]
+    assert (parameter["name"], parameter["in"], parameter["required"]) == (
+        "x-organization-id",
+        "header",
+        False,
+    )
+    pattern = re.compile(parameter["schema"]["pattern"])
+    secret = {"Authorization": f"Bearer {key.secret}"}
+    for value in ("default", "org_main", "org-x.y:z", "A" * 128, "a" * 129, "", "no way", "a/b"):
+        reply = client.get(MODELS, headers={**secret, "x-organization-id": value})
+        assert (reply.status_code != 400) == bool(pattern.fullmatch(value)), (value, reply)
+    assert client.get(MODELS, headers=secret).status_code == 400  # a tenant key: needed
 
 
 def test_openapi_declares_the_refusals_with_the_error_body(
@@ -131,6 +157,7 @@ def test_openapi_keeps_what_the_operation_declares_itself() -> None:
     assert bare["paths"][MODELS]["get"]["security"] == [{"apiKey": []}]
     assert "401" not in bare["paths"][MODELS]["get"]["responses"]
     assert key_only["paths"][MODELS]["get"]["security"] == [{"apiKey": []}]
+    assert "parameters" not in key_only["paths"][MODELS]["get"]
     assert "organization" not in key_only["components"]["securitySchemes"]
     assert "KeyturnError" in key_only["components"]["schemas"]
 
@@ -150,7 +177,7 @@ def test_openapi_router_dependency_and_a_document_made_before() -> None:
     document(app)
 
     assert app.openapi() is generated
-    assert generated["paths"][MODELS]["get"]["security"] == [{"apiKey": [], "organization": []}]
+    assert generated["paths"][MODELS]["get"]["security"] == ALTERNATIVES
     assert "503" in generated["paths"][MODELS]["get"]["responses"]
 
 
@@ -291,7 +318,7 @@ def test_the_example_app_documents_the_key_and_the_refusals() -> None:
         with TestClient(app) as client:
             paths = client.get("/openapi.json").json()["paths"]
 
-    assert paths[MODELS]["get"]["security"] == [{"apiKey": [], "organization": []}]
+    assert paths[MODELS]["get"]["security"] == ALTERNATIVES
     assert {"400", "401", "403", "404", "503"} <= set(paths[MODELS]["get"]["responses"])
     assert "security" not in paths["/healthz"]["get"]
 

@@ -256,6 +256,19 @@ def test_prefix_must_be_canonical() -> None:
         Paths("/managed-agents//v1/", ())
 
 
+def test_the_unreadable_path_s_400_is_a_documented_decision() -> None:
+    """The 400 keeps ``invalid_request`` (the spec ties that code to x-organization-id): its
+    message names the path, never the header, and docs/decisions.md says why."""
+    for why in Unreadable:
+        refusal = why.refusal()
+        assert (refusal.status, refusal.code) == (400, "invalid_request")
+        assert str(refusal).startswith("The request path has no single reading")
+        assert "x-organization-id" not in str(refusal)
+    decisions = (Path(__file__).resolve().parents[2] / "docs" / "decisions.md").read_text()
+    [row] = [line for line in decisions.splitlines() if line.startswith("| D20 |")]
+    assert "A path that cannot be read" in row and "`invalid_request`" in row
+
+
 def test_every_reason_a_path_is_unreadable_is_documented() -> None:
     """docs/errors.md lists the 400's message for each thing that can be wrong with a path."""
     errors = (Path(__file__).resolve().parents[2] / "docs" / "errors.md").read_text()

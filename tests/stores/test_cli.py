@@ -107,12 +107,15 @@ def test_help_shows_every_command_and_examples(capsys: pytest.CaptureFixture[str
 )
 def test_the_command_creates_no_key(ready: Run, url: str, command: tuple[str, ...]) -> None:
     """Keys are created only in the console, by the signed-in user: the command has no way
-    to make a key for an account, nor to hand anyone a secret.
+    to make a key for an account, nor to hand anyone a secret. It says where keys are made:
+    the console, or the host's code with KeyManager for a signed-in user.
     """
     status, out, err = ready(*command)
 
     assert (status, out) == (2, "")
-    assert "invalid choice" in err and "rma_" not in err
+    assert err.startswith("keyturn: error: this command makes no keys: keys are ")
+    assert "in the key console" in err and f"KeyManager.{command[1]}(account_id" in err
+    assert "invalid choice" not in err and "rma_" not in err
     with SQLiteDatabase(url.removeprefix("sqlite:///")) as db:
         assert KeyManager(db.keys, db.membership).list("alice") == []
 

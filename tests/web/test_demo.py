@@ -11,12 +11,14 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
 
 from keyturn import Authenticator, AuthRequest, KeyManager, Principal, Status
 from keyturn.demo import USER, seed
+from keyturn.stores import open_database
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 
 
@@ -96,6 +98,20 @@ def test_demo_serves_what_it_prints(tmp_path: Path) -> None:
                 if expected == 200:
                     assert reply.headers["service-tenant-id"] == "acme"
                     assert reply.json()["items"]
+        # The demo writes every request's counts at once: its console's chart is current
+        # while it runs (two accepted; the tenant key's two refusals), not a minute behind.
+        counts: dict[str, int] = {}
+        for _ in range(200):  # bounded: about 10 seconds
+            with open_database(f"sqlite:///{store}") as db:
+                rows = db.keys.usage_of(USER, datetime.now(UTC).date() - timedelta(days=1))
+            counts = {}
+            for row in rows:
+                counts.setdefault(row.outcome, 0)
+                counts[row.outcome] += row.requests
+            if sum(counts.values()) == 4:
+                break
+            time.sleep(0.05)
+        assert counts == {"accepted": 2, "org_header_missing": 1, "org_not_found": 1}
     finally:
         watchdog.cancel()
         demo.terminate()

@@ -27,15 +27,20 @@ ASGI, WSGI and Django edges only translate. Needs the ``console`` extra (Jinja2,
 Werkzeug). See ``docs/console.md``.
 """
 
-from keyturn.console._page import (
-    LIFETIME_CHOICES,
-    Console,
-    Preview,
-    local_time,
-    preview,
-    safe_next,
-)
-from keyturn.console._visit import ConsoleSetupError, Page, Visit
+from keyturn.console._visit import ConsoleSetupError, Page, Visit, needs_extra
+
+try:
+    from keyturn.console._page import (
+        LIFETIME_CHOICES,
+        Console,
+        Preview,
+        local_time,
+        preview,
+        safe_next,
+        short_agent,
+    )
+except ModuleNotFoundError as exc:
+    raise needs_extra(exc) from exc
 
 __all__ = [
     "LIFETIME_CHOICES",
@@ -47,4 +52,5 @@ __all__ = [
     "local_time",
     "preview",
     "safe_next",
+    "short_agent",
 ]

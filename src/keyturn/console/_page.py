@@ -42,7 +42,9 @@ import hashlib
 import hmac
 import json
 import logging
+import re
 import secrets
+import shlex
 import threading
 import time
 from collections import defaultdict
@@ -73,6 +75,7 @@ from keyturn.console._visit import (
     Page,
     Visit,
     fields,
+    needs_extra,
 )
 from keyturn.errors import (
     InvalidExpiry,
@@ -224,8 +227,13 @@ def _zone(name: str) -> ZoneInfo | None:
 
 
 def local_time(at: datetime, zone: ZoneInfo | None) -> str:
-    """*at* as the console shows it: ``2026-03-09 00:00 PDT``, in *zone* or else in UTC."""
-    return at.astimezone(zone or UTC).strftime("%Y-%m-%d %H:%M %Z")
+    """*at* as the console shows it, in *zone* or else in UTC: ``2026-03-09 08:30 PDT``, and
+    a midnight as the end of the day before, ``2027-01-15, end of day CET`` (a custom date
+    expires at the end of the day the user picked, which is the next day's first instant)."""
+    local = at.astimezone(zone or UTC)
+    if (local.hour, local.minute, local.second, local.microsecond) == (0, 0, 0, 0):
+        return f"{local.date() - timedelta(days=1)}, end of day {local.strftime('%Z')}"
+    return local.strftime("%Y-%m-%d %H:%M %Z")
 
 
 def _expiry_choice(lifetime: str, day: str, zone: ZoneInfo | None) -> Lifetime | CustomDate | str:
@@ -328,6 +336,41 @@ class _FormTokens:
             self._used.pop(nonce, None)
 
 
+_AGENT_BROWSERS: Final = (
+    ("Edg/", "Edge"),
+    ("OPR/", "Opera"),
+    ("Firefox/", "Firefox"),
+    ("Chrome/", "Chrome"),
+    ("Version/", "Safari"),
+)
+_AGENT_SYSTEMS: Final = (
+    ("Android", "Android"),
+    ("iPhone", "iOS"),
+    ("iPad", "iPadOS"),
+    ("Windows", "Windows"),
+    ("Mac OS X", "macOS"),
+    ("CrOS", "ChromeOS"),
+    ("Linux", "Linux"),
+)
+
+
+def short_agent(agent: str) -> str:
+    """A ``User-Agent`` as a person names it: ``Firefox 132 on Linux`` for a browser, the first
+    product (``curl/8.5.0``) for anything else, at most 60 characters."""
+    if agent.startswith("Mozilla/"):
+        browser = next(
+            ((name, marker) for marker, name in _AGENT_BROWSERS if marker in agent), None
+        )
+        system = next((name for marker, name in _AGENT_SYSTEMS if marker in agent), None)
+        if browser is not None:
+            name, marker = browser
+            version = re.match(r"\d+", agent.split(marker, 1)[1])
+            shown = f"{name} {version[0]}" if version else name
+            return f"{shown} on {system}" if system else shown
+    first = agent.split(" ", 1)[0]
+    return first if len(first) <= 60 else first[:59] + "…"
+
+
 @jinja2.pass_context
 def _time(context: jinja2.runtime.Context, at: datetime) -> markupsafe.Markup:
     """*at* as a ``<time>`` element: the exact instant, shown in the page's ``zone``."""
@@ -365,6 +408,7 @@ _TEMPLATES.globals.update(
     },
 )
 _TEMPLATES.filters["scope_label"] = _scope_label
+_TEMPLATES.filters["short_agent"] = short_agent
 
 
 class _Awaited:
@@ -432,6 +476,12 @@ class Console:
     :param reauthenticate_url: where a user whose sign-in is not recent confirms it, given
         with *recently_authenticated*. The console adds ``next``, the path of the console
         page to come back to; check it with :func:`safe_next` before you redirect to it.
+    :param api_url: the API call the page of a new key shows as a ready ``curl`` line
+        (default: this site's ``/managed-agents/v1/models``).
+
+    A visitor who is not signed in is sent to *sign_in_url* with ``next``, the path of the
+    console page to come back to (the key list, after a form): check it with
+    :func:`safe_next` before your sign-in redirects to it.
     """
 
     def __init__(
@@ -446,6 +496,7 @@ class Console:
         expiring_within: timedelta = timedelta(days=7),
         recently_authenticated: Callable[[Any], Any] | None = None,
         reauthenticate_url: str | None = None,
+        api_url: str | None = None,
     ) -> None:
         if not isinstance(manager, KeyManager | AsyncKeyManager):
             raise ConsoleSetupError(
@@ -473,8 +524,20 @@ class Console:
                 "current_organization must be a function of the request, "
                 "given with start_on='organization'"
             )
-        if secret is not None and (not isinstance(secret, bytes) or len(secret) < 16):
-            raise ConsoleSetupError("secret must be at least 16 random bytes")
+        if secret is not None and not isinstance(secret, bytes):
+            raise ConsoleSetupError(
+                f"secret must be bytes, not {type(secret).__name__}: make 32 random bytes once "
+                "(python -c 'import secrets; print(secrets.token_hex(32))'), keep them in your "
+                "secret store, and pass them as bytes, e.g. "
+                "secret=bytes.fromhex(os.environ['CONSOLE_SECRET'])"
+            )
+        if secret is not None and len(secret) < 16:
+            raise ConsoleSetupError(
+                f"secret must be at least 16 random bytes, got {len(secret)}: "
+                "secrets.token_bytes(32) makes 32"
+            )
+        if api_url is not None and (not isinstance(api_url, str) or not api_url):
+            raise ConsoleSetupError("api_url must be the URL of a call to your API")
         if not isinstance(expiring_within, timedelta) or expiring_within < timedelta(0):
             raise ConsoleSetupError(
                 f"expiring_within must be a timedelta of zero or more, got {expiring_within!r}"
@@ -515,6 +578,7 @@ class Console:
         self.expiring_within = expiring_within
         self.recently_authenticated = recently_authenticated
         self.reauthenticate_url = reauthenticate_url
+        self.api_url = api_url
         self._tokens = _FormTokens(secret or secrets.token_bytes(32))
 
     def __repr__(self) -> str:
@@ -522,13 +586,19 @@ class Console:
 
     def asgi(self) -> Any:
         """The console as an ASGI app: ``Mount("/console", app=console.asgi())``."""
-        from keyturn.console.asgi import ConsoleASGI
+        try:
+            from keyturn.console.asgi import ConsoleASGI
+        except ModuleNotFoundError as exc:
+            raise needs_extra(exc) from exc
 
         return ConsoleASGI(self)
 
     def wsgi(self) -> Any:
         """The console as a WSGI app: mount it with Werkzeug's ``DispatcherMiddleware``."""
-        from keyturn.console.wsgi import ConsoleWSGI
+        try:
+            from keyturn.console.wsgi import ConsoleWSGI
+        except ModuleNotFoundError as exc:
+            raise needs_extra(exc) from exc
 
         return ConsoleWSGI(self)
 
@@ -555,7 +625,12 @@ class Console:
         if visit.path not in routes:
             return self._message(visit, 404, "Not found", account=None)
         if visit.account_id is None:
-            return Page(303, (*HEADERS, ("Location", self.sign_in_url)), b"")
+            back = visit.base + visit.path[1:]
+            if method != "GET":  # a form's page cannot be asked again: back to the list
+                back = visit.base
+            elif visit.query:
+                back += "?" + urlencode(visit.query)
+            return Page(303, (*HEADERS, ("Location", _with_next(self.sign_in_url, back))), b"")
         handlers = routes[visit.path]
         if method not in handlers:
             allow = ("Allow", ", ".join(sorted({*handlers, "HEAD"})))
@@ -696,8 +771,26 @@ class Console:
             errors["scope" if isinstance(exc, ScopeNotReachable) else "date"] = _sentence(str(exc))
             return self._keys_page(visit, account_id, values, errors)
         row = self._row(created.info, now, {})
-        context = {"secret": created.secret, "row": row, "zone": zone}
+        context = {"row": row, "zone": zone, **self._secret(visit, account_id, created)}
         return self._render(visit, "created.html", 201, context)
+
+    def _secret(self, visit: Visit, account_id: str, created: CreatedKey) -> dict[str, str]:
+        """What the page of a new key shows: its secret, and a ready ``curl`` line that calls
+        the API with it; a tenant key's line names an organization (``default`` when the user
+        reaches it, else one of the user's organizations in that tenant)."""
+        headers = [f"Authorization: Bearer {created.secret}"]
+        scope = created.info.scope
+        if scope.organization_id is None:
+            reached = [
+                o for o in self._organizations_of(account_id) if o.tenant_id == scope.tenant_id
+            ]
+            chosen = (
+                "default" if any(o.is_default for o in reached) or not reached else reached[0].id
+            )
+            headers.append(f"x-organization-id: {chosen}")
+        url = self.api_url or visit.origin + "/managed-agents/v1/models"
+        curl = shlex.join(["curl", *(arg for h in headers for arg in ("-H", h)), url])
+        return {"secret": created.secret, "curl": curl}
 
     def _found(self, visit: Visit, account_id: str, *, form: str) -> Page:
         """The page of one of the account's keys (``?key=``) with a *form* token, or a 404."""
@@ -763,8 +856,12 @@ class Console:
             text = _sentence(str(exc))
             return self._message(visit, 409, "This key cannot be rotated", text=text)
         keys = {info.key_id: info for info in self._keys.list(account_id)}
-        context = {"secret": created.secret, "row": self._row(created.info, self._now(), keys)}
-        return self._render(visit, "created.html", 201, {**context, "zone": None})
+        context = {
+            "row": self._row(created.info, self._now(), keys),
+            "zone": _zone(form.get("tz", "")),
+            **self._secret(visit, account_id, created),
+        }
+        return self._render(visit, "created.html", 201, context)
 
     def _step_up(self, visit: Visit, back: str) -> str | None:
         """``None`` when the visit may mint a key (no step-up asked, or a recent sign-in),
@@ -772,11 +869,7 @@ class Console:
         console: left out if the mount point makes it no local path (:func:`safe_next`)."""
         if self.reauthenticate_url is None or visit.recent_sign_in:
             return None
-        if safe_next(back, "") != back:
-            return self.reauthenticate_url
-        parts = urlsplit(self.reauthenticate_url)
-        query = "&".join(filter(None, (parts.query, urlencode({"next": back}))))
-        return urlunsplit(parts._replace(query=query))
+        return _with_next(self.reauthenticate_url, back)
 
     def _activity(self, visit: Visit, account_id: str) -> Page:
         """The record of the account's own keys: what was done, by whom, from where."""
@@ -855,6 +948,16 @@ class Console:
         """A message page: *title*, and its text from :data:`_TEXTS` unless *context* has one."""
         context = {"title": title, "text": _TEXTS.get(title), **context}
         return self._render(visit, "message.html", status, context, *extra)
+
+
+def _with_next(url: str, back: str) -> str:
+    """*url* with ``next`` set to *back*, a page of this console: left out if the mount point
+    makes it no local path (:func:`safe_next`) or *url* names its own ``next``."""
+    parts = urlsplit(url)
+    if safe_next(back, "") != back or "next" in fields(parts.query.encode()):
+        return url
+    query = "&".join(filter(None, (parts.query, urlencode({"next": back}))))
+    return urlunsplit(parts._replace(query=query))
 
 
 def _rotate_path(visit: Visit, key_id: str) -> str:

@@ -24,6 +24,7 @@ __all__ = [
     "Pages",
     "Visit",
     "fields",
+    "needs_extra",
 ]
 
 MAX_FORM_BYTES: Final = 16 * 1024
@@ -90,6 +91,22 @@ class Pages(Protocol):
     manager: Any
 
     def handle(self, visit: Visit) -> Page: ...
+
+
+# The console extra's libraries (Starlette brings anyio).
+_EXTRA: Final = frozenset({"jinja2", "markupsafe", "anyio", "starlette", "werkzeug"})
+
+
+def needs_extra(missing: ModuleNotFoundError) -> ImportError:
+    """What to raise when importing the console failed on *missing*: a library of the
+    console extra is named with the line that installs it; anything else as it was."""
+    library = (missing.name or "").partition(".")[0]
+    if library not in _EXTRA:
+        return missing
+    return ImportError(
+        f"the key console needs the console extra ({library} is not installed): "
+        "pip install 'keyturn[console]'"
+    )
 
 
 def fields(body: bytes) -> dict[str, str]:

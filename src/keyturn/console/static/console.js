@@ -13,13 +13,23 @@
   function localText(iso) {
     var at = new Date(iso);
     if (isNaN(at.getTime())) { return null; }
+    var parts = fields(at);
+    if (parts.hour + parts.minute + parts.second === "000000" && at.getMilliseconds() === 0) {
+      // A midnight ends the day before: a custom date reads as the day the user picked.
+      parts = fields(new Date(at.getTime() - 1));
+      return parts.year + "-" + parts.month + "-" + parts.day + ", end of day";
+    }
+    return parts.year + "-" + parts.month + "-" + parts.day + " " + parts.hour + ":" +
+      parts.minute;
+  }
+
+  function fields(at) {
     var parts = {};
     new Intl.DateTimeFormat("en-US", {
       year: "numeric", month: "2-digit", day: "2-digit", hour: "2-digit", minute: "2-digit",
-      hourCycle: "h23"
+      second: "2-digit", hourCycle: "h23"
     }).formatToParts(at).forEach(function (p) { parts[p.type] = p.value; });
-    return parts.year + "-" + parts.month + "-" + parts.day + " " + parts.hour + ":" +
-      parts.minute;
+    return parts;
   }
   document.querySelectorAll("time[datetime]").forEach(function (el) {
     if (!zone) { return; }
@@ -31,6 +41,10 @@
   });
   document.querySelectorAll(".zone-note").forEach(function (el) {
     if (zone) { el.textContent = " (" + zone + ")"; }
+  });
+  // The rotate form names the zone, so the new key's page shows its times there too.
+  document.querySelectorAll("input[type=hidden][name=tz]").forEach(function (el) {
+    if (zone && !el.value) { el.value = zone; }
   });
 
   // The copy button of a new key.

@@ -13,6 +13,7 @@ help). Its exit status is the command's. See ``docs/django.md`` and ``docs/cli.m
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -39,10 +40,12 @@ class Command(BaseCommand):  # type: ignore[misc]  # Django ships no types
         parser.add_argument("arguments", nargs=argparse.REMAINDER, help="the keyturn command")
 
     def run_from_argv(self, argv: list[str]) -> None:
-        # Every word after "keyturn" is the keyturn command's, --help and --version too.
-        sys.exit(cli.main(arguments(argv[2:])))
+        # Every word after "keyturn" is the keyturn command's, --help and --version too; its
+        # usage and messages name it as it was called: "manage.py keyturn".
+        prog = f"{os.path.basename(argv[0])} {argv[1]}"
+        sys.exit(cli.main(arguments(argv[2:]), prog=prog))
 
     def handle(self, *args: Any, **options: Any) -> None:  # call_command("keyturn", ...)
-        status = cli.main(arguments([*args, *options["arguments"]]))
+        status = cli.main(arguments([*args, *options["arguments"]]), prog="manage.py keyturn")
         if status:
             raise CommandError(f"keyturn exited with status {status}", returncode=status)
