@@ -399,23 +399,15 @@ def test_plain_sql_cannot_break_the_default_rule_on_postgres(postgres_url: str) 
 # --- SQLite: a restored file ------------------------------------------------------------------
 
 
-def _restore(backup: Path, onto: Path) -> None:
-    """``sqlite3 onto ".restore backup"``: the backup's pages over the live file."""
-    source, target = sqlite3.connect(backup), sqlite3.connect(onto)
+def _copy(source: Path, onto: Path) -> None:
+    """SQLite's online backup of *source* over *onto*: a backup made, or one restored in
+    place (``sqlite3 onto ".restore source"``)."""
+    reading, writing = sqlite3.connect(source), sqlite3.connect(onto)
     try:
-        source.backup(target)
+        reading.backup(writing)
     finally:
-        source.close()
-        target.close()
-
-
-def _backup(live: Path, into: Path) -> None:
-    source, target = sqlite3.connect(live), sqlite3.connect(into)
-    try:
-        source.backup(target)
-    finally:
-        source.close()
-        target.close()
+        reading.close()
+        writing.close()
 
 
 def test_a_restored_sqlite_file_resets_the_replica(sqlite_path: Path, tmp_path: Path) -> None:
@@ -424,14 +416,14 @@ def test_a_restored_sqlite_file_resets_the_replica(sqlite_path: Path, tmp_path: 
     with SQLiteDatabase(sqlite_path) as db:
         kept = seed(db)
         backup = tmp_path / "backup.sqlite3"
-        _backup(sqlite_path, backup)
+        _copy(sqlite_path, backup)
         auth = Authenticator(db.keys, db.membership, usage_interval=None)
         newer = KeyManager(db.keys, db.membership).create("alice", name="new", scope=TENANT)
         for _ in range(20):  # the newer key's changes move the log past the backup's
             KeyManager(db.keys, db.membership).create("alice", name="x", scope=TENANT)
         warm(auth, db, newer.secret)
         warm(auth, db, kept)
-        _restore(backup, sqlite_path)
+        _copy(backup, sqlite_path)
         assert accepted(auth, newer.secret) == 0
         assert accepted(auth, kept) == TRIES
         raw = sqlite3.connect(sqlite_path, isolation_level=None)
