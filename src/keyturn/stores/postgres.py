@@ -18,7 +18,7 @@ process's replica (``_replica.py``), fed by the database itself: triggers send
 of its own drops what each change touches. The replica is the one of the database the
 pool's connections reach (server, database, schema of the tables: asked, never read from
 the URL), and it answers only while the listener proves itself: same server and database
-as the pool, a heartbeat answered within the last :data:`PROVEN_FOR` seconds, no notice
+as the pool, a heartbeat answered within the last ``PROVEN_FOR`` seconds (2), no notice
 unread (it is emptied at each connect, so nothing missed while it was away is ever
 served); otherwise a request reads through, in one statement. A revoke committed
 anywhere is refused by every instance within the listener's lag (milliseconds on a local
@@ -140,9 +140,9 @@ class _Replicated:
     listener, and the stores' ``lookup_cached``.
 
     Which replica is this database's is asked of the database itself, on the first pooled
-    connection lent (:meth:`PostgresDatabase.attach`): the server, the
-    database, and the schema keyturn's tables resolve to on the pool's connections. Until
-    then, and whenever the listener cannot prove itself current, requests read through.
+    connection lent (:meth:`PostgresDatabase.attach`): the server, the database, and the
+    schema keyturn's tables resolve to on the pool's connections. Until then, and whenever
+    the listener cannot prove itself current, requests read through.
     """
 
     sql = _STATEMENTS
@@ -271,7 +271,7 @@ class PostgresDatabase(_Replicated, _sql.ClosedOnExit):
 
     def attach(self, connection: Connection[Any]) -> None:
         """On the first pooled connection lent: find which database this is, and share
-        the process's replica of it (see :class:`_Replicated`)."""
+        the process's replica of it (docs/stores.md, "Identity, not spelling")."""
         self._attach(_identified(connection.execute(_IDENTIFY).fetchone(), connection))
 
     def schema_version(self) -> int:
@@ -464,7 +464,7 @@ class _Listener:
     The replica answers (:meth:`answers`) only while all of this holds: the listener's
     connection reaches the server and database the pool's does (asked of each, never
     read from a URL); it has LISTENed since the replica was last emptied; a heartbeat sent
-    less than :data:`PROVEN_FOR` seconds ago was answered (every notice committed before
+    less than ``PROVEN_FOR`` seconds ago was answered (every notice committed before
     it was sent has then been read); and nothing waits unread on its socket. Notices are
     those of the schema keyturn's tables resolve to on the pool's connections.
     """
