@@ -598,38 +598,48 @@ class _Listener:
             connection.close()  # no rollback: an exchange may be in flight
 
     def _exchange(self, pgconn: Any, poll: select.poll, query: str) -> list[str | None]:
-        """Send *query*, read notices until its answer: the first row's values as text."""
+        """Send *query*, apply notices until its answer: the first row's values as text."""
         deadline = time.monotonic() + BEAT_DEADLINE
-        pgconn.send_query(query.encode())
-        while pgconn.flush():  # the rest waits for room in the socket: rare, and bounded
-            if time.monotonic() >= deadline:
-                raise TimeoutError("the database took no query")
-            time.sleep(0.001)
-        while pgconn.is_busy():
-            left = deadline - time.monotonic()
-            if left <= 0 or not poll.poll(left * 1000):
-                raise TimeoutError("the database did not answer in time")
-            self._receive(pgconn)
-        values: list[str | None] = []
-        while (result := pgconn.get_result()) is not None:
-            if result.status not in (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK):
-                raise OperationalError((result.error_message or b"").decode(errors="replace"))
-            if result.status == pq.ExecStatus.TUPLES_OK and result.ntuples and not values:
-                values = [
-                    None if (value := result.get_value(0, i)) is None else value.decode()
-                    for i in range(result.nfields)
-                ]
-        return values
+        self.busy = True  # what the socket gave may sit in libpq's buffer meanwhile
+        try:
+            pgconn.send_query(query.encode())
+            while pgconn.flush():  # the rest waits for room in the socket: rare, and bounded
+                if time.monotonic() >= deadline:
+                    raise TimeoutError("the database took no query")
+                time.sleep(0.001)
+            while pgconn.is_busy():
+                left = deadline - time.monotonic()
+                if left <= 0 or not poll.poll(left * 1000):
+                    raise TimeoutError("the database did not answer in time")
+                pgconn.consume_input()
+                self._apply(pgconn)
+            values: list[str | None] = []
+            while (result := pgconn.get_result()) is not None:
+                if result.status not in (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK):
+                    raise OperationalError((result.error_message or b"").decode(errors="replace"))
+                if result.status == pq.ExecStatus.TUPLES_OK and result.ntuples and not values:
+                    values = [
+                        None if (value := result.get_value(0, i)) is None else value.decode()
+                        for i in range(result.nfields)
+                    ]
+            self._apply(pgconn)  # notices read off the socket behind the answer
+            return values
+        finally:
+            self.busy = False
 
     def _receive(self, pgconn: Any) -> None:
         self.busy = True
         try:
             pgconn.consume_input()
-            schema = self.identity[2]
-            while (notify := pgconn.notifies()) is not None:
-                where, _, change = notify.extra.decode().partition("\t")
-                kind, _, changed_id = change.partition("\t")
-                if where == schema:
-                    self.replica.changed(kind, changed_id)
+            self._apply(pgconn)
         finally:
             self.busy = False
+
+    def _apply(self, pgconn: Any) -> None:
+        # Every notice libpq holds, read off the socket already or parsed just now.
+        schema = self.identity[2]
+        while (notify := pgconn.notifies()) is not None:
+            where, _, change = notify.extra.decode().partition("\t")
+            kind, _, changed_id = change.partition("\t")
+            if where == schema:
+                self.replica.changed(kind, changed_id)
