@@ -226,3 +226,36 @@ def test_a_child_reads_on_connections_of_its_own(store_url: str) -> None:
             stop.set()
             writer.join(CHILD_WAIT)
     assert answers == ["right"] * 50 * CHILDREN, sorted(set(answers))
+
+
+def test_a_fork_while_another_thread_is_in_sqlite_leaves_the_child_working(
+    tmp_path: Any,
+) -> None:
+    """A preloading parent may fork while its usage writer is inside SQLite: the child
+    must not inherit SQLite's mutexes held, and hang on its first statement."""
+    with open_database(f"sqlite:///{tmp_path / 'keyturn.sqlite3'}") as db:
+        db.membership.add_organization("org_main", tenant_id="acme", default=True)
+        db.membership.add_member("alice", "org_main", role="admin")
+        scope = Scope.organization("org_main", tenant_id="acme")
+        key_id = KeyManager(db.keys, db.membership).create("alice", name="k", scope=scope)
+        stop = threading.Event()
+
+        def write() -> None:  # no pause between writes: always inside SQLite, or nearly
+            n = 0
+            while not stop.is_set() and n < 1_000_000:
+                db.membership.add_member(f"writer{n % 10}", "org_main", role="member")
+                n += 1
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        try:
+
+            def work() -> list[str]:
+                key = db.keys.get_key(key_id.info.key_id)
+                return ["right" if key is not None else "wrong"]
+
+            answers = [answer for _ in range(6) for answer in forked(work, wait=LOCK_WAIT)]
+        finally:
+            stop.set()
+            writer.join(CHILD_WAIT)
+    assert answers == ["right"] * 6

@@ -221,6 +221,7 @@ def deployment(request: pytest.FixtureRequest, sqlite_path: Path) -> Iterator[De
             adb = AsyncPostgresDatabase(url)
             runner.run(adb.open())
             try:
+                runner.run(adb.keys.get_key("NoSuchKey000"))  # its first connection starts it
                 _current(adb)
                 yield Deployment(name, adb, manager, runner)
             finally:

@@ -151,16 +151,17 @@ class SQLiteDatabase(_sql.ClosedOnExit):
         *lock* asks for writes serialized with others taking it: SQLite has one writer at a
         time, so every write statement is already.
         """
-        try:
-            connection = self._idle.pop()
-        except IndexError:
-            connection = self._connect()
-        try:
-            yield connection
-        finally:
-            self._idle.append(connection)
-            if self._closed:  # close() ran during this call: it could not close this one
-                self._close_idle()
+        with _GATE:
+            try:
+                connection = self._idle.pop()
+            except IndexError:
+                connection = self._connect()
+            try:
+                yield connection
+            finally:
+                self._idle.append(connection)
+                if self._closed:  # close() ran during this call: it could not close this one
+                    self._close_idle()
 
     def _after_fork(self) -> None:
         # SQLite connections must not cross a fork: the child opens its own.
@@ -285,7 +286,7 @@ class _Feed:
 
     def catch_up(self) -> None:
         """Bring the replica up to every commit made before this call."""
-        with self._lock:
+        with _GATE, self._lock:
             if self._connection is None:  # first use, or a forked child: a connection of its own
                 self._connection, self._version = _open(self.path, self.timeout), None
             connection = self._connection
@@ -326,13 +327,56 @@ class _Feed:
         self._lock, self._connection = threading.Lock(), None
 
 
+class _ForkGate:
+    """No thread of this process is inside SQLite when it forks: a child would inherit
+    SQLite's own mutexes held by a thread it does not have, and hang on its first
+    statement (a preloading server forks while the usage writer may be writing). Calls
+    pass the gate together; a fork waits until none is inside (at most FORK_WAIT seconds)
+    and holds new ones back until it is done."""
+
+    def __init__(self) -> None:
+        self._state = threading.Condition()
+        self._inside = 0
+        self._forking = False
+
+    def __enter__(self) -> None:
+        with self._state:
+            while self._forking:
+                self._state.wait()
+            self._inside += 1
+
+    def __exit__(self, *exc_info: object) -> None:
+        with self._state:
+            self._inside -= 1
+            if not self._inside:
+                self._state.notify_all()
+
+    def before_fork(self) -> None:
+        self._state.acquire()  # held across the fork: released in the parent after it
+        self._forking = True
+        self._state.wait_for(lambda: not self._inside, timeout=FORK_WAIT)
+
+    def after_fork_in_parent(self) -> None:
+        self._forking = False
+        self._state.notify_all()
+        self._state.release()
+
+
+FORK_WAIT: Final = 10.0
+_GATE = _ForkGate()
 _DATABASES: Final[weakref.WeakSet[SQLiteDatabase]] = weakref.WeakSet()
 _ORPHANS: Final[list[object]] = []  # a forked child's inherited connections, kept unclosed
 
 
 def _renew_in_child() -> None:
+    global _GATE
+    _GATE = _ForkGate()  # the parent's threads, inside or waiting, are not in the child
     for database in _DATABASES:
         database._after_fork()
 
 
-os.register_at_fork(after_in_child=_renew_in_child)
+os.register_at_fork(
+    before=lambda: _GATE.before_fork(),
+    after_in_parent=lambda: _GATE.after_fork_in_parent(),
+    after_in_child=_renew_in_child,
+)
