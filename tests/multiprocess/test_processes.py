@@ -22,7 +22,7 @@ judged request for it. At the end, a fresh process lists every key and membershi
 nothing written may be lost.
 
 A server that loads the app before it forks its workers runs too: gunicorn ``--preload``
-over a SQLite file, its parent having checked one key at start, so its workers inherit an
+over each store, its parent having checked one key at start, so its workers inherit an
 Authenticator that has run. It serves under the load above, judged alike; and on its own,
 each key the parent never verified must be accepted by the worker it reaches, within the
 request's bounded wait.
@@ -507,15 +507,13 @@ def seed(url: str, ledger: Ledger) -> None:
 
 
 def test_every_server_sees_every_commit_and_nothing_is_lost(store_url: str, tmp_path: Path) -> None:
-    """Three servers of five workers over one store (and over SQLite a preloaded gunicorn
-    of two more): no stale answer, no lost write."""
+    """Three servers of five workers over one store, and a preloaded gunicorn of two more:
+    no stale answer, no lost write."""
     kind = "sqlite" if store_url.startswith("sqlite") else "postgres"
     lag = LAG[kind]
     ledger = Ledger()
     seed(store_url, ledger)
-    # The preloaded gunicorn over SQLite only: over PostgreSQL its workers would share the
-    # connections their parent's pool opened, which are the stores' to renew in a child.
-    servers = (*SERVERS, PRELOADED) if kind == "sqlite" else SERVERS
+    servers = (*SERVERS, PRELOADED)
     warm_up = {WARM_UP_KEY: ledger.keys[0].secret}  # revoked in the first round, not before
     stop = threading.Event()
     with ExitStack() as stack:
@@ -608,11 +606,14 @@ def test_every_server_sees_every_commit_and_nothing_is_lost(store_url: str, tmp_
         assert json.loads(cli(store_url, "member", "list", organization, "--json")) == []
 
 
-def test_preloaded_workers_verify_keys_their_parent_never_saw(tmp_path: Path) -> None:
-    """gunicorn ``--preload`` over a SQLite file: its parent built the Authenticator and
-    verified one key (argon2 and the usage writer ran on their threads) before it forked
-    the workers; each key it never saw is accepted by the worker the request reaches."""
-    url = f"sqlite:///{tmp_path / 'keyturn.sqlite3'}"
+def test_preloaded_workers_verify_keys_their_parent_never_saw(
+    store_url: str, tmp_path: Path
+) -> None:
+    """gunicorn ``--preload``: its parent built the Authenticator and verified one key (the
+    usage writer ran on its thread, and over PostgreSQL the pool and the listener opened
+    their connections) before it forked the workers; each key it never saw is accepted by
+    the worker the request reaches."""
+    url = store_url
     scope = Scope.organization("org_default", tenant_id="acme")
     with open_database(url) as db:
         db.membership.add_organization("org_default", tenant_id="acme", default=True)
