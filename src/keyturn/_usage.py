@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import logging
+import math
 import queue
 import threading
 import time
@@ -58,6 +59,7 @@ from keyturn.usage import ACCEPTED
 __all__ = ["UsageRecorder"]
 
 log: Final = logging.getLogger("keyturn")
+_WARN_EVERY: Final = 60.0  # seconds between warnings of dropped writes
 
 
 _threaded: weakref.WeakSet[UsageRecorder] = weakref.WeakSet()  # recorders with a thread
@@ -133,6 +135,10 @@ class UsageRecorder:
         self._tasks: dict[str, asyncio.Task[None]] = {}  # key id -> its write, until done
         self._batches: set[asyncio.Task[None]] = set()  # every key's counts at once
         self._closed = False
+        # Writes dropped since the last warning, and when the next may be logged: a queue
+        # that stays full says so once a minute, not once a request.
+        self._dropped = 0
+        self._warn_after = -math.inf
         renew_in_child(self)
 
     def _after_fork(self) -> None:
@@ -346,8 +352,18 @@ class UsageRecorder:
         try:
             self._queue.put_nowait(write)
         except queue.Full:
-            log.warning("dropped a last_used_at write: %d are already queued", self._queue.maxsize)
             self._give_back(write[2], write[3])
+            with self._lock:
+                self._dropped += 1
+                now = self.timer()
+                if now < self._warn_after:
+                    return
+                dropped, self._dropped, self._warn_after = self._dropped, 0, now + _WARN_EVERY
+            log.warning(
+                "dropped %d last_used_at writes: %d are already queued (their counts are kept)",
+                dropped,
+                self._queue.maxsize,
+            )
 
     def _work(self) -> None:
         while (item := self._queue.get()) is not None:

@@ -162,7 +162,27 @@ def test_a_full_queue_drops_writes(caplog: pytest.LogCaptureFixture) -> None:
     gate.set()
     usage.close()
     assert 1 <= len(store.calls) <= 2
-    assert "dropped" in caplog.text
+    assert "dropped 1 last_used_at writes" in caplog.text
+
+
+def test_a_queue_that_stays_full_warns_once_a_minute(caplog: pytest.LogCaptureFixture) -> None:
+    """Dropped writes are logged once, then counted until a minute has passed on the timer."""
+    gate = threading.Event()
+    store = ThreadSpy(gate=gate)
+    usage, timer = recorder(store, max_pending=1)
+    with caplog.at_level(logging.WARNING, logger="keyturn"):
+        for number in range(50):  # one in the thread (or not yet), one queued: the rest dropped
+            usage.seen(f"k{number}")
+        timer.now += 60
+        usage.seen("late")
+    gate.set()
+    usage.close()
+    warnings = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
+    dropped = 51 - len(store.calls)  # every write made that never reached the store
+    assert [w.split(" last_used_at")[0] for w in warnings] == [
+        "dropped 1",
+        f"dropped {dropped - 1}",
+    ]
 
 
 def test_a_negative_interval_is_refused() -> None:
