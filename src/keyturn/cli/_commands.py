@@ -3,7 +3,7 @@
 A store command is a function ``(db, args)`` that returns nothing, run on an open store by
 :func:`in_store`, which returns its exit status. ``demo`` and ``scan`` open no store here
 (the demo opens its own, from ``--store``): each is a function ``(args)`` that returns the
-exit status itself. Their arguments are in the parser's table (:mod:`keyturn.cli._parser`).
+exit status itself. Their arguments are in the parser's table (``_parser``).
 
 No command creates or rotates a key (:func:`made_elsewhere`). An operator's emergency
 ``keys revoke`` needs ``--reason``; who ran it and why is logged and printed.
