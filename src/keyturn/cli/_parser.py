@@ -327,7 +327,7 @@ def _add_command(
     commands: Any, name: str, command: Command, store: argparse.ArgumentParser, prog: str
 ) -> None:
     listed = {} if command.help is None else {"help": command.help.replace("{prog}", prog)}
-    if command.raw:  # no help of its own: argparse would answer --help for it
+    if command.raw:  # every word after its name is its own, --help too
         sub = commands.add_parser(name, add_help=False, prefix_chars="\0", **listed)
         sub.add_argument("options", nargs=argparse.REMAINDER)
     else:
