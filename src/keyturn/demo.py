@@ -124,7 +124,7 @@ def console_routes(
     from starlette.routing import Mount, Route
 
     from keyturn.console import Console, safe_next
-    from keyturn.console._page import from_own_origin
+    from keyturn.console._forms import from_own_origin
     from keyturn.console._visit import HEADERS
 
     def signed_in(request: Request) -> str | None:

@@ -104,21 +104,13 @@ class _Operations:
 
     @property
     def store(self) -> Any:
-        """The key store; one put in its place is called as it needs (sync or awaited)."""
+        """The key store."""
         return self._callers[STORE].target
-
-    @store.setter
-    def store(self, store: Any) -> None:
-        self._callers = (self._callers[MEMBERSHIP], caller_for(store, "add_key"))
 
     @property
     def membership(self) -> Any:
-        """The membership provider; replaceable as :attr:`store` is."""
+        """The membership provider."""
         return self._callers[MEMBERSHIP].target
-
-    @membership.setter
-    def membership(self, membership: Any) -> None:
-        self._callers = (caller_for(membership, "get_role"), self._callers[STORE])
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(store={self.store!r}, membership={self.membership!r})"

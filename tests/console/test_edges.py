@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from keyturn.console import ConsoleSetupError
-from keyturn.console._page import KNOWN_ZONES, ZONES
+from keyturn.console._forms import KNOWN_ZONES, ZONES
 from tests.console.support import EDGES, Client, World, form_token, make_world
 
 ORGANIZATION_HEADER = "x-test-organization"  # where the tests' host keeps its current org

@@ -30,7 +30,7 @@ from keyturn import Authenticator, AuthRequest, KeyManager, Principal, Scope, ac
 from keyturn._hashing import SecretVerifier, VerifiedTokenCache
 from keyturn._usage import UsageRecorder
 from keyturn.client import ApiKeyAuth
-from keyturn.console._page import _FormTokens
+from keyturn.console._forms import FormTokens as _FormTokens
 from keyturn.errors import Reason
 from keyturn.stores import open_database
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership

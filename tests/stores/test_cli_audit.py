@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from keyturn import cli
 from keyturn.activity import Action, new_event
+from keyturn.cli import _commands
 from keyturn.stores.sqlite import SQLiteDatabase
 from tests.stores import test_cli
 from tests.stores.test_cli import Run, create
@@ -136,7 +136,7 @@ def test_export_pages_write_every_event_once(
 ) -> None:
     """Whatever the page size and however many events share an instant, the export writes
     each event exactly once, oldest first."""
-    monkeypatch.setattr(cli, "EXPORT_PAGE", page)
+    monkeypatch.setattr(_commands, "EXPORT_PAGE", page)
     with SQLiteDatabase(url.removeprefix("sqlite:///")) as db:
         before = {e.event_id for e in db.keys.events_since(None, 10_000)}
         for minute in instants:

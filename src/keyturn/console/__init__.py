@@ -22,23 +22,18 @@ library. Your service mounts it behind its own sign-in::
     # Django (urls.py; signed_in=keyturn.console.django.username reads request.user)
     urlpatterns = [path("console/", include(keyturn.console.django.console_urls(console)))]
 
-One framework-free page layer (:mod:`keyturn.console._page`) answers every request; the
-ASGI, WSGI and Django edges only translate. Needs the ``console`` extra (Jinja2, Starlette,
+One framework-free page layer answers every request (``_page``, which reads visits and
+forms with ``_forms`` and draws pages with ``_render``); the ASGI, WSGI and Django edges
+only translate. Needs the ``console`` extra (Jinja2, Starlette,
 Werkzeug). See ``docs/console.md``.
 """
 
 from keyturn.console._visit import ConsoleSetupError, Page, Visit, needs_extra
 
 try:
-    from keyturn.console._page import (
-        LIFETIME_CHOICES,
-        Console,
-        Preview,
-        local_time,
-        preview,
-        safe_next,
-        short_agent,
-    )
+    from keyturn.console._forms import LIFETIME_CHOICES, Preview, local_time, preview, safe_next
+    from keyturn.console._page import Console
+    from keyturn.console._render import short_agent
 except ModuleNotFoundError as exc:
     raise needs_extra(exc) from exc
 

@@ -23,10 +23,9 @@ Rules of this file:
 5. The secret of a new key appears in exactly one place: the body of the POST that created
    it (or rotated it). Never in a URL, a redirect, a cookie, a header or a log line.
 6. The rules about names, lifetimes and dates are the library's (:mod:`keyturn._lifecycle`,
-   :class:`~keyturn.Lifetime`): this file labels the lifetime choices
-   (:data:`LIFETIME_CHOICES`), asks the library for a custom date's bounds and a choice's
-   expiry, and turns its errors into messages. It sets no bound on a name, a lifetime or a
-   date itself.
+   :class:`~keyturn.Lifetime`): the page layer labels the lifetime choices and asks the
+   library for a custom date's bounds and a choice's expiry (``_forms``), and this file
+   turns its errors into messages. Neither sets a bound on a name, a lifetime or a date.
 7. Creating and rotating mint a key that works for up to a year. When the host gives
    ``recently_authenticated``, their forms are shown, and their POSTs act, only on a visit
    whose sign-in the host calls recent (``Visit.recent_sign_in``); any other visit gets the
@@ -37,37 +36,37 @@ Rules of this file:
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import hmac
 import json
 import logging
-import re
 import secrets
 import shlex
-import threading
-import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, timedelta
 from functools import partial
 from importlib import resources
-from pathlib import Path
 from typing import Any, Final, Literal
-from urllib.parse import urlencode, urlsplit, urlunsplit
-from zoneinfo import TZPATH, ZoneInfo, available_timezones
+from urllib.parse import urlencode
 
 import anyio.from_thread
-import attrs
-import jinja2
-import markupsafe
 
 from keyturn._decision import holds_key
-from keyturn._fork import renew_in_child
-from keyturn._lifecycle import MAX_NAME_LENGTH, custom_date_bounds, expiry_for, validate_name
-from keyturn._model import CreatedKey, CustomDate, KeyInfo, Lifetime, Organization, Scope, Status
-from keyturn.activity import Action, ActivityNotKept, By, Channel, KeyEvent
+from keyturn._lifecycle import validate_name
+from keyturn._model import CreatedKey, KeyInfo, Organization, Status
+from keyturn.activity import ActivityNotKept, By, KeyEvent
 from keyturn.console._chart import CHART_DAYS, chart, window
+from keyturn.console._forms import (
+    FormTokens,
+    expiry_choice,
+    from_own_origin,
+    preview,
+    scope_choices,
+    scope_label,
+    scope_value,
+    with_next,
+    zone_named,
+)
+from keyturn.console._render import message, paired, render, time_left
 from keyturn.console._visit import (
     HEADERS,
     MAX_FORM_BYTES,
@@ -91,324 +90,16 @@ from keyturn.usage import DailyUsage, KeyUsage, by_key
 
 _log = logging.getLogger("keyturn.console")
 StartOn = Literal["tenant", "organization"]
-Header = tuple[str, str]
-
-FORM_TOKEN_TTL: Final = 12 * 3600  # seconds a form stays usable
 ACTIVITY_LIMIT: Final = 200  # events the Activity page shows at most
 # A key that still works, older than this and not used for as long: "revoke it?"
 UNUSED_FOR: Final = timedelta(days=30)
 
 
-def _spoken(lifetime: Lifetime) -> str:
-    """A lifetime's short form in words: ``3h`` is "3 hours", ``1d`` "1 day"."""
-    amount, unit = int(lifetime.label[:-1]), {"h": "hour", "d": "day"}[lifetime.label[-1]]
-    return f"{amount} {unit}" + ("" if amount == 1 else "s")
-
-
-# The library's lifetimes, each under its short form and in words, then a custom date.
-LIFETIME_CHOICES: Final[Sequence[tuple[str, str, Lifetime | None]]] = (
-    *((lifetime.label, _spoken(lifetime), lifetime) for lifetime in Lifetime),
-    ("custom", "Custom date", None),
-)
-_LIFETIMES: Final = {code: lifetime for code, _, lifetime in LIFETIME_CHOICES}
-
-
-def _links() -> frozenset[str]:
-    """The zone names that are aliases (``L`` lines of ``tzdata.zi``), from the system's time
-    zone data or the ``tzdata`` package; none where neither has that file."""
-    places: list[Any] = [Path(folder, "tzdata.zi") for folder in TZPATH]
-    with contextlib.suppress(ModuleNotFoundError):
-        places.append(resources.files("tzdata.zoneinfo").joinpath("tzdata.zi"))
-    for index in places:
-        if index.is_file():
-            lines = index.read_text(encoding="utf-8").splitlines()
-            return frozenset(line.split()[2] for line in lines if line.startswith("L "))
-    return frozenset()
-
-
-KNOWN_ZONES: Final = frozenset(z for z in available_timezones() if "/" in z or z == "UTC")
-# The time zone list offers canonical zones only (no aliases such as Asia/Calcutta or
-# US/Pacific, nor the sign-inverted Etc/GMT+5); a browser that names an alias still gets
-# it, first in the list, and the server accepts every zone it knows.
-ZONES: Final = tuple(
-    sorted({"UTC", *(z for z in KNOWN_ZONES - _links() if not z.startswith("Etc/"))})
-)
-_STATUS_MARKS: Final = {
-    Status.ACTIVE: "✓",
-    Status.INACTIVE: "‖",
-    Status.EXPIRED: "○",
-    Status.REVOKED: "✕",
-}
 _STATIC: Final = {
     "/static/console.js": "text/javascript; charset=utf-8",
     "/static/console.css": "text/css; charset=utf-8",
     "/static/favicon.svg": "image/svg+xml",  # named by every page: no /favicon.ico lookup
 }
-
-_TEXTS: Final = {  # the message pages' texts, by title
-    "API keys cannot manage keys": (
-        "An API key can only call the agents API. Sign in to this console to create, list or "
-        "revoke keys."
-    ),
-    "Not found": "There is no such console page.",
-    "Method not allowed": "Use the console's forms.",
-    "Refused: another site sent this form": (
-        "The console only accepts forms sent from its own pages."
-    ),
-    "Form too large": "That form is too large.",
-    "Unsupported form": "Send the console's form.",
-    "This form has expired": "Nothing was changed. Go back to your keys and send the form again.",
-    "No such key": "You have no key with that id.",
-    "No activity is kept": "This service's key store keeps no record of key actions.",
-    "Try again in a moment": (
-        "Your keys cannot be reached right now. If you were creating a key, look for it in "
-        "your list before creating it again."
-    ),
-}
-
-
-def safe_next(target: object, default: str = "/") -> str:
-    """*target* if it is a path on this site (``/console/rotate?key=...``), else *default*.
-
-    For the ``next`` parameter a sign-in page redirects to: anything that could take a
-    browser to another site gives *default* -- a scheme (``https:``, ``javascript:``), a
-    network path (``//host``), a backslash (browsers read it as a slash), or a character
-    that is not printable (browsers drop tabs and line breaks: a tab between two slashes is
-    ``//host`` to them).
-    """
-    if (
-        isinstance(target, str)
-        and target.startswith("/")
-        and not target.startswith("//")
-        and "\\" not in target
-        and target.isprintable()
-    ):
-        return target
-    return default
-
-
-def from_own_origin(headers: Mapping[str, str], origin: str) -> bool:
-    """Whether a form POST says it comes from *origin* (``Origin``, ``Sec-Fetch-Site``;
-    *headers* with lower-case names). A POST with neither header is refused: fail closed.
-    """
-    sent = headers.get("origin")
-    site = headers.get("sec-fetch-site")
-    if sent is None and site is None:
-        return False
-    # Under Referrer-Policy: no-referrer a browser sends "Origin: null" with its own forms,
-    # so "null" is accepted only where Sec-Fetch-Site vouches for the origin.
-    if sent is not None and sent not in (origin, "null"):
-        return False
-    if sent == "null" and site is None:
-        return False
-    return site is None or site in ("same-origin", "none")
-
-
-@attrs.frozen(kw_only=True)
-class Preview:
-    """What the create form shows for a lifetime choice: date bounds, expiry, or a problem."""
-
-    first_day: date | None  # the custom date bounds in the zone, when the zone is known
-    last_day: date | None
-    expires: str | None  # the resulting expiry, in the zone (else in UTC)
-    problem: str | None
-
-    def as_json(self) -> dict[str, str | None]:
-        return {
-            "min": self.first_day.isoformat() if self.first_day else None,
-            "max": self.last_day.isoformat() if self.last_day else None,
-            "expires": self.expires,
-            "problem": self.problem,
-        }
-
-
-def _zone(name: str) -> ZoneInfo | None:
-    return ZoneInfo(name) if name in KNOWN_ZONES else None
-
-
-def local_time(at: datetime, zone: ZoneInfo | None) -> str:
-    """*at* as the console shows it, in *zone* or else in UTC: ``2026-03-09 08:30 PDT``, and
-    a midnight as the end of the day before, ``2027-01-15, end of day CET`` (a custom date
-    expires at the end of the day the user picked, which is the next day's first instant)."""
-    local = at.astimezone(zone or UTC)
-    if (local.hour, local.minute, local.second, local.microsecond) == (0, 0, 0, 0):
-        return f"{local.date() - timedelta(days=1)}, end of day {local.strftime('%Z')}"
-    return local.strftime("%Y-%m-%d %H:%M %Z")
-
-
-def _expiry_choice(lifetime: str, day: str, zone: ZoneInfo | None) -> Lifetime | CustomDate | str:
-    """The expiry the create form's raw values choose, or what is missing from them."""
-    if lifetime not in _LIFETIMES:
-        return "Choose a lifetime."
-    fixed = _LIFETIMES[lifetime]
-    if fixed is not None:
-        return fixed
-    if zone is None:
-        return "Choose your time zone: a custom date ends at midnight there."
-    if not day:
-        return "Choose the custom expiry date."
-    try:
-        return CustomDate(date.fromisoformat(day), zone)
-    except ValueError:
-        return "Enter the custom date as YYYY-MM-DD."
-
-
-def preview(lifetime: str, day: str, time_zone: str, now: datetime) -> Preview:
-    """The view data of the create form's lifetime part, from the form's raw values."""
-    zone = _zone(time_zone)
-    first, last = custom_date_bounds(now, zone) if zone else (None, None)
-    choice = _expiry_choice(lifetime, day, zone)
-    if isinstance(choice, str):
-        return Preview(first_day=first, last_day=last, expires=None, problem=choice)
-    try:
-        expires = local_time(expiry_for(choice, now), zone)
-    except InvalidExpiry:
-        problem = f"Choose a date from {first} to {last}."
-        return Preview(first_day=first, last_day=last, expires=None, problem=problem)
-    return Preview(first_day=first, last_day=last, expires=expires, problem=None)
-
-
-def _scope_value(scope: Scope) -> str:
-    return f"{scope.kind.value}:{scope.organization_id or scope.tenant_id}"
-
-
-def _scope_label(scope: Scope) -> str:
-    return f"{scope.kind.value.title()} {scope.organization_id or scope.tenant_id}"
-
-
-def _scope_choices(organizations: Sequence[Organization]) -> list[tuple[str, str, Scope]]:
-    """Tenants first, each followed by its organizations: ``(value, label, scope)``."""
-    choices: list[tuple[str, str, Scope]] = []
-    for tenant in dict.fromkeys(org.tenant_id for org in organizations):
-        scope = Scope.tenant(tenant)
-        choices.append((_scope_value(scope), f"Tenant {tenant} (every organization)", scope))
-        for org in organizations:
-            if org.tenant_id == tenant:
-                scope = Scope.organization(org.id, tenant_id=tenant)
-                label = f"Organization {org.id}" + (" (default)" if org.is_default else "")
-                choices.append((_scope_value(scope), label, scope))
-    return choices
-
-
-class _FormTokens:
-    """Form tokens: HMAC-signed for one account and one form; create tokens work once."""
-
-    def __init__(self, secret: bytes) -> None:
-        self._secret = secret
-        self._used: dict[str, float] = {}  # nonce -> when it may be forgotten
-        self._lock = threading.Lock()
-        renew_in_child(self)
-
-    def _after_fork(self) -> None:
-        self._lock = threading.Lock()  # another thread may have held it at the fork
-
-    def _mac(self, account_id: str, form: str, body: str) -> str:
-        message = f"{form}\0{account_id}\0{body}".encode()
-        return hmac.new(self._secret, message, hashlib.sha256).hexdigest()
-
-    def issue(self, account_id: str, form: str) -> str:
-        body = f"{secrets.token_urlsafe(16)}.{int(time.time())}"
-        return f"{body}.{self._mac(account_id, form, body)}"
-
-    def check(self, token: str, account_id: str, form: str) -> str | None:
-        """The token's nonce if it is genuine and fresh, else ``None``."""
-        nonce, _, rest = token.partition(".")
-        issued, _, mac = rest.partition(".")
-        # compare_digest refuses non-ASCII text: such a token is forged, not a fault.
-        if not (nonce and issued.isdigit() and mac and rest.isascii()):
-            return None
-        if not hmac.compare_digest(mac, self._mac(account_id, form, f"{nonce}.{issued}")):
-            return None
-        return nonce if 0 <= time.time() - int(issued) <= FORM_TOKEN_TTL else None
-
-    def consume(self, nonce: str) -> bool:
-        """Mark *nonce* used; ``False`` if it already was."""
-        now = time.time()
-        with self._lock:
-            self._used = {n: until for n, until in self._used.items() if until >= now}
-            if nonce in self._used:
-                return False
-            self._used[nonce] = now + FORM_TOKEN_TTL + 60
-            return True
-
-    def release(self, nonce: str) -> None:
-        with self._lock:
-            self._used.pop(nonce, None)
-
-
-_AGENT_BROWSERS: Final = (
-    ("Edg/", "Edge"),
-    ("OPR/", "Opera"),
-    ("Firefox/", "Firefox"),
-    ("Chrome/", "Chrome"),
-    ("Version/", "Safari"),
-)
-_AGENT_SYSTEMS: Final = (
-    ("Android", "Android"),
-    ("iPhone", "iOS"),
-    ("iPad", "iPadOS"),
-    ("Windows", "Windows"),
-    ("Mac OS X", "macOS"),
-    ("CrOS", "ChromeOS"),
-    ("Linux", "Linux"),
-)
-
-
-def short_agent(agent: str) -> str:
-    """A ``User-Agent`` as a person names it: ``Firefox 132 on Linux`` for a browser, the first
-    product (``curl/8.5.0``) for anything else, at most 60 characters."""
-    if agent.startswith("Mozilla/"):
-        browser = next(
-            ((name, marker) for marker, name in _AGENT_BROWSERS if marker in agent), None
-        )
-        system = next((name for marker, name in _AGENT_SYSTEMS if marker in agent), None)
-        if browser is not None:
-            name, marker = browser
-            version = re.match(r"\d+", agent.split(marker, 1)[1])
-            shown = f"{name} {version[0]}" if version else name
-            return f"{shown} on {system}" if system else shown
-    first = agent.split(" ", 1)[0]
-    return first if len(first) <= 60 else first[:59] + "…"
-
-
-@jinja2.pass_context
-def _time(context: jinja2.runtime.Context, at: datetime) -> markupsafe.Markup:
-    """*at* as a ``<time>`` element: the exact instant, shown in the page's ``zone``."""
-    element = markupsafe.Markup('<time datetime="{}">{}</time>')
-    return element.format(at.isoformat(), local_time(at, context["zone"]))
-
-
-_TEMPLATES: Final = jinja2.Environment(
-    loader=jinja2.PackageLoader("keyturn.console", "templates"),
-    autoescape=True,
-    undefined=jinja2.StrictUndefined,
-    trim_blocks=True,
-    lstrip_blocks=True,
-)
-_TEMPLATES.globals.update(
-    lifetimes=[(code, label) for code, label, _ in LIFETIME_CHOICES],
-    zones=ZONES,
-    max_name=MAX_NAME_LENGTH,
-    statuses=[status.value for status in Status],
-    marks=_STATUS_MARKS,
-    time=_time,
-    action_labels={
-        Action.CREATED: "Created",
-        Action.ROTATED: "Created by rotation",
-        Action.REVOKED: "Revoked",
-        Action.AUTO_REVOKED: "Revoked automatically",
-        Action.LEAK_REPORTED: "Reported leaked",
-        Action.NOTICE_SENT: "Notice sent",
-    },
-    channel_labels={
-        Channel.CONSOLE: "console",
-        Channel.CLI: "keyturn command",
-        Channel.LEAK_ENDPOINT: "secret scanning",
-        Channel.LIBRARY: "this service",
-    },
-)
-_TEMPLATES.filters["scope_label"] = _scope_label
-_TEMPLATES.filters["short_agent"] = short_agent
 
 
 class _Awaited:
@@ -579,7 +270,7 @@ class Console:
         self.recently_authenticated = recently_authenticated
         self.reauthenticate_url = reauthenticate_url
         self.api_url = api_url
-        self._tokens = _FormTokens(secret or secrets.token_bytes(32))
+        self._tokens = FormTokens(secret or secrets.token_bytes(32))
 
     def __repr__(self) -> str:
         return f"Console(manager={self.manager!r}, start_on={self.start_on!r})"
@@ -606,7 +297,7 @@ class Console:
         """Answer one visit. Never raises for bad input: it answers with a page."""
         lines = (*visit.authorization, visit.headers.get("authorization", ""))
         if visit.by_key or holds_key(lines):
-            return self._message(visit, 403, "API keys cannot manage keys", account=None)
+            return message(visit, 403, "API keys cannot manage keys", account=None)
         method = "GET" if visit.method == "HEAD" else visit.method
         if visit.path in _STATIC and method == "GET":
             body = resources.files("keyturn.console").joinpath(visit.path[1:]).read_bytes()
@@ -623,34 +314,34 @@ class Console:
             "/activity": {"GET": self._activity},
         }
         if visit.path not in routes:
-            return self._message(visit, 404, "Not found", account=None)
+            return message(visit, 404, "Not found", account=None)
         if visit.account_id is None:
             back = visit.base + visit.path[1:]
             if method != "GET":  # a form's page cannot be asked again: back to the list
                 back = visit.base
             elif visit.query:
                 back += "?" + urlencode(visit.query)
-            return Page(303, (*HEADERS, ("Location", _with_next(self.sign_in_url, back))), b"")
+            return Page(303, (*HEADERS, ("Location", with_next(self.sign_in_url, back))), b"")
         handlers = routes[visit.path]
         if method not in handlers:
             allow = ("Allow", ", ".join(sorted({*handlers, "HEAD"})))
-            return self._message(visit, 405, "Method not allowed", allow, account=None)
+            return message(visit, 405, "Method not allowed", allow, account=None)
         if method == "POST":
             if not from_own_origin(visit.headers, visit.origin):
-                return self._message(visit, 403, "Refused: another site sent this form")
+                return message(visit, 403, "Refused: another site sent this form")
             if len(visit.body) > MAX_FORM_BYTES:
-                return self._message(visit, 413, "Form too large", account=None)
+                return message(visit, 413, "Form too large", account=None)
             content_type = visit.content_type.split(";")[0].strip().lower()
             if content_type != "application/x-www-form-urlencoded":
-                return self._message(visit, 415, "Unsupported form", account=None)
+                return message(visit, 415, "Unsupported form", account=None)
             if visit.csrf_refused:
-                return self._message(visit, 403, "This form has expired")
+                return message(visit, 403, "This form has expired")
         try:
             return handlers[method](visit, visit.account_id)
         except Exception:
             # The store or the membership provider failed: say so, log it, never a bare 500.
             _log.exception("the key console could not answer %s %s", method, visit.path)
-            return self._message(visit, 503, "Try again in a moment", ("Retry-After", "5"))
+            return message(visit, 503, "Try again in a moment", ("Retry-After", "5"))
 
     def _now(self) -> datetime:
         return self._keys._now()
@@ -663,7 +354,7 @@ class Console:
         errors: Mapping[str, str] | None = None,
     ) -> Page:
         """The list and the create form: fresh (*form* ``None``), or as sent with *errors*."""
-        choices = _scope_choices(self._organizations_of(account_id))
+        choices = scope_choices(self._organizations_of(account_id))
         if form is None:
             starts = [v for v, _, s in choices if self.start_on == "tenant" or s.organization_id]
             # The organization the host says the user is in, when the user reaches it.
@@ -675,13 +366,11 @@ class Console:
         else:
             values = dict(form)
         zone_name = values["tz"] or visit.query.get("tz", "")
-        zone = _zone(zone_name)
+        zone = zone_named(zone_name)
         now = self._now()
         every_key = self._keys.list(account_id)
         scopes = dict.fromkeys([*(s for _, _, s in choices), *(i.scope for i in every_key)])
-        wanted_scope = next(
-            (s for s in scopes if _scope_value(s) == visit.query.get("scope")), None
-        )
+        wanted_scope = next((s for s in scopes if scope_value(s) == visit.query.get("scope")), None)
         wanted_status = next((s for s in Status if s.value == visit.query.get("status")), None)
         by_id = {info.key_id: info for info in every_key}
         revoked = by_id.get(visit.query.get("revoked", "")) if form is None else None
@@ -703,19 +392,19 @@ class Console:
             "preview": preview(values["lifetime"], values["date"], zone_name, now),
             "token": self._tokens.issue(account_id, "create"),
             "revoke_token": self._tokens.issue(account_id, "revoke"),
-            "rows": [self._row(info, now, by_id, usage) for info in _paired(shown)],
+            "rows": [self._row(info, now, by_id, usage) for info in paired(shown)],
             "chart_days": CHART_DAYS,
             "zone": zone,
             "total": len(every_key),
             "filters": {
                 "status": wanted_status.value if wanted_status else "",
-                "scope": _scope_value(wanted_scope) if wanted_scope else "",
+                "scope": scope_value(wanted_scope) if wanted_scope else "",
             },
-            "filter_scopes": [(_scope_value(s), _scope_label(s)) for s in scopes],
+            "filter_scopes": [(scope_value(s), scope_label(s)) for s in scopes],
             "tz_param": zone.key if zone and visit.query.get("tz") else "",
             "step_up": self._step_up(visit, visit.base),
         }
-        return self._render(visit, "keys.html", 200 if form is None else 400, context)
+        return render(visit, "keys.html", 200 if form is None else 400, context)
 
     def _preview(self, visit: Visit, account_id: str) -> Page:
         lifetime, day, zone = (visit.query.get(f, "") for f in ("lifetime", "date", "tz"))
@@ -727,10 +416,10 @@ class Console:
         form = fields(visit.body)
         nonce = self._tokens.check(form.get("token", ""), account_id, "create")
         if nonce is None:
-            return self._message(visit, 403, "This form has expired")
+            return message(visit, 403, "This form has expired")
         step_up = self._step_up(visit, visit.base)
         if step_up is not None:
-            return self._render(visit, "step_up.html", 403, {"step_up": step_up, "act": "create"})
+            return render(visit, "step_up.html", 403, {"step_up": step_up, "act": "create"})
         values = {f: form.get(f, "") for f in ("name", "lifetime", "date", "tz", "scope")}
         errors: dict[str, str] = {}
         try:
@@ -738,22 +427,22 @@ class Console:
         except InvalidKeyName as exc:
             errors["name"] = _sentence(str(exc))
         now = self._now()
-        zone = _zone(values["tz"])
+        zone = zone_named(values["tz"])
         problem = preview(values["lifetime"], values["date"], values["tz"], now).problem
         if problem is not None:
             custom_field = "date" if zone else "tz"
             errors[custom_field if values["lifetime"] == "custom" else "lifetime"] = problem
-        choices = _scope_choices(self._organizations_of(account_id))
+        choices = scope_choices(self._organizations_of(account_id))
         scope = {value: scope for value, _, scope in choices}.get(values["scope"])
         if scope is None:
             errors["scope"] = "Choose a scope: your tenant or one of your organizations."
         if errors:
             return self._keys_page(visit, account_id, values, errors)
-        choice = _expiry_choice(values["lifetime"], values["date"], zone)
+        choice = expiry_choice(values["lifetime"], values["date"], zone)
         assert not isinstance(choice, str)
         assert scope is not None
         if not self._tokens.consume(nonce):
-            return self._message(
+            return message(
                 visit,
                 409,
                 "This form was already sent",
@@ -772,7 +461,7 @@ class Console:
             return self._keys_page(visit, account_id, values, errors)
         row = self._row(created.info, now, {})
         context = {"row": row, "zone": zone, **self._secret(visit, account_id, created)}
-        return self._render(visit, "created.html", 201, context)
+        return render(visit, "created.html", 201, context)
 
     def _secret(self, visit: Visit, account_id: str, created: CreatedKey) -> dict[str, str]:
         """What the page of a new key shows: its secret, and a ready ``curl`` line that calls
@@ -797,27 +486,27 @@ class Console:
         keys = {info.key_id: info for info in self._keys.list(account_id)}
         info = keys.get(visit.query.get("key", ""))
         if info is None:
-            return self._message(visit, 404, "No such key")
+            return message(visit, 404, "No such key")
         context = {
             "row": self._row(info, self._now(), keys),
-            "zone": _zone(visit.query.get("tz", "")),
+            "zone": zone_named(visit.query.get("tz", "")),
             "token": self._tokens.issue(account_id, form),
             "step_up": self._step_up(visit, _rotate_path(visit, info.key_id)),
         }
-        return self._render(visit, f"{form}.html", 200, context)
+        return render(visit, f"{form}.html", 200, context)
 
     def _revoke(self, visit: Visit, account_id: str) -> Page:
         form = fields(visit.body)
         nonce = self._tokens.check(form.get("token", ""), account_id, "revoke")
         if nonce is None:
-            return self._message(visit, 403, "This form has expired")
+            return message(visit, 403, "This form has expired")
         key_id = form.get("key", "")
         try:
             self._keys.revoke(account_id, key_id, by=_by(visit, account_id))
         except KeyNotFound:
-            return self._message(visit, 404, "No such key")
+            return message(visit, 404, "No such key")
         except KeyNotRevocable as exc:
-            return self._message(visit, 409, "Already final", text=_sentence(str(exc)))
+            return message(visit, 409, "Already final", text=_sentence(str(exc)))
         location = visit.base + "?" + urlencode({"revoked": key_id})
         return Page(303, (*HEADERS, ("Location", location)), b"")
 
@@ -825,15 +514,15 @@ class Console:
         form = fields(visit.body)
         nonce = self._tokens.check(form.get("token", ""), account_id, "rotate")
         if nonce is None:
-            return self._message(visit, 403, "This form has expired")
+            return message(visit, 403, "This form has expired")
         step_up = self._step_up(visit, _rotate_path(visit, form.get("key", "")))
         if step_up is not None:
-            return self._render(visit, "step_up.html", 403, {"step_up": step_up, "act": "rotate"})
+            return render(visit, "step_up.html", 403, {"step_up": step_up, "act": "rotate"})
         revoke_old = form.get("revoke_old", "")
         if revoke_old not in ("", "1"):
-            return self._message(visit, 400, "Unsupported form", account=None)
+            return message(visit, 400, "Unsupported form", account=None)
         if not self._tokens.consume(nonce):
-            return self._message(
+            return message(
                 visit,
                 409,
                 "This form was already sent",
@@ -850,18 +539,18 @@ class Console:
         except BaseException as exc:
             self._tokens.release(nonce)  # nothing was created: the same form may be sent again
             if isinstance(exc, KeyNotFound):
-                return self._message(visit, 404, "No such key")
+                return message(visit, 404, "No such key")
             if not isinstance(exc, KeyNotRotatable | ScopeNotReachable):
                 raise
             text = _sentence(str(exc))
-            return self._message(visit, 409, "This key cannot be rotated", text=text)
+            return message(visit, 409, "This key cannot be rotated", text=text)
         keys = {info.key_id: info for info in self._keys.list(account_id)}
         context = {
             "row": self._row(created.info, self._now(), keys),
-            "zone": _zone(form.get("tz", "")),
+            "zone": zone_named(form.get("tz", "")),
             **self._secret(visit, account_id, created),
         }
-        return self._render(visit, "created.html", 201, context)
+        return render(visit, "created.html", 201, context)
 
     def _step_up(self, visit: Visit, back: str) -> str | None:
         """``None`` when the visit may mint a key (no step-up asked, or a recent sign-in),
@@ -869,20 +558,20 @@ class Console:
         console: left out if the mount point makes it no local path (:func:`safe_next`)."""
         if self.reauthenticate_url is None or visit.recent_sign_in:
             return None
-        return _with_next(self.reauthenticate_url, back)
+        return with_next(self.reauthenticate_url, back)
 
     def _activity(self, visit: Visit, account_id: str) -> Page:
         """The record of the account's own keys: what was done, by whom, from where."""
         try:
             events = self._keys.activity(account_id, limit=ACTIVITY_LIMIT)
         except ActivityNotKept:
-            return self._message(visit, 501, "No activity is kept")
+            return message(visit, 501, "No activity is kept")
         context = {
             "events": events,
-            "zone": _zone(visit.query.get("tz", "")),
+            "zone": zone_named(visit.query.get("tz", "")),
             "limit": ACTIVITY_LIMIT,
         }
-        return self._render(visit, "activity.html", 200, context)
+        return render(visit, "activity.html", 200, context)
 
     def _usage(
         self, account_id: str, now: datetime, key_ids: Sequence[str]
@@ -915,7 +604,7 @@ class Console:
             "info": info,
             "old": keys.get(info.replaces or ""),
             "new": new,
-            "expiring": f"expires in {_time_left(left)}" if expiring else None,
+            "expiring": f"expires in {time_left(left)}" if expiring else None,
             "chart": None if counts is None else chart(info.name, counts),
             # Still works, has existed long enough to have been used, and nobody used it.
             "unused": info.status.revocable
@@ -925,39 +614,6 @@ class Console:
             # replacement, if any, no longer works.
             "rotatable": info.status is Status.ACTIVE and (new is None or not new.status.revocable),
         }
-
-    def _render(
-        self, visit: Visit, template: str, status: int, context: dict[str, Any], *extra: Header
-    ) -> Page:
-        """*template* with *context*, and *extra* headers; the header bar names the signed-in
-        account unless *context* sets ``account`` to ``None``."""
-        html = _TEMPLATES.get_template(template).render(
-            {
-                "base": visit.base,
-                "account": visit.account_id,
-                "form_fields": visit.form_fields,
-                **context,
-            }
-        )
-        headers = (*HEADERS, ("Content-Type", "text/html; charset=utf-8"), *extra)
-        return Page(status, headers, html.encode())
-
-    def _message(
-        self, visit: Visit, status: int, title: str, *extra: Header, **context: Any
-    ) -> Page:
-        """A message page: *title*, and its text from :data:`_TEXTS` unless *context* has one."""
-        context = {"title": title, "text": _TEXTS.get(title), **context}
-        return self._render(visit, "message.html", status, context, *extra)
-
-
-def _with_next(url: str, back: str) -> str:
-    """*url* with ``next`` set to *back*, a page of this console: left out if the mount point
-    makes it no local path (:func:`safe_next`) or *url* names its own ``next``."""
-    parts = urlsplit(url)
-    if safe_next(back, "") != back or "next" in fields(parts.query.encode()):
-        return url
-    query = "&".join(filter(None, (parts.query, urlencode({"next": back}))))
-    return urlunsplit(parts._replace(query=query))
 
 
 def _rotate_path(visit: Visit, key_id: str) -> str:
@@ -971,28 +627,3 @@ def _by(visit: Visit, account_id: str) -> By:
 
 def _sentence(message: str) -> str:
     return message[:1].upper() + message[1:] + ("" if message.endswith(".") else ".")
-
-
-def _paired(infos: Sequence[KeyInfo]) -> list[KeyInfo]:
-    """*infos* in their order, except that an old key follows its replacement: a rotation
-    reads as one pair of rows."""
-    shown = {info.key_id for info in infos}
-    old_of = {info.replaced_by: info for info in infos if info.replaced_by in shown}
-    moved = {old.key_id for old in old_of.values()}
-    placed: list[KeyInfo] = []
-    for info in infos:
-        next_row: KeyInfo | None = None if info.key_id in moved else info
-        while next_row is not None:
-            placed.append(next_row)
-            next_row = old_of.get(next_row.key_id)
-    return placed
-
-
-def _time_left(left: timedelta) -> str:
-    """``3 days``, ``5 hours``, ``12 minutes``: the largest whole unit, rounded down."""
-    seconds = max(int(left.total_seconds()), 0)
-    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
-        if seconds >= size:
-            count = seconds // size
-            return f"{count} {unit}{'' if count == 1 else 's'}"
-    return "less than a minute"
