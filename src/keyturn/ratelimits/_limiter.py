@@ -408,7 +408,7 @@ class RateLimiter:
         # Room comes back as the previous window's weight falls; a shared engine is asked
         # again once a slice fits (one round trip per slice), the own memory once one does.
         need = 1 if not self.engine.shared else want
-        retry_at = _room_at(rate, index, grant.used, grant.previous, need) if not left else now
+        retry_at = _room_at(rate, index, grant.used, grant.previous, need) if not left else 0.0
         lease = _Lease(index, left, grant.used, grant.previous, retry_at)
         self._leases[subject] = lease
         return lease
