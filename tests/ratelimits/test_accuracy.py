@@ -26,7 +26,7 @@ from keyturn.ratelimits import Rate, RateEngine, RateLimiter, RateLimits
 from keyturn.ratelimits._limiter import weight_at
 from tests.ratelimits.conftest import principal
 
-QUOTA = 400
+QUOTA = 100
 WINDOW = 2
 INSTANCES = 4
 WINDOWS = 3

@@ -32,7 +32,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Final, NamedTuple, Protocol
 
 import attrs
 
@@ -71,6 +71,15 @@ def _rate_or_none(
         raise TypeError(f"{attribute.name} must be a Rate or None, not {type(value).__name__}")
 
 
+class _Step(NamedTuple):
+    """One policy of a :class:`RateLimits`, as the warm path reads it."""
+
+    name: str  # key, account, organization
+    attribute: str  # the principal's field naming the subject
+    prefix: str  # the subject is prefix + that field
+    rate: Rate
+
+
 @attrs.frozen
 class RateLimits:
     """The limits of one principal: per key, per account (all its keys share one pool), and
@@ -79,19 +88,24 @@ class RateLimits:
     key: Rate | None = attrs.field(default=None, kw_only=True, validator=_rate_or_none)
     account: Rate | None = attrs.field(default=None, kw_only=True, validator=_rate_or_none)
     organization: Rate | None = attrs.field(default=None, kw_only=True, validator=_rate_or_none)
-    # The RateLimit-Policy field's value, made once per RateLimits.
-    policy_header: str = attrs.field(init=False, repr=False, eq=False)
+    # Made once per RateLimits: the policies in order, and the RateLimit-Policy field.
+    _plan: tuple[_Step, ...] = attrs.field(init=False, repr=False, eq=False)
+    policy_field: tuple[str, str] = attrs.field(init=False, repr=False, eq=False)
 
-    @policy_header.default
-    def _policy_header(self) -> str:
-        return ", ".join(
-            f'"{name}";q={rate.quota};w={rate.window}' for name, rate in self._policies()
+    @_plan.default
+    def _make_plan(self) -> tuple[_Step, ...]:
+        named = (
+            ("key", "key_id", "k:", self.key),
+            ("account", "account_id", "a:", self.account),
+            ("organization", "organization_id", "o:", self.organization),
         )
-
-    def _policies(self) -> tuple[tuple[str, Rate], ...]:
-        named = (("key", self.key), ("account", self.account), ("organization", self.organization))
         # isinstance: this runs before the validators do
-        return tuple((name, rate) for name, rate in named if isinstance(rate, Rate))
+        return tuple(_Step(*step[:3], step[3]) for step in named if isinstance(step[3], Rate))
+
+    @policy_field.default
+    def _make_policy_field(self) -> tuple[str, str]:
+        value = ", ".join(f'"{s.name}";q={s.rate.quota};w={s.rate.window}' for s in self._plan)
+        return ("RateLimit-Policy", value)
 
 
 class Outcome(enum.Enum):
@@ -109,8 +123,7 @@ class FaultPolicy(enum.Enum):
     CLOSED = "closed"  # refuse it with 503 service_unavailable and Retry-After
 
 
-@attrs.frozen
-class Admission:
+class Admission(NamedTuple):
     """The answer for one request, and the header fields the response carries.
 
     *headers* holds ``RateLimit-Policy`` and ``RateLimit`` (draft-ietf-httpapi-ratelimit-
@@ -131,6 +144,8 @@ class Admission:
 
 
 UNLIMITED: Final = Admission(Outcome.ALLOWED)
+ALLOWED: Final = Outcome.ALLOWED
+_new_admission: Final = tuple.__new__  # an Admission without NamedTuple's Python-level __new__
 
 
 @attrs.frozen
@@ -186,14 +201,29 @@ class RateStats:
 class _Lease:
     """This process's view of one subject's current window."""
 
-    __slots__ = ("index", "left", "previous", "retry_at", "used")
+    __slots__ = ("end", "head", "index", "left", "previous", "retry_at", "room", "start", "window")
 
-    def __init__(self, index: int, left: int, used: int, previous: int, retry_at: float) -> None:
-        self.index = index  # the window the lease belongs to
+    def __init__(
+        self, name: str, rate: Rate, index: int, left: int, grant: Grant, retry_at: float
+    ) -> None:
+        self.index = index  # the window the lease belongs to: [start, end)
+        self.window = rate.window
+        self.start = float(index * rate.window)
+        self.end = float((index + 1) * rate.window)
         self.left = left  # leased here, not yet spent
-        self.used = used  # the window's count (everyone's) at the last lease
-        self.previous = previous  # the previous window's count at the last lease
+        # The room everyone had after the last lease, less what is left here and the
+        # previous window's weighted count: quota - used.
+        self.room = rate.quota - grant.used
+        self.previous = grant.previous  # the previous window's count at the last lease
         self.retry_at = retry_at  # when the engine may have room again (after a refusal)
+        self.head = f'"{name}";r='  # the RateLimit item, up to its room
+
+    def item(self, now: float) -> str:
+        """This policy's RateLimit item at *now*: its room, and the seconds to the turn."""
+        room = self.room + self.left
+        if self.previous:
+            room -= math.ceil(self.previous * (self.end - now) / self.window - ROUNDING)
+        return f"{self.head}{room if room > 0 else 0};t={math.ceil(self.end - now)}"
 
 
 LimitsSource = RateLimits | Callable[["Principal"], RateLimits | None] | None
@@ -251,6 +281,7 @@ class RateLimiter:
         from keyturn.ratelimits.inprocess import InProcessEngine
 
         self._limits = limits
+        self._static = limits if isinstance(limits, RateLimits) else None
         self.engine: RateEngine = InProcessEngine() if engine is None else engine
         self.faults = faults
         self.instances = instances
@@ -292,84 +323,98 @@ class RateLimiter:
         Runs once per request, after the authentication decision. Blocks at most the
         engine's deadline, and only on one request in a slice.
         """
-        limits = self.limits_of(principal)
-        if limits is None:
+        limits = self._static or self.limits_of(principal)
+        if limits is None or not limits._plan:
             return UNLIMITED
         when = self._clock() if now is None else now
-        return self._admit_locked(limits, principal, when)
+        lock = self._lock
+        lock.acquire()  # cheaper than a with statement, on every request
+        try:
+            return self._warm(limits, principal, when) or self._admit(limits, principal, when)
+        finally:
+            lock.release()
 
     async def admit_async(self, principal: Principal, now: float | None = None) -> Admission:
-        """:meth:`admit` for an event loop: a request that needs no lease is answered at
-        once; one that does asks the engine on a worker thread."""
-        limits = self.limits_of(principal)
-        if limits is None:
+        """:meth:`admit` for an event loop: a request that needs no round trip is answered
+        at once; one that does asks the engine on a worker thread."""
+        limits = self._static or self.limits_of(principal)
+        if limits is None or not limits._plan:
             return UNLIMITED
         when = self._clock() if now is None else now
         if self._lock.acquire(blocking=False):
             try:
-                if not self._needs_engine(limits, principal, when):
-                    return self._admit(limits, principal, when)
+                answer = self._warm(limits, principal, when)
+                if answer is None and not self._needs_engine(limits, principal, when):
+                    answer = self._admit(limits, principal, when)
+                if answer is not None:
+                    return answer
             finally:
                 self._lock.release()
         return await asyncio.to_thread(self._admit_locked, limits, principal, when)
 
     def _admit_locked(self, limits: RateLimits, principal: Principal, now: float) -> Admission:
         with self._lock:
-            return self._admit(limits, principal, now)
+            return self._warm(limits, principal, now) or self._admit(limits, principal, now)
 
     # --- the work, under the lock ---------------------------------------------------------
 
-    def _subjects(
-        self, limits: RateLimits, principal: Principal
-    ) -> tuple[tuple[str, str, Rate], ...]:
-        subjects = []
-        if limits.key is not None:
-            subjects.append(("key", f"k:{principal.key_id}", limits.key))
-        if limits.account is not None:
-            subjects.append(("account", f"a:{principal.account_id}", limits.account))
-        if limits.organization is not None:
-            subjects.append(("organization", f"o:{principal.organization_id}", limits.organization))
-        return tuple(subjects)
+    def _warm(self, limits: RateLimits, principal: Principal, now: float) -> Admission | None:
+        """The request admitted from this process's leases, or ``None`` when one of them is
+        empty or of another window (then :meth:`_admit` decides). Kept flat: it runs on
+        every request."""
+        leases = self._leases
+        held = []
+        for step in limits._plan:
+            lease = leases.get(step.prefix + getattr(principal, step.attribute))
+            if lease is None or not lease.left or not lease.start <= now < lease.end:
+                return None
+            held.append(lease)
+        items = []
+        for lease in held:
+            lease.left -= 1
+            room = lease.room + lease.left
+            if lease.previous:
+                room -= math.ceil(lease.previous * (lease.end - now) / lease.window - ROUNDING)
+            items.append(f"{lease.head}{room if room > 0 else 0};t={math.ceil(lease.end - now)}")
+        self.stats.allowed += 1
+        return _new_admission(
+            Admission, (ALLOWED, (limits.policy_field, ("RateLimit", ", ".join(items))), None, None)
+        )
 
     def _needs_engine(self, limits: RateLimits, principal: Principal, now: float) -> bool:
         """Whether admitting a request now may ask the engine (it never does while it is
         left alone after a fault)."""
         if now < self._down_until:
             return False
-        for _name, subject, rate in self._subjects(limits, principal):
-            lease = self._leases.get(subject)
+        for step in limits._plan:
+            lease = self._leases.get(step.prefix + getattr(principal, step.attribute))
             if (
                 lease is None
-                or lease.index != int(now // rate.window)
+                or lease.index != int(now // step.rate.window)
                 or (lease.left == 0 and now >= lease.retry_at)
             ):
                 return True
         return False
 
     def _admit(self, limits: RateLimits, principal: Principal, now: float) -> Admission:
-        subjects = self._subjects(limits, principal)
-        leases: list[_Lease] = []
-        for name, subject, rate in subjects:
-            lease = self._room(subject, rate, now)
+        held: list[_Lease] = []
+        for step in limits._plan:
+            lease = self._room(step, step.prefix + getattr(principal, step.attribute), now)
             if lease is None:  # the engine failed
                 return self._fault(limits, now)
             if lease.left == 0:
-                return self._refuse(limits, subjects, name, rate, lease, now)
-            leases.append(lease)
-        for lease in leases:
+                return self._refuse(limits, [*held, lease], step.name, lease, now)
+            held.append(lease)
+        for lease in held:
             lease.left -= 1
         self.stats.allowed += 1
-        return Admission(
-            Outcome.ALLOWED,
-            (
-                ("RateLimit-Policy", limits.policy_header),
-                ("RateLimit", self._status(subjects, now)),
-            ),
-        )
+        status = ", ".join([lease.item(now) for lease in held])
+        return Admission(Outcome.ALLOWED, (limits.policy_field, ("RateLimit", status)))
 
-    def _room(self, subject: str, rate: Rate, now: float) -> _Lease | None:
+    def _room(self, step: _Step, subject: str, now: float) -> _Lease | None:
         """The subject's lease, with at least one request in it if the engine had room;
         ``None`` if the engine failed."""
+        rate = step.rate
         index = int(now // rate.window)
         lease = self._leases.get(subject)
         if lease is not None and lease.index == index and (lease.left or now < lease.retry_at):
@@ -409,26 +454,20 @@ class RateLimiter:
         # again once a slice fits (one round trip per slice), the own memory once one does.
         need = 1 if not self.engine.shared else want
         retry_at = _room_at(rate, index, grant.used, grant.previous, need) if not left else 0.0
-        lease = _Lease(index, left, grant.used, grant.previous, retry_at)
+        lease = _Lease(step.name, rate, index, left, grant, retry_at)
         self._leases[subject] = lease
         return lease
 
     def _refuse(
-        self,
-        limits: RateLimits,
-        subjects: tuple[tuple[str, str, Rate], ...],
-        name: str,
-        rate: Rate,
-        lease: _Lease,
-        now: float,
+        self, limits: RateLimits, seen: list[_Lease], name: str, lease: _Lease, now: float
     ) -> Admission:
         self.stats.refused += 1
         retry_after = max(1, math.ceil(lease.retry_at - now))
         return Admission(
             Outcome.REFUSED,
             (
-                ("RateLimit-Policy", limits.policy_header),
-                ("RateLimit", self._status(subjects, now)),
+                limits.policy_field,
+                ("RateLimit", ", ".join([seen_lease.item(now) for seen_lease in seen])),
                 ("Retry-After", str(retry_after)),
             ),
             retry_after,
@@ -439,28 +478,12 @@ class RateLimiter:
         if self.faults is FaultPolicy.OPEN:
             self.stats.failed_open += 1
             self.stats.allowed += 1
-            return Admission(Outcome.ALLOWED, (("RateLimit-Policy", limits.policy_header),))
+            return Admission(Outcome.ALLOWED, (limits.policy_field,))
         self.stats.unavailable += 1
         retry_after = max(1, math.ceil(self._down_until - now))
         return Admission(
             Outcome.UNAVAILABLE, (("Retry-After", str(retry_after)),), retry_after, "engine"
         )
-
-    def _status(self, subjects: tuple[tuple[str, str, Rate], ...], now: float) -> str:
-        """The RateLimit field: each policy's room (as this process last saw it) and the
-        seconds until its window turns."""
-        items = []
-        for name, subject, rate in subjects:
-            lease = self._leases.get(subject)
-            if lease is None:  # refused by an earlier policy before this one was asked
-                continue
-            weighted = math.ceil(
-                lease.previous * weight_at(now, rate.window, lease.index) - ROUNDING
-            )
-            room = max(0, rate.quota - weighted - lease.used + lease.left)
-            reset = max(1, math.ceil((lease.index + 1) * rate.window - now))
-            items.append(f'"{name}";r={room};t={reset}')
-        return ", ".join(items)
 
 
 # Counts times weights are rounded as if this much larger: 0.1 x 60 is not 6 in binary.
