@@ -23,13 +23,9 @@ from collections.abc import Iterator
 import pytest
 
 from keyturn.ratelimits import FaultPolicy, Outcome, Rate, RateLimiter, RateLimits
-from tests.ratelimits.conftest import principal
+from tests.ratelimits.conftest import principal, redis_unavailable
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
-
-pytestmark = pytest.mark.skipif(
-    not os.path.exists(REDIS_SERVER), reason="redis-server is not installed"
-)
 
 
 def free_port() -> int:
@@ -91,6 +87,8 @@ class OwnRedis:
 
 @pytest.fixture
 def own_redis() -> Iterator[OwnRedis]:
+    if not os.path.exists(REDIS_SERVER):
+        redis_unavailable("redis-server is not installed (Debian: apt-get install redis-server)")
     server = OwnRedis()
     server.start()
     try:

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from keyturn.ratelimits import InProcessEngine, Rate, RateLimiter, RateLimits
-from keyturn.ratelimits._limiter import ROUNDING, weight_at
+from keyturn.ratelimits._counts import ROUNDING, weight_at
 from tests.ratelimits.conftest import principal
 
 

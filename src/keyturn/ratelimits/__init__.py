@@ -21,13 +21,12 @@ Engines: :class:`InProcessEngine` (default, exact in one process),
 :class:`keyturn.ratelimits.postgres.PostgresEngine`.
 """
 
+from keyturn.ratelimits._counts import Grant, RateEngine
 from keyturn.ratelimits._limiter import (
     Admission,
     FaultPolicy,
-    Grant,
     Outcome,
     Rate,
-    RateEngine,
     RateLimiter,
     RateLimits,
     RateStats,

@@ -32,11 +32,13 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 import attrs
 
 from keyturn._fork import renew_in_child
+from keyturn.ratelimits._counts import ROUNDING, Grant, RateEngine, weight_at
+from keyturn.ratelimits.inprocess import InProcessEngine
 
 if TYPE_CHECKING:
     from keyturn._model import Principal
@@ -44,10 +46,8 @@ if TYPE_CHECKING:
 __all__ = [
     "Admission",
     "FaultPolicy",
-    "Grant",
     "Outcome",
     "Rate",
-    "RateEngine",
     "RateLimiter",
     "RateLimits",
     "RateStats",
@@ -148,43 +148,6 @@ ALLOWED: Final = Outcome.ALLOWED
 _new_admission: Final = tuple.__new__  # an Admission without NamedTuple's Python-level __new__
 
 
-@attrs.frozen
-class Grant:
-    """An engine's answer to a lease: *granted* requests taken (0 when there is no room),
-    the window's count after it (*used*), and the previous window's count (*previous*)."""
-
-    granted: int
-    used: int
-    previous: int
-
-
-class RateEngine(Protocol):
-    """Where the counts live: one process's memory, Redis or PostgreSQL.
-
-    ``lease`` first takes *returned* (what a lease of window ``index - 1`` left unspent)
-    off the previous window's count, then adds at most *want* to the count of *subject* in
-    window *index* (of *window* seconds), as much as fits ``floor(quota - previous x
-    weight) - used``, and answers what it took. It is atomic across every process sharing
-    the engine, and raises (any exception) rather than wait past the engine's deadline.
-    """
-
-    shared: bool  # other processes take from the same counts
-
-    def lease(
-        self,
-        subject: str,
-        *,
-        quota: int,
-        window: int,
-        index: int,
-        weight: float,
-        want: int,
-        returned: int = 0,
-    ) -> Grant: ...
-
-    def close(self) -> None: ...
-
-
 @attrs.define
 class RateStats:
     """What one limiter counted since it was made: requests by outcome, the round trips to
@@ -278,8 +241,6 @@ class RateLimiter:
             raise ValueError("slack must be in (0, 1]")
         if cooldown <= 0:
             raise ValueError("cooldown must be > 0 seconds")
-        from keyturn.ratelimits.inprocess import InProcessEngine
-
         self._limits = limits
         self._static = limits if isinstance(limits, RateLimits) else None
         self.engine: RateEngine = InProcessEngine() if engine is None else engine
@@ -484,15 +445,6 @@ class RateLimiter:
         return Admission(
             Outcome.UNAVAILABLE, (("Retry-After", str(retry_after)),), retry_after, "engine"
         )
-
-
-# Counts times weights are rounded as if this much larger: 0.1 x 60 is not 6 in binary.
-ROUNDING: Final = 1e-9
-
-
-def weight_at(now: float, window: int, index: int) -> float:
-    """The previous window's weight at *now* in window *index*: 1 at its start, 0 at its end."""
-    return ((index + 1) * window - now) / window
 
 
 # Asking a moment early costs a round trip that finds no room; a moment late, a refusal

@@ -11,7 +11,7 @@ import math
 import threading
 
 from keyturn._fork import renew_in_child
-from keyturn.ratelimits._limiter import ROUNDING, Grant
+from keyturn.ratelimits._counts import ROUNDING, Grant
 
 __all__ = ["InProcessEngine"]
 

@@ -34,7 +34,7 @@ except ImportError as exc:
     ) from exc
 
 from keyturn._fork import renew_in_child
-from keyturn.ratelimits._limiter import Grant
+from keyturn.ratelimits._counts import Grant
 
 __all__ = ["PostgresEngine"]
 
@@ -119,7 +119,9 @@ class PostgresEngine:
             if row is None or row[0] is None:
                 # Another instance may make it at the same moment: its table is as good.
                 with contextlib.suppress(
-                    psycopg.errors.UniqueViolation, psycopg.errors.DuplicateTable
+                    psycopg.errors.UniqueViolation,
+                    psycopg.errors.DuplicateTable,
+                    psycopg.errors.DuplicateObject,
                 ):
                     connection.execute(TABLE)
         except BaseException:

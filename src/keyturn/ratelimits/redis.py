@@ -24,7 +24,7 @@ except ImportError as exc:
     raise ImportError("keyturn.ratelimits.redis needs redis: pip install 'keyturn[redis]'") from exc
 
 from keyturn._fork import renew_in_child
-from keyturn.ratelimits._limiter import Grant
+from keyturn.ratelimits._counts import Grant
 
 __all__ = ["RedisEngine"]
 
