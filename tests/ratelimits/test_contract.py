@@ -43,6 +43,8 @@ def test_the_quota_is_admitted_then_refused_with_retry_after(engine: RateEngine)
     # Next window, the previous count (10) weighs 10 x (1 - f): one fits from f = 0.1.
     assert refused.retry_after == 66
     assert dict(refused.headers)["Retry-After"] == "66"
+    # The refusing policy's effective window ends when room is back, not before.
+    assert dict(refused.headers)["RateLimit"] == '"key";r=0;t=66'
     assert not limiter.admit(principal(), START + 65.9).allowed
     assert limiter.admit(principal(), START + 66.0).allowed
     assert (limiter.stats.allowed, limiter.stats.refused) == (11, 6)

@@ -424,11 +424,15 @@ class RateLimiter:
     ) -> Admission:
         self.stats.refused += 1
         retry_after = max(1, math.ceil(lease.retry_at - now))
+        # The refusing policy's effective window ends when room is back: Retry-After never
+        # points before it (draft-ietf-httpapi-ratelimit-headers-11, section 6).
+        items = [seen_lease.item(now) for seen_lease in seen[:-1]]
+        items.append(f"{lease.head}0;t={retry_after}")
         return Admission(
             Outcome.REFUSED,
             (
                 limits.policy_field,
-                ("RateLimit", ", ".join([seen_lease.item(now) for seen_lease in seen])),
+                ("RateLimit", ", ".join(items)),
                 ("Retry-After", str(retry_after)),
             ),
             retry_after,
