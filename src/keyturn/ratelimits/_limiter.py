@@ -11,8 +11,9 @@ Rules of this file:
    slices (a *lease*): the engine adds the slice to the window's count at once, capped so
    the count never passes the quota, and the limiter spends the slice locally. A warm
    request reads and writes only this process's memory; one request in *slice* asks the
-   engine. A lease belongs to one window: what is left of it when the window turns is
-   dropped (it stays counted, which only makes the next window stricter).
+   engine. A lease belongs to one window: what is left of it when the window turns goes
+   back to that window's count with the next lease (forgotten if that lease fails, so
+   never returned twice; counted meanwhile, which only makes the next window stricter).
 3. A request is checked against every policy first and charged to all of them only when
    all have room: a refused request consumes nothing.
 4. After the engine fails (an error or its deadline), the limiter does not ask it again for
