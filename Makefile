@@ -25,7 +25,7 @@ $(DEMO_STAMP): pyproject.toml | $(VENV)/bin/python
 
 $(STAMP): pyproject.toml | $(VENV)/bin/python
 	$(BIN)/python -m pip install --quiet --upgrade pip $(INSTALL)
-	$(BIN)/python -m pip install --quiet -e '.[asgi,wsgi,postgres,demo,console,django,fastapi,client]' --group dev $(INSTALL)
+	$(BIN)/python -m pip install --quiet -e '.[asgi,wsgi,postgres,redis,demo,console,django,fastapi,client]' --group dev $(INSTALL)
 	touch $(STAMP) $(DEMO_STAMP)
 
 demo: $(DEMO_STAMP)

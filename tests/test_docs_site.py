@@ -116,6 +116,7 @@ def test_the_reference_leads_with_what_a_user_needs_first() -> None:
         "errors",
         "keyturn",
         "tools",
+        "ratelimits",
     ]
     middleware = (ROOT / "docs" / "reference" / "middleware.md").read_text(encoding="utf-8")
     assert "members: [Authenticator, Principal, Scope]" in middleware

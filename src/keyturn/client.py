@@ -26,14 +26,21 @@ Rules of this file:
    WARNING on the ``keyturn.client`` logger and issues one :class:`KeyExpiryWarning`,
    once per ``ApiKeyAuth``. A missing or unreadable header is no reason to warn, nor to
    fail a request.
+4. A 429 (rate limited) or 503 (unavailable) answer that says ``Retry-After`` is sent
+   again after that wait, at most *retries* times (default 2), when the wait is at most
+   *max_wait* seconds (default 60) and the request's body can be sent again (not a
+   stream). Otherwise the answer is the caller's. The sync client sleeps; the async one
+   awaits, never blocking its event loop.
 """
 
 from __future__ import annotations
 
+import email.utils
 import logging
 import threading
+import time
 import warnings
-from collections.abc import Generator
+from collections.abc import AsyncGenerator, Generator
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
@@ -53,6 +60,7 @@ log: Final = logging.getLogger("keyturn.client")
 EXPIRES_AT_HEADER: Final = "service-key-expires-at"
 _ORGANIZATION_HEADER: Final = "x-organization-id"
 _ASCII_WHITESPACE: Final = " \t\r\n\f\v"
+_RETRIED_STATUSES: Final = frozenset({429, 503})
 
 
 class KeyExpiryWarning(UserWarning):
@@ -105,6 +113,10 @@ class ApiKeyAuth(httpx.Auth):
         its own organization, or nothing.
     :param warn_within: warn when the key expires sooner than this (default 14 days);
         ``None`` never warns.
+    :param retries: how many times a 429 or 503 with ``Retry-After`` is sent again after
+        the wait it names (default 2; 0 never retries).
+    :param max_wait: the longest ``Retry-After`` waited for, in seconds (default 60): a
+        longer one is returned to the caller at once.
     :raises InvalidCredentials: the key is not a well-formed keyturn key, or the
         organization is not something a header can carry.
     """
@@ -118,18 +130,22 @@ class ApiKeyAuth(httpx.Auth):
         *,
         organization: str | None = None,
         warn_within: timedelta | None = timedelta(days=14),
+        retries: int = 2,
+        max_wait: float = 60.0,
     ) -> None:
         bearer = _bearer(key)
         del key  # no frame of ours holds the key while it raises
         if isinstance(bearer, str):  # what is wrong with the key, without the key
             raise InvalidCredentials(bearer)
-        problem = _setting(organization, warn_within)
+        problem = _setting(organization, warn_within) or _retry_setting(retries, max_wait)
         if problem is not None:
             del bearer
             raise InvalidCredentials(problem)
         self._authorization, self.hint = bearer
         self.organization = organization
         self.warn_within = warn_within
+        self.retries = retries
+        self.max_wait = max_wait
         self._warned = False
         self._lock = threading.Lock()  # one warning, also with threads sharing the auth
         renew_in_child(self)
@@ -143,10 +159,78 @@ class ApiKeyAuth(httpx.Auth):
         return f"ApiKeyAuth(key={hint!r}, organization={organization!r})"
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        # What httpx runs where the sync and async flows below are not used: no retries.
+        self._prepare(request)
+        response = yield request
+        self._received(response)
+
+    def sync_auth_flow(
+        self, request: httpx.Request
+    ) -> Generator[httpx.Request, httpx.Response, None]:
+        flow = self._attempts(request)
+        step = next(flow)
+        while True:
+            answer = None
+            if isinstance(step, float):
+                time.sleep(step)
+            else:
+                answer = yield step
+            try:
+                step = flow.send(answer)
+            except StopIteration:
+                return
+
+    async def async_auth_flow(
+        self, request: httpx.Request
+    ) -> AsyncGenerator[httpx.Request, httpx.Response]:
+        import anyio  # httpx's own dependency: asyncio or trio, as the client runs
+
+        flow = self._attempts(request)
+        step = next(flow)
+        while True:
+            answer = None
+            if isinstance(step, float):
+                await anyio.sleep(step)
+            else:
+                answer = yield step
+            try:
+                step = flow.send(answer)
+            except StopIteration:
+                return
+
+    def _attempts(
+        self, request: httpx.Request
+    ) -> Generator[httpx.Request | float, httpx.Response | None, None]:
+        """Yields the request to send (and is sent its response), or a wait in seconds."""
+        for attempt in range(self.retries + 1):
+            self._prepare(request)
+            response = yield request
+            if response is None:  # pragma: no cover -- the drivers always answer
+                return
+            self._received(response)
+            wait = _retry_after(response) if response.status_code in _RETRIED_STATUSES else None
+            if (
+                wait is None
+                or wait > self.max_wait
+                or attempt == self.retries
+                or not isinstance(request.stream, httpx.ByteStream)  # a stream is sent once
+            ):
+                return
+            log.info(
+                "the service answered %d: sending again in %g s (%d of %d)",
+                response.status_code,
+                wait,
+                attempt + 1,
+                self.retries,
+            )
+            yield wait
+
+    def _prepare(self, request: httpx.Request) -> None:
         request.headers["Authorization"] = self._authorization
         if self.organization is not None:
             request.headers[_ORGANIZATION_HEADER] = self.organization
-        response = yield request
+
+    def _received(self, response: httpx.Response) -> None:
         if not self._warned and self.warn_within is not None:
             self._check_expiry(response.headers.get(EXPIRES_AT_HEADER))
 
@@ -168,6 +252,30 @@ class ApiKeyAuth(httpx.Auth):
         )
         log.warning("%s", message)
         warnings.warn(message, KeyExpiryWarning, stacklevel=2)
+
+
+def _retry_setting(retries: object, max_wait: object) -> str | None:
+    """What is wrong with the retry settings, or ``None``."""
+    if not isinstance(retries, int) or isinstance(retries, bool) or not 0 <= retries <= 10:
+        return "retries must be a whole number from 0 to 10"
+    if not isinstance(max_wait, int | float) or isinstance(max_wait, bool) or max_wait < 0:
+        return "max_wait must be a number of seconds >= 0"
+    return None
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """The wait a ``Retry-After`` field names, in seconds: delay-seconds or an HTTP date;
+    ``None`` when it is missing or unreadable."""
+    text = response.headers.get("Retry-After", "").strip()
+    if text.isdigit() and text.isascii():
+        return float(text)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 def _instant(text: str | None) -> datetime | None:

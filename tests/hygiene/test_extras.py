@@ -15,6 +15,7 @@ import pytest
         ("keyturn.leaks", "cryptography"),
         ("keyturn.metrics", "opentelemetry"),
         ("keyturn.client", "httpx"),
+        ("keyturn.ratelimits.redis", "redis"),
     ],
 )
 def test_importing_pulls_in_no_framework(module: str, extra: str) -> None:
