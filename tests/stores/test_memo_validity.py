@@ -283,3 +283,66 @@ def test_plain_sql_from_another_process_is_never_answered_stale(
             after = [judge.send(name, organization) for name, organization in REQUESTS]
             assert any(not same(old, new) for old, new in zip(before, after, strict=True))
             assert any(isinstance(outcome, Principal) for outcome in after)
+
+
+# --- bounded, and never emptied whole -------------------------------------------------------
+
+
+def test_a_forgotten_name_counts_as_changed_at_the_floor() -> None:
+    """Past its bound the oldest name goes, the floor rising to its change first; a reset
+    raises the floor past every number given before."""
+    from keyturn.stores._versions import Versions
+
+    versions = Versions(size=2)
+    for name in ("a", "b", "c"):
+        versions.moved((("k", name),))
+    assert versions.seq == 3 and versions.floor == 1 and ("k", "a") not in versions.last
+    assert not versions.unchanged([("k", "a")], 0)
+    assert versions.unchanged([("k", "a"), ("k", "nobody")], 1)
+    assert not versions.unchanged([("k", "b")], 1) and versions.unchanged([("k", "b")], 2)
+    versions.reset()
+    assert versions.resets == 1 and not versions.unchanged([("k", "nobody")], 3)
+    assert versions.unchanged([("k", "nobody")], versions.seq)
+
+
+def test_the_memo_keeps_the_answers_in_use() -> None:
+    """Past its size the least recently used answer goes, not the first kept."""
+    store, membership = MemoryKeyStore(), MemoryMembership()
+    secrets, _ = populate(store, membership)
+    with Authenticator(store, membership, usage_interval=None) as auth:
+        auth.memo.max_size = 2
+        one, two = asked(secrets["alice_main"], None), asked(secrets["alice_research"], None)
+        three = asked(secrets["carol_tenant"], "default")
+        for sent in (one, two, one, three):  # two is the least recently used when three comes
+            auth.authenticate(sent)
+        hits = auth.memo.hits
+        auth.authenticate(one)
+        assert auth.memo.hits == hits + 1
+        auth.authenticate(two)
+        assert auth.memo.hits == hits + 1  # forgotten: decided again
+        assert len(auth.memo) == 2
+
+
+def test_an_organization_change_keeps_other_tenants_defaults_even_none() -> None:
+    """A tenant with no organization (its default ``None``) stays known through another
+    tenant's organization changes; its own tenant's change drops it, and nothing else."""
+    from keyturn._model import Found
+    from keyturn.stores._replica import Replica
+    from keyturn.stores._sql import MEMBERSHIP, ORGANIZATION, TENANT
+
+    store, membership = MemoryKeyStore(), MemoryMembership()
+    _, ids = populate(store, membership)
+    key = store.get_key(ids["carol_tenant"])
+    assert key is not None
+    replica = Replica()
+    replica.reset(current=True)
+    resets = replica.resets
+    lonely = Found(key=key, asked=None, named=None, default=None, roles={}, reaches=False)
+    replica.keep(key.key_id, lonely, replica.epoch)
+    assert replica.found(key.key_id, None) == lonely
+    for kind, changed in ((ORGANIZATION, "org_x"), (TENANT, "acme"), (MEMBERSHIP, "alice")):
+        replica.changed(kind, changed)
+        assert replica.found(key.key_id, None) == lonely
+    replica.changed(TENANT, "initech")
+    assert replica.found(key.key_id, None) is None
+    assert replica.resets == resets  # nothing emptied whole

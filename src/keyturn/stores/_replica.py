@@ -258,6 +258,7 @@ def _forget_in_child() -> None:
     _lock = threading.Lock()
     for replica, feed, _ in _shared.values():
         replica._lock = threading.Lock()
+        replica.versions.renew_lock()
         replica.reset(current=False)
         feed.after_fork()  # type: ignore[attr-defined]
 

@@ -76,6 +76,10 @@ class Versions:
             self.resets += 1
             self.seq = seq  # last (rule 4)
 
+    def renew_lock(self) -> None:
+        """In a forked child: another thread of the parent may have held the lock."""
+        self._lock = threading.Lock()
+
     def unchanged(self, names: Iterable[Name], ticket: int) -> bool:
         """Whether none of *names* changed after *ticket*, by what was heard so far."""
         last = self.last

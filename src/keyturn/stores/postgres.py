@@ -475,7 +475,8 @@ class _Listener:
 
     The replica answers (:meth:`answers`) only while all of this holds: the listener's
     connection reaches the server and database the pool's does (asked of each, never
-    read from a URL); it has LISTENed since the replica was last emptied; a heartbeat sent
+    read from a URL); the schema's triggers name what each change touches (version 8:
+    ``_sql.PLACED_FROM``); it has LISTENed since the replica was last emptied; a heartbeat sent
     less than ``PROVEN_FOR`` seconds ago was answered (every notice committed before
     it was sent has then been read); and nothing waits unread on its socket. Notices are
     those of the schema keyturn's tables resolve to on the pool's connections.
@@ -514,9 +515,11 @@ class _Listener:
     def settled(self) -> bool:
         """:meth:`answers`, once notices that wait are applied (a short, bounded wait).
 
-        When it cannot say, the replica's epoch moves before the caller reads through: what
-        the database shows may be newer than what the feed has told, and no answer kept
-        before (the memo's) may outlive it.
+        When it cannot say (the listener is behind by more than the wait: a stall), every
+        answer kept before is made void before the caller reads through
+        (``Replica.moved``, counted as a reset): what the
+        database shows may be newer than what the feed has told, and no answer kept before
+        (the memo's) may outlive it.
         """
         if self.answers():
             return True
