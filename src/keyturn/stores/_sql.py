@@ -13,7 +13,10 @@ Rules of this file:
 3. Every write the decision could see (a key's credential, name, scope, expiry or
    revocation; a membership; an organization) reaches the change feed in the writing
    transaction, by triggers, so a change made with plain SQL is seen too: PostgreSQL sends
-   ``NOTIFY keyturn_changes``; SQLite appends to ``keyturn_changes``.
+   ``NOTIFY keyturn_changes``; SQLite appends to ``keyturn_changes``. A change names what
+   it touches (a key, an account, an organization) and, for an organization, its tenants
+   and, when it appears, goes or moves, its members' accounts (version 8), so a replica
+   drops exactly that.
 4. Instants go in as UTC datetimes (SQLite: fixed-width ISO 8601 text, which sorts as the
    instants do) and come out as UTC-aware datetimes, microseconds kept.
 5. No secret ever reaches this file: a key row holds the argon2id hash and the hint.
