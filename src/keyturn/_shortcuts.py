@@ -3,8 +3,9 @@
 The decision asks its questions one by one (``get_key``, ``get_role``, ``reaches_tenant``,
 ...). keyturn's own stores offer two shortcuts: the store's *combined read*
 (``lookup``/``lookup_cached``), which answers every question of a request from the
-database's tables at once, membership included; and *change numbers* (``changes()``),
-which let the memo (``_memo.py``) give an answer back while nothing it read has changed.
+database's tables at once, membership included; and *change numbers* (``changes()``: when
+each key, account, organization and tenant last changed, ``stores/_versions.py``), which
+let the memo (``_memo.py``) give an answer back while nothing it read has changed.
 
 Both read keyturn's tables, not the methods: a host that overrides ``get_role`` in a
 subclass (to refuse suspended accounts, say), wraps keyturn's provider in one of its own,
@@ -24,11 +25,14 @@ import attrs
 
 from keyturn.stores._async import AsyncSQLKeyStore, AsyncSQLMembership
 from keyturn.stores._sync import SQLKeyStore, SQLMembership
+from keyturn.stores._versions import Versions
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 
 __all__ = ["Changes", "Shortcuts", "shortcuts"]
 
-Changes = Callable[[], "int | None"]
+# A feed's change numbers, caught up with every write made before the call; ``None`` while
+# it cannot say.
+Changes = Callable[[], Versions | None]
 
 _STORES: Final = (SQLKeyStore, AsyncSQLKeyStore, MemoryKeyStore)
 _MEMBERSHIPS: Final = (SQLMembership, AsyncSQLMembership, MemoryMembership)

@@ -2,10 +2,13 @@
 
 A state machine drives random histories -- requests with several keys and organization
 headers, revocations, rotations and their first use, membership and organization changes,
-clock moves past expiry, a policy that changes its mind -- through an Authenticator (its
-memo on, both drivers) and through ``decide()`` alone over a second view of the same data
-that keeps nothing (the memory objects themselves; SQLite and PostgreSQL opened again
-with ``replica=False``). Every answer must be the same principal or the same refusal.
+clock moves past expiry, a policy that changes its mind, writes elsewhere (keys, accounts
+and organizations no judged answer read, which the memo keeps its answers through), and on
+SQLite plain SQL by another connection (an organization moved to another tenant) --
+through an Authenticator (its memo on, both drivers) and through ``decide()`` alone over a
+second view of the same data that keeps nothing (the memory objects themselves; SQLite and
+PostgreSQL opened again with ``replica=False``). Every answer must be the same principal
+or the same refusal.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
+import sqlite3
 import tempfile
 import time
 from datetime import timedelta
@@ -74,6 +78,10 @@ HEADER = st.one_of(
     st.sampled_from([(), ("default",), ("org_main",), ("org_research",)]), st.sampled_from(HEADERS)
 )
 SPELLINGS = ("Bearer {}", "bearer  {}")
+# Elsewhere: a tenant, its organizations and accounts that no key of alice's or bob's reads.
+ELSEWHERE_ACCOUNTS = ("carol", "dave")
+ELSEWHERE_ORGANIZATIONS = ("org_i1", "org_i2", "org_i3")
+MOVABLE = ("org_research", "org_secret", "org_new", "org_i2", "org_i3")
 REPLAYED = 6  # requests replayed after every step
 # Bounded: each example is about 30 steps and 200 requests, each decided twice. The
 # databases' examples cost round trips (the oracle reads through), so they run fewer.
@@ -151,12 +159,16 @@ class MemoAgrees(RuleBasedStateMachine):
         self.cache = VerifiedTokenCache()
         self.runner = asyncio.Runner()
         self.tokens: list[tuple[str, str]] = []  # (key id, full key)
+        self.elsewhere: list[str] = []  # ids of keys made elsewhere, not yet revoked
         # The last requests sent, replayed after every step: a change is followed at once
         # by the requests whose answers the memo may hold.
         self.sent: dict[AuthRequest, None] = {}
         self.requests = self.principals = 0
         for account, scope in (("alice", SCOPES[2]), ("alice", SCOPES[0]), ("bob", SCOPES[4])):
             self.create(account, scope, Lifetime.DAYS_1)
+        membership.add_organization("org_i1", tenant_id="initech", default=True)
+        membership.add_member("carol", "org_i1", role="admin")
+        self.create("carol", Scope.tenant("initech"), Lifetime.DAYS_1)
 
     def open(self) -> tuple[Any, Any, Any, Any]:
         raise NotImplementedError
@@ -294,6 +306,46 @@ class MemoAgrees(RuleBasedStateMachine):
     def policy_changes_its_mind(self) -> None:
         self.strict = not self.strict
 
+    # --- writes elsewhere -----------------------------------------------------------------
+
+    @rule(
+        what=st.sampled_from(["key", "revoke", "member", "leaves", "organization", "gone"]),
+        account=st.sampled_from(ELSEWHERE_ACCOUNTS),
+        organization=st.sampled_from(ELSEWHERE_ORGANIZATIONS),
+        role=st.sampled_from(ROLES),
+    )
+    def write_elsewhere(self, what: str, account: str, organization: str, role: str) -> None:
+        """A write to a key, an account or an organization of initech's."""
+        with contextlib.suppress(KeyturnError):  # refused: not reached, default goes last
+            if what == "key":
+                created = self.manager.create(account, name="x", scope=Scope.tenant("initech"))
+                self.elsewhere.append(created.info.key_id)
+            elif what == "revoke" and self.elsewhere:
+                self.store.revoke_key(self.elsewhere.pop(), self.clock())
+            elif what == "member":
+                self.membership.add_member(account, organization, role=role)
+            elif what == "leaves":
+                self.membership.remove_member(account, organization)
+            elif what == "organization":
+                self.membership.add_organization(organization, tenant_id="initech")
+            elif what == "gone":
+                self.membership.remove_organization(organization)
+
+    def plain_sql(self, statement: str, params: tuple[str, ...]) -> None:
+        """Run *statement* on a connection of its own, as another process would."""
+        raise NotImplementedError
+
+    @precondition(lambda self: self.has_plain_sql)
+    @rule(organization=st.sampled_from(MOVABLE), tenant=st.sampled_from((*TENANTS, "initech")))
+    def moved_by_plain_sql(self, organization: str, tenant: str) -> None:
+        """An organization moved to another tenant, members and all, by plain SQL."""
+        self.plain_sql(
+            "UPDATE keyturn_organizations SET tenant_id = ? WHERE id = ? AND NOT is_default",
+            (tenant, organization),
+        )
+
+    has_plain_sql = False
+
     @invariant()
     def memo_is_bounded(self) -> None:
         assert len(self.auth.memo) <= self.auth.memo.max_size
@@ -306,14 +358,25 @@ class OnMemory(MemoAgrees):
 
 
 class OnSQLite(MemoAgrees):
+    has_plain_sql = True
+
     def open(self) -> tuple[Any, Any, Any, Any]:
         folder = tempfile.mkdtemp(prefix="keyturn-memo-")
         self.closing.append(lambda: shutil.rmtree(folder, ignore_errors=True))
-        path = Path(folder) / "keys.sqlite3"
+        path = self.path = Path(folder) / "keys.sqlite3"
         db = SQLiteDatabase(path)
         truth = SQLiteDatabase(path, replica=False)
         self.closing.extend([db.close, truth.close])
         return db.keys, db.membership, truth.keys, truth.membership
+
+    def plain_sql(self, statement: str, params: tuple[str, ...]) -> None:
+        connection = sqlite3.connect(self.path, isolation_level=None)
+        try:
+            connection.execute(statement, params)
+        except sqlite3.IntegrityError:  # a tenant left without its default: refused
+            pass
+        finally:
+            connection.close()
 
 
 class OnPostgres(MemoAgrees):

@@ -43,8 +43,8 @@ def test_the_file_and_schema_appear_on_first_use(sqlite_path: Path) -> None:
         assert not sqlite_path.exists()
         assert db.keys.get_key("NoSuchKey123") is None
         assert sqlite_path.exists()
-        assert db.schema_version() == _sql.SCHEMA_VERSION == 7
-        assert db.create_schema() == 7  # idempotent
+        assert db.schema_version() == _sql.SCHEMA_VERSION == 8
+        assert db.create_schema() == 8  # idempotent
     raw = sqlite3.connect(sqlite_path)
     try:
         assert raw.execute("SELECT version FROM keyturn_schema_version").fetchall() == VERSIONS

@@ -15,6 +15,8 @@ from keyturn._model import ApiKey, Found, Organization
 from keyturn.activity import KeyEvent, emit
 from keyturn.errors import Conflict, DuplicateKey, UnknownOrganization
 from keyturn.stores import _sql
+from keyturn.stores._sync import _organization_gone
+from keyturn.stores._versions import Versions
 from keyturn.usage import DailyUsage
 
 __all__ = ["AsyncSQLKeyStore", "AsyncSQLMembership"]
@@ -31,8 +33,8 @@ class AsyncSQLKeyStore:
     def __repr__(self) -> str:
         return f"AsyncSQLKeyStore({self.database!r})"
 
-    def changes(self) -> int | None:
-        """What moves with every change the decision could read here (``_memo.py``)."""
+    def changes(self) -> Versions | None:
+        """When each thing the decision reads here last changed (``_memo.py``)."""
         return self.database.changes()  # type: ignore[no-any-return]
 
     async def get_key(self, key_id: str) -> ApiKey | None:
@@ -191,8 +193,8 @@ class AsyncSQLMembership:
     def __repr__(self) -> str:
         return f"AsyncSQLMembership({self.database!r})"
 
-    def changes(self) -> int | None:
-        """What moves with every change the decision could read here (``_memo.py``)."""
+    def changes(self) -> Versions | None:
+        """When each thing the decision reads here last changed (``_memo.py``)."""
         return self.database.changes()  # type: ignore[no-any-return]
 
     async def get_organization(self, organization_id: str) -> Organization | None:
@@ -240,7 +242,9 @@ class AsyncSQLMembership:
                 known = None if row is None else _sql.organization(row)
         if not inserted:
             _sql.refuse_organization(wanted, known)
+        # What the feed will name too (schema version 8): this process sees it at once.
         self.database.replica.changed(_sql.ORGANIZATION, wanted.id)
+        self.database.replica.changed(_sql.TENANT, wanted.tenant_id)
         return wanted
 
     async def remove_organization(self, organization_id: str) -> bool:
@@ -252,9 +256,10 @@ class AsyncSQLMembership:
         known = await self.get_organization(organization_id)
         if known is None:
             return False
+        members = await self.members_of(known.id)  # their reach goes with it
         async with self.database.connection(lock=known.tenant_id) as connection:
             cursor = await connection.execute(self._sql.remove_organization, (known.id,))
-        self.database.replica.changed(_sql.ORGANIZATION, known.id)
+        _organization_gone(self.database.replica, known, members)
         if not cursor.rowcount and await self.get_organization(organization_id) is not None:
             raise _sql.default_stays(known)
         return bool(cursor.rowcount)

@@ -7,14 +7,19 @@ Rules of this file:
    connected and has been since the replica was last emptied). Otherwise, and on any miss,
    the store reads through, in one statement, and keeps what it read.
 2. A change the feed reports drops what it touches before the next lookup can read it; a
-   write through a store of this process drops it before the write returns. What a read
-   found is kept only if no change or reset came in while it ran (the epoch), so a read
-   that raced a change never outlives it. The epoch moves *after* what a change or reset
-   drops is gone: whoever reads the epoch and then the replica (the memo, ``_memo.py``,
-   through :meth:`Replica.changes`) reads every change the epoch counts.
-3. Bounded: each table keeps its most recently used entries, and a change drops only the
-   entries it touches; ids that name no key are kept apart and never evict a key.
-4. One replica per database per process (:func:`shared`), whichever store objects read
+   write through a store of this process drops it before the write returns. Each change
+   is numbered in :attr:`Replica.versions` (``_versions.py``) with the names it touched,
+   *after* what it drops is gone: whoever reads the number and then the replica (the memo,
+   ``_memo.py``, through :meth:`Replica.changes`) reads every change the number counts.
+   What a read-through found is kept only if nothing it names changed while it ran, so a
+   read that raced a change never outlives it.
+3. A change drops only what it touches: a key; an account's roles and reach; an
+   organization; a tenant's default (the feed names an organization's tenants and, when it
+   appears, goes or moves, its members: schema version 8). Only a reset (the feed may have
+   missed changes) empties the replica.
+4. Bounded: each table keeps its most recently used entries; ids that name no key are
+   kept apart, in a table of their own, and never evict a key.
+5. One replica per database per process (:func:`shared`), whichever store objects read
    it: a sync console beside an async API sees one replica. A database is known by what
    it is (the server, the database, the schema keyturn's tables resolve to), never by how
    a URL spells it. A forked child starts empty and not current, with locks of its own.
@@ -29,7 +34,8 @@ from collections.abc import Callable
 from typing import Final, TypeVar
 
 from keyturn._model import ApiKey, Found, Organization
-from keyturn.stores._sql import EVERYTHING, KEY, MEMBERSHIP
+from keyturn.stores._sql import EVERYTHING, KEY, MEMBERSHIP, ORGANIZATION, TENANT
+from keyturn.stores._versions import Name, Versions
 
 __all__ = ["Replica", "shared"]
 
@@ -61,18 +67,34 @@ class _Recent(OrderedDict[str, V]):
             self.popitem(last=False)
 
 
+def read(key_id: str, found: Found) -> tuple[Name, ...]:
+    """The names of what a lookup of *key_id* read, as :class:`~keyturn.Found` says."""
+    key = found.key
+    if key is None:
+        return ((KEY, key_id),)
+    names = [(KEY, key_id), (MEMBERSHIP, key.account_id), (TENANT, key.scope.tenant_id)]
+    if found.asked is not None:
+        names.append((ORGANIZATION, found.asked))
+    return tuple(names)
+
+
 class Replica:
     """Keys by id, each account's roles and reach, organizations and tenants' defaults.
 
     Each table keeps its most recently used entries (:data:`MAX_ENTRIES`); ids that name no
     key (a checksum-valid forgery, a key deleted) are kept in a table of their own, so a
-    flood of them never evicts a key in use.
+    flood of them never evicts a key in use. The counters are read by the benchmark:
+    ``read_throughs`` (lookups the replica could not answer, read from the database) and
+    ``resets`` (the replica emptied whole, or every answer kept before made void: the feed
+    lost, restarted or behind).
     """
 
     def __init__(self, max_entries: int = MAX_ENTRIES) -> None:
         self.max_entries = max_entries
         self.current = False  # set by the feed
-        self.epoch = 0  # moves on every change applied and every reset
+        self.versions = Versions()  # what changed when, as this replica heard it
+        self.read_throughs = 0
+        self.resets = 0
         self._lock = threading.Lock()
         self._empty()
 
@@ -84,10 +106,14 @@ class Replica:
         self._defaults: _Recent[Organization | None] = _Recent(size)  # by tenant
         self._roles: _Recent[dict[str, str | None]] = _Recent(size)  # account -> org -> role
         self._reach: _Recent[dict[str, bool]] = _Recent(size)  # account -> tenant -> reaches
-        self._tenants: dict[str, str] = {}  # organization -> tenant, for what a change drops
 
     def __repr__(self) -> str:
         return f"Replica(current={self.current}, keys={len(self._keys)})"
+
+    @property
+    def epoch(self) -> int:
+        """The number of the last change or reset heard."""
+        return self.versions.seq
 
     def found(self, key_id: str, organization: str | None) -> Found | None:
         """What a lookup of *key_id* naming *organization* would read, or ``None`` when the
@@ -120,15 +146,18 @@ class Replica:
             key=key, asked=organization, named=named, default=default, roles=roles, reaches=reaches
         )
 
-    def changes(self) -> int | None:
-        """The epoch, while the replica is current; ``None`` while it cannot say."""
-        epoch = self.epoch  # first: a reset that makes it current moves the epoch after
-        return epoch if self.current else None
+    def changes(self) -> Versions | None:
+        """What this replica heard of changes, while it is current; ``None`` while it
+        cannot say."""
+        versions = self.versions  # first: a reset that makes it current resets it before
+        return versions if self.current else None
 
     def keep(self, key_id: str, found: Found, epoch: int) -> None:
-        """Keep what a read-through lookup *found*, unless a change came in since *epoch*."""
+        """Keep what a read-through lookup *found*, unless something it read changed since
+        *epoch* (:attr:`epoch` read before the lookup)."""
+        self.read_throughs += 1
         with self._lock:
-            if not self.current or epoch != self.epoch:
+            if not self.current or not self.versions.unchanged(read(key_id, found), epoch):
                 return
             key = found.key
             if key is None:
@@ -137,15 +166,9 @@ class Replica:
             self._unknown.pop(key_id, None)
             self._keys.put(key_id, key)
             tenant = key.scope.tenant_id
-            if key.scope.organization_id is not None:
-                self._tenants[key.scope.organization_id] = tenant
             if found.asked is not None:
                 self._organizations.put(found.asked, found.named)
-                if found.named is not None:
-                    self._tenants[found.named.id] = found.named.tenant_id
             self._defaults.put(tenant, found.default)
-            if found.default is not None:
-                self._tenants[found.default.id] = tenant
             roles = self._roles.get(key.account_id) or {}
             self._roles.put(key.account_id, {**roles, **found.roles})
             reach = self._reach.get(key.account_id) or {}
@@ -153,7 +176,7 @@ class Replica:
 
     def changed(self, kind: str, changed_id: str) -> None:
         """Drop what a change of *kind* (``_sql.KEY``, ``MEMBERSHIP``, ``ORGANIZATION``,
-        ``EVERYTHING``) to *changed_id* touches."""
+        ``TENANT``, ``EVERYTHING``) to *changed_id* touches."""
         if kind == EVERYTHING:  # a table emptied, a log started anew
             self.reset(current=self.current)
             return
@@ -164,38 +187,34 @@ class Replica:
             elif kind == MEMBERSHIP:
                 self._roles.pop(changed_id, None)
                 self._reach.pop(changed_id, None)
-            else:
-                self._organization_changed(changed_id)
-            self.epoch += 1  # last (rule 2)
-
-    def _organization_changed(self, organization: str) -> None:
-        # The organization itself, and its tenant's default. Its memberships send changes
-        # of their own (a cascade included); the roles kept for it stay true. What cannot
-        # be placed goes whole: an organization of a tenant this replica never saw may be
-        # the default that one lacked, and one that moved to another tenant takes its
-        # members' reach along.
-        self._organizations.pop(organization, None)
-        tenant = self._tenants.pop(organization, None)
-        if tenant is not None:
-            self._defaults.pop(tenant, None)
-        for name, default in list(self._defaults.items()):
-            if default is None:
-                self._defaults.pop(name, None)
-        for account, roles in list(self._roles.items()):
-            if roles.get(organization) is not None:
-                self._reach.pop(account, None)
+            elif kind == ORGANIZATION:
+                # Its tenant's default and its members' reach come as changes of their own
+                # (TENANT, MEMBERSHIP: rule 3); the roles kept for it stay true.
+                self._organizations.pop(changed_id, None)
+            elif kind == TENANT:
+                self._defaults.pop(changed_id, None)
+            else:  # a kind this version does not know: it may touch anything
+                self._empty()
+                self.resets += 1
+                self.versions.reset()
+                return
+            self.versions.moved(((kind, changed_id),))  # last (rule 2)
 
     def moved(self) -> None:
-        """Move the epoch: the caller is about to read the database past the feed."""
+        """Make every answer kept before void: the caller is about to read the database
+        past the feed (PostgreSQL's listener behind), and no answer may outlive what it
+        reads. What the replica holds stays: it answers only once the feed caught up."""
         with self._lock:
-            self.epoch += 1
+            self.resets += 1
+            self.versions.reset()
 
     def reset(self, *, current: bool) -> None:
         """Empty the replica (the feed may have missed changes) and say whether it is current."""
         with self._lock:
             self._empty()
             self.current = current
-            self.epoch += 1  # last (rule 2)
+            self.resets += 1
+            self.versions.reset()  # last (rule 2)
 
 
 # --- one replica per database per process ---------------------------------------------------
@@ -239,6 +258,7 @@ def _forget_in_child() -> None:
     _lock = threading.Lock()
     for replica, feed, _ in _shared.values():
         replica._lock = threading.Lock()
+        replica.versions.renew_lock()
         replica.reset(current=False)
         feed.after_fork()  # type: ignore[attr-defined]
 

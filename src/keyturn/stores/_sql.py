@@ -13,7 +13,10 @@ Rules of this file:
 3. Every write the decision could see (a key's credential, name, scope, expiry or
    revocation; a membership; an organization) reaches the change feed in the writing
    transaction, by triggers, so a change made with plain SQL is seen too: PostgreSQL sends
-   ``NOTIFY keyturn_changes``; SQLite appends to ``keyturn_changes``.
+   ``NOTIFY keyturn_changes``; SQLite appends to ``keyturn_changes``. A change names what
+   it touches (a key, an account, an organization) and, for an organization, its tenants
+   and, when it appears, goes or moves, its members' accounts (version 8), so a replica
+   drops exactly that.
 4. Instants go in as UTC datetimes (SQLite: fixed-width ISO 8601 text, which sorts as the
    instants do) and come out as UTC-aware datetimes, microseconds kept.
 5. No secret ever reaches this file: a key row holds the argon2id hash and the hint.
@@ -51,11 +54,12 @@ __all__ = [
 NOTIFY_CHANNEL: Final = "keyturn_changes"
 EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)  # before every event: "since the start"
 # What a change names (the feed's "kind"): a key by id, an account's memberships, an
-# organization (its memberships change with it), or everything (a table emptied, a log
-# that starts anew): the replica empties.
+# organization, a tenant's organizations (its default among them: version 8), or
+# everything (a table emptied, a log that starts anew): the replica empties.
 KEY: Final = "k"
 MEMBERSHIP: Final = "m"
 ORGANIZATION: Final = "o"
+TENANT: Final = "t"
 EVERYTHING: Final = "*"
 
 
@@ -72,6 +76,9 @@ class Dialect(NamedTuple):
     # Version 7: every write heard (TRUNCATE, replication, restores) and the default
     # organization's rule kept by the database itself.
     every_write_heard: Sequence[str] = ()
+    # Version 8: an organization's change names its tenants and, when it appears, goes or
+    # moves, its members' accounts.
+    organizations_placed: Sequence[str] = ()
 
 
 # --- the schema ---------------------------------------------------------------------------
@@ -79,6 +86,7 @@ class Dialect(NamedTuple):
 # Stand in a migration for a dialect's own statements.
 CHANGE_FEED: Final = "-- the dialect's change feed"
 EVERY_WRITE_HEARD: Final = "-- the dialect's triggers for every write"
+ORGANIZATIONS_PLACED: Final = "-- the dialect's triggers naming an organization's tenant"
 
 # Each entry upgrades the schema by one version; never edit a released entry, append one.
 MIGRATIONS: Final[Sequence[Sequence[str]]] = (
@@ -202,8 +210,18 @@ MIGRATIONS: Final[Sequence[Sequence[str]]] = (
         # triggers, so plain SQL cannot break it either.
         EVERY_WRITE_HEARD,
     ),
+    (
+        # Version 8: a change of an organization names what it touches beyond itself, so a
+        # replica drops exactly that: its tenant (old and new), whose default it may be or
+        # become, and, when the organization appears, goes or moves to another tenant, the
+        # accounts of its members, whose reach of a tenant moves with it (a cascade sends
+        # their changes too, but plain SQL may run without one).
+        ORGANIZATIONS_PLACED,
+    ),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
+# The first version whose feed places every organization change: replicas need it.
+PLACED_FROM: Final = 8
 
 CREATE_VERSION_TABLE: Final = (
     "CREATE TABLE IF NOT EXISTS keyturn_schema_version (version INTEGER PRIMARY KEY)"
@@ -393,6 +411,69 @@ POSTGRES_EVERY_WRITE_HEARD: Final[Sequence[str]] = (
 )
 
 
+# Version 8 (both dialects): what an organization's change touches beyond itself.
+_MEMBERS_OF: Final = "SELECT '{kind}', account_id FROM keyturn_memberships WHERE organization_id"
+SQLITE_ORGANIZATIONS_PLACED: Final[Sequence[str]] = (
+    "CREATE TRIGGER keyturn_organizations_placed_inserted AFTER INSERT ON keyturn_organizations "  # noqa: S608
+    f"BEGIN INSERT INTO keyturn_changes (kind, id) VALUES ('{TENANT}', NEW.tenant_id); "
+    f"INSERT INTO keyturn_changes (kind, id) {_MEMBERS_OF.format(kind=MEMBERSHIP)} = NEW.id; "
+    "END",
+    "CREATE TRIGGER keyturn_organizations_placed_deleted AFTER DELETE ON keyturn_organizations "  # noqa: S608
+    f"BEGIN INSERT INTO keyturn_changes (kind, id) VALUES ('{TENANT}', OLD.tenant_id); "
+    f"INSERT INTO keyturn_changes (kind, id) {_MEMBERS_OF.format(kind=MEMBERSHIP)} = OLD.id; "
+    "END",
+    "CREATE TRIGGER keyturn_organizations_placed_updated AFTER UPDATE ON keyturn_organizations "  # noqa: S608
+    "WHEN NOT (OLD.id IS NEW.id AND OLD.tenant_id IS NEW.tenant_id "
+    "AND OLD.is_default IS NEW.is_default) BEGIN "
+    f"INSERT INTO keyturn_changes (kind, id) VALUES ('{TENANT}', NEW.tenant_id); "
+    f"INSERT INTO keyturn_changes (kind, id) SELECT '{TENANT}', OLD.tenant_id "
+    "WHERE OLD.tenant_id IS NOT NEW.tenant_id; "
+    f"INSERT INTO keyturn_changes (kind, id) {_MEMBERS_OF.format(kind=MEMBERSHIP)} "
+    "IN (OLD.id, NEW.id) AND (OLD.id IS NOT NEW.id OR OLD.tenant_id IS NOT NEW.tenant_id); "
+    "END",
+)
+
+POSTGRES_ORGANIZATIONS_PLACED: Final[Sequence[str]] = (
+    f"""CREATE OR REPLACE FUNCTION keyturn_notify_organization() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        DECLARE
+            prefix text := TG_TABLE_SCHEMA || chr(9);
+            old_row jsonb := CASE WHEN TG_OP <> 'INSERT' THEN to_jsonb(OLD) END;
+            new_row jsonb := CASE WHEN TG_OP <> 'DELETE' THEN to_jsonb(NEW) END;
+            tenant text;
+            account text;
+        BEGIN
+            FOR tenant IN SELECT DISTINCT t FROM unnest(ARRAY[
+                new_row ->> 'tenant_id', old_row ->> 'tenant_id']) AS t WHERE t IS NOT NULL
+            LOOP
+                PERFORM pg_notify('{NOTIFY_CHANNEL}', prefix || '{TENANT}' || chr(9) || tenant);
+            END LOOP;
+            IF (new_row ->> 'id') IS DISTINCT FROM (old_row ->> 'id')
+                OR (new_row ->> 'tenant_id') IS DISTINCT FROM (old_row ->> 'tenant_id') THEN
+                FOR account IN EXECUTE format('SELECT DISTINCT account_id FROM '
+                    '%I.keyturn_memberships WHERE organization_id = ANY ($1)', TG_TABLE_SCHEMA)
+                    USING ARRAY[new_row ->> 'id', old_row ->> 'id']
+                LOOP
+                    PERFORM pg_notify('{NOTIFY_CHANNEL}',
+                        prefix || '{MEMBERSHIP}' || chr(9) || account);
+                END LOOP;
+            END IF;
+            RETURN NULL;
+        END $$""",  # noqa: S608
+    """CREATE TRIGGER keyturn_organizations_placed AFTER INSERT OR DELETE
+        ON keyturn_organizations FOR EACH ROW EXECUTE FUNCTION keyturn_notify_organization()""",
+    """CREATE TRIGGER keyturn_organizations_placed_changed AFTER UPDATE ON keyturn_organizations
+        FOR EACH ROW WHEN (OLD.id IS DISTINCT FROM NEW.id
+            OR OLD.tenant_id IS DISTINCT FROM NEW.tenant_id
+            OR OLD.is_default IS DISTINCT FROM NEW.is_default)
+        EXECUTE FUNCTION keyturn_notify_organization()""",
+    *(
+        f"ALTER TABLE keyturn_organizations ENABLE ALWAYS TRIGGER {trigger}"
+        for trigger in ("keyturn_organizations_placed", "keyturn_organizations_placed_changed")
+    ),
+)
+
+
 def migration(version: int, dialect: Dialect) -> list[str]:
     """The statements that bring the schema from ``version - 1`` to *version*."""
     statements: list[str] = []
@@ -401,6 +482,8 @@ def migration(version: int, dialect: Dialect) -> list[str]:
             statements.extend(dialect.change_feed)
         elif statement == EVERY_WRITE_HEARD:
             statements.extend(dialect.every_write_heard)
+        elif statement == ORGANIZATIONS_PLACED:
+            statements.extend(dialect.organizations_placed)
         else:
             statements.append(statement.format(timestamp=dialect.timestamp))
     return statements

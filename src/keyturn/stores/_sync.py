@@ -23,6 +23,7 @@ from keyturn._model import ApiKey, Found, Organization
 from keyturn.activity import KeyEvent, emit
 from keyturn.errors import Conflict, DuplicateKey, UnknownOrganization
 from keyturn.stores import _sql
+from keyturn.stores._versions import Versions
 from keyturn.usage import DailyUsage
 
 __all__ = ["SQLKeyStore", "SQLMembership"]
@@ -40,8 +41,8 @@ class SQLKeyStore:
     def __repr__(self) -> str:
         return f"SQLKeyStore({self.database!r})"
 
-    def changes(self) -> int | None:
-        """What moves with every change the decision could read here (``_memo.py``)."""
+    def changes(self) -> Versions | None:
+        """When each thing the decision reads here last changed (``_memo.py``)."""
         return self.database.changes()  # type: ignore[no-any-return]
 
     def get_key(self, key_id: str) -> ApiKey | None:
@@ -201,8 +202,8 @@ class SQLMembership:
     def __repr__(self) -> str:
         return f"SQLMembership({self.database!r})"
 
-    def changes(self) -> int | None:
-        """What moves with every change the decision could read here (``_memo.py``)."""
+    def changes(self) -> Versions | None:
+        """When each thing the decision reads here last changed (``_memo.py``)."""
         return self.database.changes()  # type: ignore[no-any-return]
 
     def get_organization(self, organization_id: str) -> Organization | None:
@@ -245,7 +246,9 @@ class SQLMembership:
                 known = None if row is None else _sql.organization(row)
         if not inserted:
             _sql.refuse_organization(wanted, known)
+        # What the feed will name too (schema version 8): this process sees it at once.
         self.database.replica.changed(_sql.ORGANIZATION, wanted.id)
+        self.database.replica.changed(_sql.TENANT, wanted.tenant_id)
         return wanted
 
     def remove_organization(self, organization_id: str) -> bool:
@@ -257,9 +260,10 @@ class SQLMembership:
         known = self.get_organization(organization_id)
         if known is None:
             return False
+        members = self.members_of(known.id)  # their reach goes with it
         with self.database.connection(lock=known.tenant_id) as connection:
             removed = connection.execute(self._sql.remove_organization, (known.id,)).rowcount
-        self.database.replica.changed(_sql.ORGANIZATION, known.id)
+        _organization_gone(self.database.replica, known, members)
         if not removed and self.get_organization(organization_id) is not None:
             raise _sql.default_stays(known)
         return bool(removed)
@@ -302,3 +306,12 @@ class SQLMembership:
         with self.database.connection() as connection:
             rows = connection.execute(self._sql.organizations_of, (account_id,)).fetchall()
         return [_sql.organization(row) for row in rows]
+
+
+def _organization_gone(replica: Any, organization: Organization, members: list[Any]) -> None:
+    """Drop what removing *organization* touches, as the feed will name it (schema version
+    8): this process sees its own write at once, before the feed's changes come in."""
+    replica.changed(_sql.ORGANIZATION, organization.id)
+    replica.changed(_sql.TENANT, organization.tenant_id)
+    for account, _ in members:
+        replica.changed(_sql.MEMBERSHIP, account)

@@ -23,7 +23,17 @@ from keyturn._lifecycle import revoked_by_use
 from keyturn._model import ApiKey, Leaked, Organization
 from keyturn.activity import EventHook, KeyEvent, emit
 from keyturn.errors import DuplicateKey, OrganizationConflict, UnknownOrganization
-from keyturn.stores._sql import auto_revoked, default_stays, refuse_organization, replaced
+from keyturn.stores._sql import (
+    KEY,
+    MEMBERSHIP,
+    ORGANIZATION,
+    TENANT,
+    auto_revoked,
+    default_stays,
+    refuse_organization,
+    replaced,
+)
+from keyturn.stores._versions import Versions
 from keyturn.usage import KEPT_DAYS, DailyUsage
 
 __all__ = ["MemoryKeyStore", "MemoryMembership"]
@@ -45,7 +55,8 @@ class MemoryKeyStore:
         self._usage: Counter[tuple[str, date, str]] = Counter()  # (key, day, outcome) -> n
         self._lock = threading.Lock()
         self.on_event = on_event
-        self._changes = 0  # moved by every write the decision could see, after it
+        # When each key last changed, moved by every write the decision could see, after it.
+        self._versions = Versions()
 
     def __repr__(self) -> str:
         return f"MemoryKeyStore(keys={len(self._keys)})"
@@ -53,9 +64,9 @@ class MemoryKeyStore:
     def __len__(self) -> int:
         return len(self._keys)
 
-    def changes(self) -> int:
-        """A number that moves with every change the decision could read (``_memo.py``)."""
-        return self._changes
+    def changes(self) -> Versions:
+        """When each key the decision reads last changed (``_memo.py``)."""
+        return self._versions
 
     def get_key(self, key_id: str) -> ApiKey | None:
         return self._keys.get(key_id)
@@ -69,7 +80,7 @@ class MemoryKeyStore:
                     if other.replaces == key.replaces and other.revoked_at is None:
                         raise replaced(key, other.key_id)
             self._keys[key.key_id] = key
-            self._changes += 1
+            self._versions.moved(((KEY, key.key_id),))
 
     def keys_of(self, account_id: str) -> Sequence[ApiKey]:
         with self._lock:
@@ -82,7 +93,7 @@ class MemoryKeyStore:
             if key is None or key.revoked_at is not None:
                 return False
             self._keys[key_id] = attrs.evolve(key, revoked_at=at)
-            self._changes += 1
+            self._versions.moved(((KEY, key_id),))
             return True
 
     def mark_used(self, key_id: str, at: datetime) -> None:
@@ -93,11 +104,13 @@ class MemoryKeyStore:
             if key.last_used_at is None or key.last_used_at < at:
                 first = key.first_used_at or at
                 self._keys[key_id] = attrs.evolve(key, last_used_at=at, first_used_at=first)
+                if key.first_used_at is None:  # a first use: the decision reads it (rotation)
+                    self._versions.moved(((KEY, key_id),))
             old = self._keys.get(key.replaces or "")
             revoked = revoked_by_use(key, old, at)
             if old is not None and revoked:
                 self._keys[old.key_id] = attrs.evolve(old, revoked_at=at)
-                self._changes += 1  # the usage write itself changes nothing the decision reads
+                self._versions.moved(((KEY, old.key_id),))
         if old is not None and revoked:
             self.record_event(auto_revoked(old, at, key_id))
 
@@ -199,7 +212,9 @@ class MemoryMembership:
         self._roles: dict[tuple[str, str], str] = {}
         self._reach: Counter[tuple[str, str]] = Counter()  # (account, tenant) -> memberships
         self._lock = threading.Lock()
-        self._changes = 0  # moved by every write, after it
+        # When each organization, tenant and account last changed: moved by every write,
+        # after it, with the names it touched.
+        self._versions = Versions()
 
     def __repr__(self) -> str:
         return (
@@ -224,7 +239,7 @@ class MemoryMembership:
             self._organizations[organization_id] = organization
             if default:
                 self._defaults[tenant_id] = organization
-            self._changes += 1
+            self._versions.moved(((ORGANIZATION, organization_id), (TENANT, tenant_id)))
         return organization
 
     def add_member(self, account_id: str, organization_id: str, *, role: str) -> None:
@@ -238,17 +253,18 @@ class MemoryMembership:
             if (account_id, organization_id) not in self._roles:
                 self._reach[account_id, organization.tenant_id] += 1
             self._roles[account_id, organization_id] = role
-            self._changes += 1
+            self._versions.moved(((MEMBERSHIP, account_id),))
 
     def remove_member(self, account_id: str, organization_id: str) -> None:
         with self._lock:
             if self._roles.pop((account_id, organization_id), None) is not None:
                 self._unreach(account_id, self._organizations[organization_id].tenant_id)
-                self._changes += 1
+                self._versions.moved(((MEMBERSHIP, account_id),))
 
-    def changes(self) -> int:
-        """A number that moves with every change the decision could read (``_memo.py``)."""
-        return self._changes
+    def changes(self) -> Versions:
+        """When each organization, tenant's default and account's memberships the decision
+        reads last changed (``_memo.py``)."""
+        return self._versions
 
     def get_organization(self, organization_id: str) -> Organization | None:
         return self._organizations.get(organization_id)
@@ -280,10 +296,14 @@ class MemoryMembership:
             del self._organizations[organization_id]
             if self._defaults.get(organization.tenant_id) == organization:
                 del self._defaults[organization.tenant_id]
-            for account_id, _ in self._members(organization_id):
+            members = [account_id for account_id, _ in self._members(organization_id)]
+            for account_id in members:
                 del self._roles[account_id, organization_id]
                 self._unreach(account_id, organization.tenant_id)
-            self._changes += 1
+            touched = [(MEMBERSHIP, account_id) for account_id in members]
+            self._versions.moved(
+                ((ORGANIZATION, organization_id), (TENANT, organization.tenant_id), *touched)
+            )
         return True
 
     def _unreach(self, account_id: str, tenant_id: str) -> None:

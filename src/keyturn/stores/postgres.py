@@ -55,6 +55,7 @@ from keyturn.errors import StoreTimeout, StoreUnreachable
 from keyturn.stores import _replica, _sql
 from keyturn.stores._async import AsyncSQLKeyStore, AsyncSQLMembership
 from keyturn.stores._sync import SQLKeyStore, SQLMembership
+from keyturn.stores._versions import Versions
 
 __all__ = ["AsyncPostgresDatabase", "PostgresDatabase"]
 
@@ -66,6 +67,7 @@ _DIALECT: Final = _sql.Dialect(
     has_foreign_tables=None,
     change_feed=_sql.POSTGRES_CHANGE_FEED,
     every_write_heard=_sql.POSTGRES_EVERY_WRITE_HEARD,
+    organizations_placed=_sql.POSTGRES_ORGANIZATIONS_PLACED,
     placeholder="%s",
 )
 _STATEMENTS: Final = _sql.Statements()
@@ -204,9 +206,9 @@ class _Replicated:
             return None
         return self.replica.found(key_id, organization)
 
-    def changes(self) -> int | None:
-        """A number that moves with every change the decision could read, as the listener
-        hears of it; ``None`` while the replica is off or cannot answer."""
+    def changes(self) -> Versions | None:
+        """When each thing the decision reads last changed, as the listener hears of it;
+        ``None`` while the replica is off or cannot answer."""
         listener = self._listener
         if listener is None or not listener.answers():
             return None
@@ -457,13 +459,24 @@ class _Elsewhere(Exception):
     """The listener reached another database than the pool's."""
 
 
+class _Outdated(Exception):
+    """The schema's feed does not place every change (before version 8): a replica fed by
+    it could keep a tenant's default or an account's reach after they changed."""
+
+
+def _version_of(schema: str) -> str:
+    quoted = schema.replace('"', '""')
+    return f'SELECT coalesce(max(version), 0) FROM "{quoted}".keyturn_schema_version'  # noqa: S608
+
+
 class _Listener:
     """The database's change feed for one replica: a thread that LISTENs on a connection
     of its own, reconnecting with a growing pause when the connection or the server goes.
 
     The replica answers (:meth:`answers`) only while all of this holds: the listener's
     connection reaches the server and database the pool's does (asked of each, never
-    read from a URL); it has LISTENed since the replica was last emptied; a heartbeat sent
+    read from a URL); the schema's triggers name what each change touches (version 8:
+    ``_sql.PLACED_FROM``); it has LISTENed since the replica was last emptied; a heartbeat sent
     less than ``PROVEN_FOR`` seconds ago was answered (every notice committed before
     it was sent has then been read); and nothing waits unread on its socket. Notices are
     those of the schema keyturn's tables resolve to on the pool's connections.
@@ -502,9 +515,11 @@ class _Listener:
     def settled(self) -> bool:
         """:meth:`answers`, once notices that wait are applied (a short, bounded wait).
 
-        When it cannot say, the replica's epoch moves before the caller reads through: what
-        the database shows may be newer than what the feed has told, and no answer kept
-        before (the memo's) may outlive it.
+        When it cannot say (the listener is behind by more than the wait: a stall), every
+        answer kept before is made void before the caller reads through
+        (``Replica.moved``, counted as a reset): what the
+        database shows may be newer than what the feed has told, and no answer kept before
+        (the memo's) may outlive it.
         """
         if self.answers():
             return True
@@ -550,6 +565,8 @@ class _Listener:
                 pause = 0.05
             except _Elsewhere as exc:
                 log.error("keyturn's change feed is off: %s", exc)
+            except _Outdated as exc:
+                log.warning("keyturn's change feed waits for create_schema(): %s", exc)
             except Exception as exc:  # the server went away, refused, or stalled: read through
                 log.warning(
                     "keyturn's change feed is down (%s); requests read the database until "
@@ -581,6 +598,12 @@ class _Listener:
                 raise _Elsewhere(
                     f"the listener reaches {where}, the pool {self.identity[:2]}: "
                     "pass listener_conninfo for the pool's database"
+                )
+            (version,) = self._exchange(pgconn, poll, _version_of(self.identity[2]))
+            if int(version or 0) < _sql.PLACED_FROM:
+                raise _Outdated(
+                    f"schema version {version}, the replica needs {_sql.PLACED_FROM}: "
+                    "requests read the database until then"
                 )
             self._exchange(pgconn, poll, f"LISTEN {_sql.NOTIFY_CHANNEL}")
             self.backend_pid = pgconn.backend_pid

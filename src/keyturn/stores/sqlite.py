@@ -39,6 +39,7 @@ from keyturn.activity import EventHook
 from keyturn.errors import NotAKeyDatabase
 from keyturn.stores import _replica, _sql
 from keyturn.stores._sync import SQLKeyStore, SQLMembership
+from keyturn.stores._versions import Versions
 
 __all__ = ["SQLiteDatabase"]
 
@@ -54,6 +55,7 @@ _DIALECT: Final = _sql.Dialect(
     ),
     change_feed=_sql.SQLITE_CHANGE_FEED,
     every_write_heard=_sql.SQLITE_EVERY_WRITE_HEARD,
+    organizations_placed=_sql.SQLITE_ORGANIZATIONS_PLACED,
     placeholder="?",
 )
 _STATEMENTS: Final = _sql.Statements.with_placeholder("?")
@@ -175,9 +177,9 @@ class SQLiteDatabase(_sql.ClosedOnExit):
             return None
         return self.replica.found(key_id, organization)
 
-    def changes(self) -> int | None:
-        """A number that moves with every change the decision could read, once caught up
-        with every commit made before this call; ``None`` without a replica."""
+    def changes(self) -> Versions | None:
+        """When each thing the decision reads last changed, once caught up with every
+        commit made before this call; ``None`` without a replica."""
         return self.replica.changes() if self._caught_up() else None
 
     def _caught_up(self) -> bool:
