@@ -394,11 +394,11 @@ def syscalls(where: str, n: int, *args: str) -> dict[str, float]:
     if not said.get("accepted"):
         raise RuntimeError(f"bench._store_count {' '.join(args)} said {said}")
     lines = trace.read_text().splitlines()
-    marks = [line for line in lines if " getppid()" in line]
+    marks = [index for index, line in enumerate(lines) if " getppid()" in line]
     if len(marks) != 2:
         raise RuntimeError(f"strace saw {len(marks)} getppid calls, not 2")
-    thread = marks[0].split()[0]
-    start, end = lines.index(marks[0]), lines.index(marks[1])
+    start, end = marks
+    thread = lines[start].split()[0]
     counted: dict[str, float] = {}
     for line in lines[start + 1 : end]:
         pid, _, call = line.partition(" ")
@@ -406,8 +406,8 @@ def syscalls(where: str, n: int, *args: str) -> dict[str, float]:
         if pid != thread or call.startswith(("<...", "+++")):
             continue
         name = call.split("(", 1)[0]
-        counted[name] = counted.get(name, 0) + 1 / n
-    return counted
+        counted[name] = counted.get(name, 0) + 1
+    return {name: round(count / n, 3) for name, count in counted.items()}
 
 
 def _counted(settings: Settings, report: Report, postgres_url: str | None) -> Table:

@@ -344,22 +344,28 @@ class _Feed:
                 self._header, self._mapped = None, False
             connection = self._connection
             header = self._header
-            # Before the file is read: a commit after this look moves the header again.
+            # Before the file is read: a commit after this look moves the header again,
+            # and a call of this process after it marks the feed stale again.
             seen = header[:_HEADER] if header is not None else None
+            checked = time.monotonic()
             self.stale = False
-            self._next = time.monotonic() + CHECK_EVERY
-            (version,) = connection.execute("PRAGMA data_version").fetchone()
-            if version != self._version:
-                if self._version is None or not self._read_since(connection):
-                    last = connection.execute(
-                        "SELECT seq, tag FROM keyturn_changes ORDER BY seq DESC LIMIT 1"
-                    ).fetchone()
-                    self._seq, self._tag = last or (0, None)
-                    self.replica.reset(current=True)
-                self._version = version
+            try:
+                (version,) = connection.execute("PRAGMA data_version").fetchone()
+                if version != self._version:
+                    if self._version is None or not self._read_since(connection):
+                        last = connection.execute(
+                            "SELECT seq, tag FROM keyturn_changes ORDER BY seq DESC LIMIT 1"
+                        ).fetchone()
+                        self._seq, self._tag = last or (0, None)
+                        self.replica.reset(current=True)
+                    self._version = version
+            except BaseException:
+                self.stale = True  # not caught up: the next request asks again
+                raise
             if not self._mapped:  # this connection has read: it holds the -shm file, locked
                 self._header, self._mapped = _map_header(connection, self.path), True
             self._seen = seen if seen is not None and _whole(seen) else None
+            self._next = checked + CHECK_EVERY
 
     def _read_since(self, connection: sqlite3.Connection) -> bool:
         # The changes after the last one read, applied; False when that one is gone.
@@ -404,7 +410,8 @@ def _map_header(connection: sqlite3.Connection, path: str) -> mmap.mmap | None:
     in WAL mode or the header cannot be mapped (the feed then asks the file in time).
 
     *connection* must have read the file in WAL mode: it then holds the ``-shm`` file open,
-    with SQLite's locks, so the file mapped here is the one every writer updates.
+    with SQLite's locks, so the file mapped here is the one every writer updates; where
+    the kernel lists locks (Linux), the file is mapped only if this process holds one.
     """
     if os.name != "posix":
         return None
@@ -412,9 +419,34 @@ def _map_header(connection: sqlite3.Connection, path: str) -> mmap.mmap | None:
         (mode,) = connection.execute("PRAGMA journal_mode").fetchone()
         if str(mode).lower() != "wal":
             return None
-        return _mapped(path + "-shm")
+        # SQLite names the -shm file after the database's real path (links resolved).
+        shm = os.path.realpath(path) + "-shm"
+        # Only the file this process's connections hold locked. A forked child whose
+        # parent had the file open holds no lock of its own (SQLite in the child counts
+        # the parent's as held), so it asks the file in time instead.
+        held = _locked_here(os.stat(shm))
+        if held is False or (held is None and _ORPHANS):
+            return None
+        return _mapped(shm)
     except (OSError, ValueError, sqlite3.Error):
         return None
+
+
+def _locked_here(shm: os.stat_result) -> bool | None:
+    """Whether this process holds a POSIX lock on *shm* (SQLite's connections hold one on
+    the -shm file they use); ``None`` where the kernel does not list locks."""
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as listed:
+            locks = listed.read()
+    except OSError:
+        return None
+    major, minor = os.major(shm.st_dev), os.minor(shm.st_dev)
+    inode, pid = f"{major:02x}:{minor:02x}:{shm.st_ino}", str(os.getpid())
+    return any(
+        fields[4:6] == [pid, inode]
+        for fields in (line.split() for line in locks.splitlines())
+        if len(fields) > 5
+    )
 
 
 def _mapped(shm: str) -> mmap.mmap | None:
