@@ -391,7 +391,8 @@ class _Feed:
         # The parent's connection is never used, nor closed, here: closing any descriptor
         # of the file would drop this process's locks on it. Nor is the header read until
         # a connection of the child's own holds the -shm file: locks are not inherited.
-        _ORPHANS.append(self._connection)
+        if self._connection is not None:
+            _ORPHANS.append(self._connection)
         self._lock, self._connection, self._header, self._seen = threading.Lock(), None, None, None
         self._next, self.stale = 0.0, True
 
@@ -521,12 +522,13 @@ _ORPHANS: Final[list[object]] = []  # a forked child's inherited connections, ke
 _FEEDS: Final[weakref.WeakValueDictionary[str, _Feed]] = weakref.WeakValueDictionary()
 # (device, inode) of each -shm file mapped -> its descriptor and header, never closed.
 _MAPPED: Final[dict[tuple[int, int], tuple[int, mmap.mmap | None]]] = {}
-_MAPPED_LOCK: Final = threading.Lock()
+_MAPPED_LOCK = threading.Lock()
 
 
 def _renew_in_child() -> None:
-    global _GATE
+    global _GATE, _MAPPED_LOCK
     _GATE = _ForkGate()  # the parent's threads, inside or waiting, are not in the child
+    _MAPPED_LOCK = threading.Lock()
     for database in _DATABASES:
         database._after_fork()
 
