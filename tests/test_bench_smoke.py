@@ -212,17 +212,22 @@ def test_stores_without_postgres() -> None:
     for driver in ("authenticate()", "authenticate_async()"):
         assert report.facts[f"sqlite, replica: {driver}.selects_per_request"] == 0
         assert report.facts[f"sqlite, replica=False: {driver}.statements_per_request"] == 1
+    if "count.sqlite.instructions" in report.facts:  # valgrind and strace are there
+        assert report.facts["count.sqlite.syscalls_per_request"] == 0
     assert report.facts["http.failed"] == 0
 
 
 def test_lag_without_postgres() -> None:
-    """Four SQLite instances refuse every revoked key, and none flips back."""
+    """Four SQLite instances refuse every revoked key, and none flips back; one instance
+    never accepts a request begun after the commit."""
     report = run_section("lag", SMOKE.with_postgres(None))
     assert report.facts["postgres_skipped"] == 1
     for load in ("saturated", "paced", "writes"):
         assert report.facts[f"sqlite, {load}.revokes"] == SMOKE.revokes
         assert report.facts[f"sqlite, {load}.not_refused"] == 0
         assert report.facts[f"sqlite, {load}.flips"] == 0
+    # With the WAL-index header, no request that began after a commit was let through.
+    assert report.facts["sqlite, header mapped.accepted_after_commit"] == 0
 
 
 def test_scale_without_postgres() -> None:
