@@ -610,7 +610,7 @@ def test_every_server_sees_every_commit_and_nothing_is_lost(store_url: str, tmp_
 
 def test_preloaded_workers_verify_keys_their_parent_never_saw(tmp_path: Path) -> None:
     """gunicorn ``--preload`` over a SQLite file: its parent built the Authenticator and
-    verified one key (argon2 and the usage writer ran on their threads) before it forked
+    verified one key (the usage writer ran on its thread) before it forked
     the workers; each key it never saw is accepted by the worker the request reaches."""
     url = f"sqlite:///{tmp_path / 'keyturn.sqlite3'}"
     scope = Scope.organization("org_default", tenant_id="acme")
