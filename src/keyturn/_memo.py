@@ -81,7 +81,7 @@ class Memo:
         # for it (``_shortcuts.py`` says which feeds may be trusted; none: the memo is off).
         self.enabled = feeds is not None
         self._store, self._membership = feeds if feeds is not None else (_unknown, None)
-        # Keyed once per process, like the verified-token cache: the digests name no secret.
+        # Keyed once per process: the digests name no secret.
         self._keyed = hashlib.blake2s(key=secrets.token_bytes(32), digest_size=16)
         # Where -> (the principal, the change numbers, when it stops holding by self._now)
         self._entries: dict[Where, tuple[Principal, object, Any]] = {}

@@ -58,8 +58,9 @@ from keyturn.errors import Reason
 
 __all__ = ["DURATION_BUCKETS", "METHODS", "MetricsAudit"]
 
-# Seconds: a warm decision takes microseconds, a cold one an argon2 run (tens of
-# milliseconds), a timed-out one the authenticator's timeout (5 s by default).
+# Seconds: a warm decision takes microseconds, a cold one a store round trip (a key made
+# before SHA-256: one argon2 run, milliseconds), a timed-out one the authenticator's
+# timeout (5 s by default).
 DURATION_BUCKETS: Final = (
     0.00005,
     0.0001,
