@@ -14,7 +14,7 @@ from keyturn import _hashing
 
 __all__ = ["OLD_PROFILE", "legacy_hash", "legacy_runs"]
 
-# keyturn's KEY_PROFILE up to the move to SHA-256: 8 MiB, one pass, one lane.
+# keyturn's argon2id profile up to the move to SHA-256: 8 MiB, one pass, one lane.
 OLD_PROFILE: Final = PasswordHasher(
     time_cost=1, memory_cost=8 * 1024, parallelism=1, hash_len=32, salt_len=16, type=Type.ID
 )
