@@ -93,7 +93,9 @@ def _same(computed: str, stored: str) -> bool:
 
 
 def _argon2(secret_hash: str, secret: str, limits: HashLimits) -> Reason | None:
-    """Verify a legacy argon2id hash, its parameters within *limits* first."""
+    """Verify a legacy argon2id hash, its parameters within *limits* first (counted only
+    when argon2 runs)."""
+    global legacy_verifications  # the one process-wide counter
     try:
         params = extract_parameters(secret_hash)
     except InvalidHashError:
@@ -105,6 +107,7 @@ def _argon2(secret_hash: str, secret: str, limits: HashLimits) -> Reason | None:
         or params.parallelism > limits.max_parallelism
     ):
         return Reason.UNVERIFIABLE
+    legacy_verifications += 1
     try:
         verify_secret(secret_hash.encode("ascii"), secret.encode("ascii"), Type.ID)
     except VerificationError:  # includes VerifyMismatchError
@@ -133,13 +136,11 @@ class _LegacyHashes:
         self._lock = threading.Lock()  # another thread may have held it at the fork
 
     def check(self, secret_hash: str, secret: str) -> Reason | None:
-        global legacy_verifications  # the one process-wide counter
         known = self._verified.get(secret_hash)
         if known is None:
             with self._lock:  # one argon2 run at a time; a concurrent first use waits for it
                 known = self._verified.get(secret_hash)
                 if known is None:
-                    legacy_verifications += 1
                     failure = _argon2(secret_hash, secret, self.limits)
                     if failure is not None:
                         return failure

@@ -452,12 +452,12 @@ def test_concurrent_first_uses_of_a_legacy_key_run_argon2_once(world: World) -> 
 def test_absurd_hash_parameters_are_refused_before_running_argon2(
     world: World, decide: Decide
 ) -> None:
-    """A stored hash asking for 4 TiB of memory is refused at once, as unverifiable."""
+    """A stored hash asking for 4 TiB of memory is refused at once, as unverifiable, and
+    counts no argon2 run."""
     created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
     old = world.store.get_key(created.info.key_id)
     assert old is not None
-    import attrs
-
+    runs = legacy_runs()
     absurd = (
         "$argon2id$v=19$m=4294967295,t=4294967295,p=255$c2FsdHNhbHRzYWx0$aGFzaGhhc2hoYXNoaGFzaA"
     )
@@ -465,6 +465,7 @@ def test_absurd_hash_parameters_are_refused_before_running_argon2(
     # Run, argon2 with those parameters would not end (or fail to allocate): an answer at all
     # is the proof.
     refused(decide(bearer(created.secret)), Unauthorized, Reason.UNVERIFIABLE)
+    assert legacy_runs() == runs
 
 
 # --- faults: 503, never 401 (D15) ---------------------------------------------------------
