@@ -75,8 +75,8 @@ def is_legacy(secret_hash: str) -> bool:
 def check_secret(secret_hash: str, secret: str) -> Reason | None:
     """``None`` when *secret* matches *secret_hash*; otherwise why not.
 
-    One SHA-256 for a ``sha256$`` hash; a legacy argon2id hash runs argon2 once per process
-    (:data:`_LEGACY`). Any other stored text is unverifiable, never a match.
+    One SHA-256 for a ``sha256$`` hash; a legacy argon2id hash runs argon2 at most once per
+    process. Any other stored text is unverifiable, never a match.
     """
     if not secret.isascii():  # no key's secret: never hashed, never a match
         return Reason.WRONG_SECRET
