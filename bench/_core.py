@@ -53,7 +53,7 @@ class Settings:
     label: str
     reps: int  # paired repetitions of the in-process sections
     batch: int  # requests per variant per repetition (in-process, warm)
-    slow_batch: int  # requests per repetition that run argon2 or reach a database
+    slow_batch: int  # requests per repetition that reach a database (or decide afresh)
     cold_keys: int  # distinct fresh keys timed on their first request
     concurrency: int  # simultaneous first requests with one new key
     http_rounds: int  # paired rounds of the real-HTTP section

@@ -69,7 +69,7 @@ WRITES_PER_SECOND: Final = 500
 WRITERS: Final = 2  # processes sharing the writes: one round trip at a time each
 PACED: Final = 0.0005  # seconds between two requests of a paced instance
 FLIP_CHECKS: Final = 3  # requests sent again after the first refusal
-SETUP_SECONDS: Final = 180.0  # bound on an instance's start (imports, one argon2 per key)
+SETUP_SECONDS: Final = 180.0  # bound on an instance's start (imports, a read per key)
 STEP_SECONDS: Final = 10.0  # bound on waiting for every instance to reach the next key
 
 
@@ -124,7 +124,7 @@ def _instance(
     other: list[str] = []
     flips = sent = 0
     try:
-        for request in requests:  # each key's one argon2 run, before any timing
+        for request in requests:  # each key's first, decided request, before any timing
             outcome = auth.authenticate(request)
             if not isinstance(outcome, Principal):
                 raise RuntimeError(f"instance {index}: a warm-up request was refused: {outcome}")

@@ -8,7 +8,7 @@ This section shows, in one run:
 1. **Statements per warm request, counted by the drivers**: SQLite's trace callback on
    every connection the database holds (its pool and the change feed's), a psycopg
    connection class that counts ``execute`` for PostgreSQL (sync and async pools). Each
-   Authenticator is warmed first (the key's one argon2 run, the replica filled, the
+   Authenticator is warmed first (the key's first decision, the replica filled, the
    PostgreSQL listener in place); then ``count_requests`` warm requests are counted.
 2. **In-process time**, each store ÷ the memory store, through both drivers
    (``authenticate()`` and ``authenticate_async()``), paired repetitions; with the
