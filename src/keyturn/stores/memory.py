@@ -104,7 +104,7 @@ class MemoryKeyStore:
             if key is None or key.secret_hash != old_hash:
                 return False
             self._keys[key_id] = attrs.evolve(key, secret_hash=new_hash)
-            self._changes += 1
+            self._versions.moved(((KEY, key_id),))
             return True
 
     def mark_used(self, key_id: str, at: datetime) -> None:
