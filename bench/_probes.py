@@ -33,6 +33,7 @@ from typing import Any, Final
 
 __all__ = [
     "Counts",
+    "default_replica_size",
     "install",
     "memo_hits",
     "memo_size",
@@ -207,6 +208,13 @@ def memo_size(authenticator: Any) -> int:
 def replica_size(database: Any) -> int:
     """Entries per table the replica keeps (its LRU bound)."""
     return int(database.replica.max_entries)
+
+
+def default_replica_size() -> int:
+    """The entries per table of a replica made with the defaults."""
+    from keyturn.stores._replica import Replica
+
+    return int(Replica().max_entries)
 
 
 def prewarm(authenticator: Any, tokens: Iterable[str], secret_hash: str) -> int:
