@@ -41,6 +41,7 @@ from __future__ import annotations
 import itertools
 import math
 import multiprocessing
+import os
 import random
 import sqlite3
 import tempfile
@@ -408,6 +409,11 @@ def _spin(condition: Any, deadline: float, what: str) -> None:
         time.sleep(0.00005)
 
 
+def _rss_bytes() -> int:
+    with open("/proc/self/statm", encoding="ascii") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
 def _open(kind: str, where: str, counts: Any) -> Any:
     from bench import _probes
 
@@ -460,8 +466,10 @@ def _instance(job: dict[str, Any], index: int, shared: dict[str, Any], results: 
         _probes.prewarm(
             auth, (fakes.token(world.ids[i]) for i in reversed(slots)), world.secret_hash
         )
+        rss = _rss_bytes()
         for rank in job["prime"]:  # the replica and the memo, before any write
             auth.authenticate(requests[rank])
+        primed_bytes = _rss_bytes() - rss  # what the replica and the memo keep for them
         keys = [world.ids[i] for i in slots]
         accounts = [f"a{_account(i)}" for i in slots]
         organizations = [f"o{_organization(_account(i))}" for i in slots]
@@ -537,6 +545,8 @@ def _instance(job: dict[str, Any], index: int, shared: dict[str, Any], results: 
                     "cpu_s": time.process_time() - cpu,
                     "wall_s": time.monotonic() - started,
                     "replica_size": _probes.replica_size(db),
+                    "primed": len(job["prime"]),
+                    "primed_bytes": primed_bytes,
                     **counts.as_dict(),
                 }
             )
@@ -896,6 +906,7 @@ def _big_table(report: Report, runs: list[tuple[str, dict[str, Any]]], profile: 
             "read-throughs / req",
             "LRU of the replica's size: misses / req",
             "read-through / LRU",
+            "resident bytes per key kept",
         ],
     )
     for kind, got in runs:
@@ -913,6 +924,7 @@ def _big_table(report: Report, runs: list[tuple[str, dict[str, Any]]], profile: 
             f"{through:.2%}",
             f"{lru:.2%} ({got['replica_size']:,})",
             f"{ratio:.2f}x",
+            _per(got["primed_bytes"], got["primed"], 0),
         )
         name = f"big.{kind}"
         report.facts.update(
@@ -922,6 +934,7 @@ def _big_table(report: Report, runs: list[tuple[str, dict[str, Any]]], profile: 
                 f"{name}.clears": got["clears"],
                 f"{name}.read_through_rate": through,
                 f"{name}.lru_miss_rate": lru,
+                f"{name}.bytes_per_key": got["primed_bytes"] / max(1, got["primed"]),
             }
         )
         keys = f"{profile.big_keys:,} active keys"
