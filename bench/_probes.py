@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import importlib
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -59,7 +60,7 @@ class Counts:
     read_throughs: int = 0
     feed_statements: int = 0
     other_statements: int = 0
-    _depth: list[int] = field(default_factory=lambda: [0])
+    _calls: threading.local = field(default_factory=threading.local)  # nesting, per thread
 
     def zero(self) -> None:
         self.argon2_runs = self.hashing_cpu_ns = self.clears = 0
@@ -109,14 +110,15 @@ def _timed(counts: Counts, function: Callable[..., Any], argon2: bool) -> Callab
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if argon2:
             counts.argon2_runs += 1
-        depth = counts._depth
-        depth[0] += 1
-        start = time.thread_time_ns() if depth[0] == 1 else 0
+        calls = counts._calls
+        depth = getattr(calls, "depth", 0)
+        calls.depth = depth + 1
+        start = time.thread_time_ns() if depth == 0 else 0
         try:
             return function(*args, **kwargs)
         finally:
-            depth[0] -= 1
-            if depth[0] == 0:
+            calls.depth = depth
+            if depth == 0:
                 counts.hashing_cpu_ns += time.thread_time_ns() - start
 
     return wrapper

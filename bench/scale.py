@@ -9,7 +9,8 @@ shares one secret, so the table is filled by SQL in seconds; each key's ``first_
 is set, so no use made here is a change the decision reads.
 
 **Writes elsewhere.** :data:`INSTANCES` listening instances, each a process of its own with
-its own database object and ``Authenticator`` (defaults), send Zipf traffic (exponent
+its own database object and ``Authenticator`` (defaults, but no usage recording: its writes
+change nothing the decision reads, and the re-warming counts them), send Zipf traffic (exponent
 :data:`ZIPF`) over the 10% *active* keys, while a writer process of its own, through the
 stores' public methods, creates keys for other accounts, changes active and inactive
 accounts' roles, adds and removes organizations, and revokes keys out of the traffic and
@@ -22,11 +23,15 @@ instance, a *refusal* (a revoked key), *touched* (a write that returned after it
 decision began changed its key, its account's memberships or its organization; on
 PostgreSQL, also one that returned in the :data:`LAG_WINDOW` before, which the listener
 may have heard late; instants on CLOCK_MONOTONIC, one clock for every process of the
-machine) or *untouched*.
+machine) or *untouched*. The instances are warmed once (every active key decided once, its
+token put in the verified-token cache as its first verification would); each write rate is
+then a phase of the same instances: ``warmup`` uncounted requests, then ``requests``
+counted.
 
 **300k active keys.** One instance, Zipf traffic over every key of a population of
-``big_keys``: argon2 runs, whole-cache clears, and read-through statements against the
-misses of an LRU of the replica's size simulated on the same trace.
+``big_keys``: the replica and the memo first filled with the keys an LRU of the replica's
+size would hold (the hottest, coldest first), then argon2 runs, whole-cache clears, and
+read-through statements against the misses of that LRU simulated on the same trace.
 
 **Re-warming.** A fresh instance over the population of the write study sends each of
 ``rewarm_keys`` keys once: statements and CPU in hashing, within a time budget; when the
