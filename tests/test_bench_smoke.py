@@ -25,7 +25,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from bench import DEFAULT, SECTIONS, breakdown, run_section
+from bench import DEFAULT, SECTIONS, breakdown, run_section, scale
 from bench import __main__ as bench_main
 from bench._apps import asgi_call, wsgi_call
 from bench._core import SMOKE, Report
@@ -232,11 +232,40 @@ def test_lag_without_postgres() -> None:
     assert report.facts["sqlite, header mapped.accepted_after_commit"] == 0
 
 
+def _scale_counted(facts: dict[str, float], kind: str) -> None:
+    """Every request of the four instances counted once, every write made, in lockstep."""
+    profile = scale.PROFILES["smoke"]
+    for rate in profile.rates:
+        name = f"{kind}.{profile.population}.{rate}"
+        assert facts[f"{name}.requests"] == scale.INSTANCES * profile.requests
+        assert facts[f"{name}.decided"] == sum(
+            facts[f"{name}.{part}"] for part in ("first", "refused", "touched", "untouched")
+        )
+        assert facts[f"{name}.writes"] == (profile.requests // (scale.RPS // rate) if rate else 0)
+    assert facts[f"big.{kind}.requests"] == profile.big_requests
+    assert 0 <= facts[f"big.{kind}.read_through_rate"] <= 1
+    assert 0 <= facts[f"big.{kind}.lru_miss_rate"] <= 1
+    assert facts[f"rewarm.{kind}.done"] == facts[f"rewarm.{kind}.accepted"] > 0
+    assert facts[f"rewarm.{kind}.read_throughs"] >= facts[f"rewarm.{kind}.done"]
+
+
 def test_scale_without_postgres() -> None:
-    report = smoke("scale")
-    assert "memory.largest_over_smallest" in report.facts
-    assert "sqlite.largest_over_smallest" in report.facts
-    assert report.facts["cache.traced_bytes_per_entry"] > 0
+    """Four SQLite instances and a writer elsewhere, the 300k-keys study and the re-warming
+    run and count; with no writes, every warm request is answered by the memo."""
+    report = run_section("scale", SMOKE.with_postgres(None))
+    facts = report.facts
+    assert facts["postgres_skipped"] == 1
+    _scale_counted(facts, "sqlite")
+    assert facts[f"sqlite.{scale.PROFILES['smoke'].population}.0.hit_rate"] == 1.0
+
+
+def test_scale_lru_and_zipf() -> None:
+    """The LRU the replica is compared with, and the traffic's Zipf ranks."""
+    assert scale.lru_misses([1, 2, 1, 3, 1, 2], size=2, measured_from=0) == 4
+    assert scale.lru_misses([1, 2, 1, 3, 1, 2], size=2, measured_from=3) == 2
+    trace = scale.zipf_trace(100, 5000, seed=1)
+    assert trace == scale.zipf_trace(100, 5000, seed=1)
+    assert trace.count(0) > trace.count(1) > trace.count(50)
 
 
 @pytest.mark.skipif(shutil.which("valgrind") is not None, reason="the counted mode is above")
@@ -292,7 +321,8 @@ def test_postgres_parts(name: str) -> None:
             assert facts["faults.after.statements"] == 0
             assert facts["faults.steady.other"] == facts["faults.restarted.other"] == 0
     else:
-        assert "postgres.largest_over_smallest" in facts
+        assert facts["postgres_skipped"] == 0
+        _scale_counted(facts, "postgres")
 
 
 def test_command_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
