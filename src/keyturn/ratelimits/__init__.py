@@ -30,6 +30,7 @@ from keyturn.ratelimits._limiter import (
     RateLimiter,
     RateLimits,
     RateStats,
+    RateUse,
 )
 from keyturn.ratelimits.inprocess import InProcessEngine
 
@@ -44,4 +45,5 @@ __all__ = [
     "RateLimiter",
     "RateLimits",
     "RateStats",
+    "RateUse",
 ]
