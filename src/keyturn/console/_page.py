@@ -88,7 +88,7 @@ from keyturn.errors import (
 )
 from keyturn.manager import AsyncKeyManager, KeyManager
 from keyturn.protocols import ConsoleMembership
-from keyturn.ratelimits import Rate, RateLimiter, RateUse
+from keyturn.ratelimits import Rate, RateLimiter
 from keyturn.usage import DailyUsage, KeyUsage, by_key
 
 _log = logging.getLogger("keyturn.console")
@@ -619,7 +619,7 @@ class Console:
         the organization it works in by default (:func:`_works_in`)."""
         limiter = self.rate_limiter
         if limiter is None:
-            return Limits(shown=False)
+            return Limits()
         roles: dict[str, str | None] = {}
         principals: dict[str, Principal] = {}
         for info in infos:
@@ -654,14 +654,12 @@ class Console:
                 ]
                 for key_id, principal in principals.items()
             }
-            return Limits(shown=True, rows=rows, unread=True, shared=limiter.engine.shared)
+            return Limits(rows=rows, unread=True, shared=limiter.engine.shared)
         rows = {
-            key_id: [_limit(use.policy, use.rate, use, principal) for use in used]
+            key_id: [_limit(use.policy, use.rate, use.used, principal) for use in used]
             for (key_id, principal), used in zip(principals.items(), uses, strict=True)
         }
-        return Limits(
-            shown=True, rows=rows, shared=limiter.engine.shared, slack=f"{limiter.slack:.0%}"
-        )
+        return Limits(rows=rows, shared=limiter.engine.shared, slack=f"{limiter.slack:.0%}")
 
     def _row(
         self,
@@ -698,9 +696,9 @@ class Console:
 @attrs.frozen(kw_only=True)
 class Limits:
     """What the key list shows of rate limits: per Active key id, its limits (an empty
-    list: none applies), and whether use could be read and whose requests it counts."""
+    list: none applies; no entry: no limiter, or a key that makes no request), and
+    whether their use could be read and whose requests it counts."""
 
-    shown: bool  # a limiter is configured: the list has a "Rate limits" column
     rows: Mapping[str, list[dict[str, Any]]] = attrs.field(factory=dict)
     unread: bool = False  # the engine did not answer: limits without their use
     shared: bool = False  # the counts are every instance's, not this process's
@@ -711,9 +709,10 @@ _POLICY_LABELS: Final = {"key": "Key", "account": "Account", "organization": "Or
 
 
 def _works_in(scope: Scope, organizations: Sequence[Organization]) -> Organization | None:
-    """The organization a key of *scope* works in when a request names none of its own: an
-    organization key's own, a tenant key's ``default`` organization when the account
-    reaches it, else the account's first one in that tenant (``None``: it reaches none)."""
+    """The organization the console takes a key of *scope* to be used in (its ``curl``
+    line's, its limits'): an organization key's own; for a tenant key, whose requests name
+    theirs, the tenant's default organization when the account reaches it, else the
+    account's first one there. ``None``: the account reaches none of them."""
     reached = [o for o in organizations if o.tenant_id == scope.tenant_id]
     if scope.organization_id is not None:
         return next((o for o in reached if o.id == scope.organization_id), None)
@@ -732,7 +731,7 @@ def _rates(limiter: RateLimiter, principal: Principal) -> list[tuple[str, Rate]]
     return [(name, rate) for name, rate in named if rate is not None]
 
 
-def _limit(name: str, rate: Rate, use: RateUse | None, principal: Principal) -> dict[str, Any]:
+def _limit(name: str, rate: Rate, used: int | None, principal: Principal) -> dict[str, Any]:
     """One policy as a row shows it: "Key: 37 of 100 a minute"."""
     label = _POLICY_LABELS[name]
     if name == "organization":
@@ -741,7 +740,7 @@ def _limit(name: str, rate: Rate, use: RateUse | None, principal: Principal) -> 
         "label": label,
         "quota": rate.quota,
         "per": per_window(rate.window),
-        "used": None if use is None else use.used,
+        "used": used,
         "high": math.ceil(rate.quota * 0.8),  # the meter turns from "fine" to "nearly spent"
     }
 
