@@ -180,8 +180,10 @@ def test_a_key_without_a_limit_says_so() -> None:
     made = keys(world)
     client = Client("asgi", world.console)
     client.account = "alice"
-    row = row_of(client.get("/console/").text, made["ci"][0])
-    assert re.search(r"Rate limits:</span>\s+none", row) and "<meter" not in row
+    html = client.get("/console/").text
+    assert re.search(r"Rate limits:</span>\s+none", row_of(html, made["ci"][0]))
+    assert "<meter" not in html
+    assert "limits-note" not in html  # no use shown: nothing to explain
 
 
 def test_the_limiter_must_be_one() -> None:
