@@ -5,9 +5,11 @@ section can be kept working as they change; each is one small function here:
 
 - **argon2 runs** and **CPU in hashing**: ``argon2.low_level.verify_secret`` and
   ``argon2.PasswordHasher.verify`` wrapped wherever a module holds them (a module that
-  imported the function by name holds its own reference), plus the functions named in
-  :data:`HASHERS`, if they exist; CPU is the calling thread's (``time.thread_time_ns``),
-  counted once for nested calls.
+  imported the function by name holds its own reference), timed with the calling thread's
+  CPU clock (``time.thread_time_ns``), counted once for nested calls. The functions named
+  in :data:`HASHERS` (a SHA-256 check: about a microsecond, less than two reads of that
+  clock) are counted, and their CPU is the count times the cost of one call, measured in
+  a loop of the same process.
 - **whole-cache clears**: ``keyturn.stores._replica.Replica.reset`` (the replica emptied
   whole), and the ``clear`` of every class in :data:`CLEARS` that exists.
 - **statements**: SQLite's ``set_trace_callback`` on every connection keyturn opens
@@ -43,9 +45,11 @@ __all__ = [
     "replica_size",
 ]
 
-# Hashing functions timed besides argon2's own, as (module, attribute); missing ones are
-# skipped (a SHA-256 verification added later can be named here).
+# Hashing functions counted besides argon2's own, as (module, attribute), each with the
+# arguments of one call for measuring its cost; missing ones are skipped.
 HASHERS: Final = (("keyturn._hashing", "check_secret"),)
+_SAMPLE_SECRET: Final = "a" * 28  # the length of a key's secret
+_CALIBRATION_CALLS: Final = 20_000
 # Classes whose clear() empties a cache whole, as (module, class); missing ones skipped.
 CLEARS: Final = (("keyturn._hashing", "VerifiedTokenCache"),)
 
@@ -55,7 +59,9 @@ class Counts:
     """What the probes counted in this process since :func:`install` (or :meth:`zero`)."""
 
     argon2_runs: int = 0
-    hashing_cpu_ns: int = 0
+    hashing_cpu_ns: int = 0  # argon2's, timed
+    hash_checks: int = 0  # the HASHERS' calls
+    ns_per_check: float = 0.0  # measured once, at install
     clears: int = 0
     read_throughs: int = 0
     feed_statements: int = 0
@@ -63,7 +69,7 @@ class Counts:
     _calls: threading.local = field(default_factory=threading.local)  # nesting, per thread
 
     def zero(self) -> None:
-        self.argon2_runs = self.hashing_cpu_ns = self.clears = 0
+        self.argon2_runs = self.hashing_cpu_ns = self.hash_checks = self.clears = 0
         self.read_throughs = self.feed_statements = self.other_statements = 0
 
     def statement(self, text: str) -> None:
@@ -80,7 +86,8 @@ class Counts:
     def as_dict(self) -> dict[str, int]:
         return {
             "argon2_runs": self.argon2_runs,
-            "hashing_cpu_ns": self.hashing_cpu_ns,
+            "hashing_cpu_ns": self.hashing_cpu_ns + round(self.hash_checks * self.ns_per_check),
+            "hash_checks": self.hash_checks,
             "clears": self.clears,
             "read_throughs": self.read_throughs,
             "feed_statements": self.feed_statements,
@@ -124,6 +131,26 @@ def _timed(counts: Counts, function: Callable[..., Any], argon2: bool) -> Callab
     return wrapper
 
 
+def _counted(counts: Counts, function: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        counts.hash_checks += 1
+        return function(*args, **kwargs)
+
+    return wrapper
+
+
+def _cost_of(check: Callable[[str, str], object]) -> float:
+    """CPU nanoseconds of one call of *check* on a SHA-256 hash and a key-sized secret."""
+    from keyturn._hashing import hash_secret
+
+    stored = hash_secret(_SAMPLE_SECRET)
+    start = time.thread_time_ns()
+    for _ in range(_CALIBRATION_CALLS):
+        check(stored, _SAMPLE_SECRET)
+    return (time.thread_time_ns() - start) / _CALIBRATION_CALLS
+
+
 def install() -> Counts:
     """Install every probe in this process (once: a process of the section's own)."""
     import argon2
@@ -141,7 +168,8 @@ def install() -> Counts:
     for module, name in HASHERS:
         function = _optional(module, name)
         if function is not None:
-            _replace_everywhere(function, _timed(counts, function, argon2=False))
+            counts.ns_per_check = _cost_of(function)
+            _replace_everywhere(function, _counted(counts, function))
 
     reset = _replica.Replica.reset
 
