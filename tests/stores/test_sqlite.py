@@ -153,6 +153,23 @@ def test_open_store_reads_sqlite_urls(tmp_path: Path) -> None:
         open_database("mysql://root:hunter2@127.0.0.1/keys")
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://app:p@ssw0rd@127.0.0.1:5432/keys",
+        "postgres://app@ops:hunter@2@127.0.0.1/keys?sslmode=disable",
+    ],
+)
+def test_a_postgresql_url_with_an_unescaped_at_is_refused_before_libpq_reads_it(url: str) -> None:
+    """libpq would read the password's ``@`` as the host's start and quote the rest of the
+    password in its errors: the URL is refused first, its password hidden, with the fix."""
+    with pytest.raises(ValueError, match="percent-encode") as refused:
+        open_database(url)
+    message = str(refused.value)
+    assert "***" in message
+    assert "ssw0rd" not in message and "hunter" not in message
+
+
 @pytest.mark.parametrize("url", ["sqlite://keyturn.sqlite3", "sqlite:keyturn.sqlite3"])
 def test_a_sqlite_url_with_too_few_slashes_says_how_many(url: str) -> None:
     """A SQLite URL missing a slash is named as such, not as an unsupported scheme."""

@@ -31,7 +31,8 @@ _POSTGRES = ("postgresql://", "postgres://")
 def open_database(url: str) -> SQLiteDatabase | PostgresDatabase:
     """Open the database named by *url*: ``sqlite:///path`` or ``postgresql://...``.
 
-    :raises InvalidStoreURL: the URL names no supported store.
+    :raises InvalidStoreURL: the URL names no supported store, or a PostgreSQL URL holds
+        an ``@`` that is not percent-encoded.
     :raises ImportError: the store's extra is not installed.
     """
     if url.startswith(_SQLITE):
@@ -39,6 +40,13 @@ def open_database(url: str) -> SQLiteDatabase | PostgresDatabase:
 
         return SQLiteDatabase(url.removeprefix(_SQLITE))
     if url.startswith(_POSTGRES):
+        if url.partition("?")[0].count("@") > 1:
+            # libpq would take the password's "@" for the host's start, and quote what
+            # follows it (part of the password) in its errors and the pool's logs.
+            raise InvalidStoreURL(
+                f"the store URL {redact_url(url)} holds more than one '@': percent-encode "
+                "an '@' in the user name or password as %40"
+            )
         from keyturn.stores.postgres import PostgresDatabase  # says which extra it needs
 
         return PostgresDatabase(url)
