@@ -67,6 +67,11 @@ What it does, precisely:
 -   With ``expiry_header=True``, responses to accepted requests also carry
     ``service-key-expires-at``, the key's expiry (the handshake's accept too); refusals and
     the middleware's own 500 never do (``docs/expiry.md``).
+-   With a rate limiter on the authenticator (``Authenticator(..., rate_limiter=...)``,
+    ``docs/rate-limits.md``), an accepted request past its limit gets 429
+    ``rate_limited`` (a WebSocket handshake too, before accept), and every response to
+    an accepted request of a limited principal carries ``RateLimit-Policy`` and
+    ``RateLimit`` (the handshake's accept too).
 -   A refusal to ``HEAD`` has the headers of the ``GET`` refusal and no body.
 -   The role policy sees the canonical path and the upper-cased method: what the router
     dispatches.
@@ -201,7 +206,7 @@ class ApiKeyMiddleware:
         # Built in the call: no frame of ours holds the key while anything it calls may
         # raise, nor while the app runs (error trackers send a traceback's frame locals).
         # With the guard, an acceptance is counted once the body is read (final=False).
-        outcome = await self.authenticator.authenticate_async(
+        outcome, limits = await self.authenticator.check_async(
             _read(scope, path, self.strip_authorization), final=guard is None
         )
         if isinstance(outcome, Refusal):
@@ -226,6 +231,8 @@ class ApiKeyMiddleware:
             outcome.tenant_id,
             outcome.expires_at if self.expiry_header else None,
         )
+        if limits:  # the rate limit's fields, after the service headers
+            extra = (*extra, *map(_limit_line, limits))
         started = False
 
         async def send_with_service_headers(message: Message) -> None:
@@ -319,6 +326,15 @@ def _read(scope: ASGIScope, path: str, strip: bool) -> AuthRequest:
 
 
 _name: Final = operator.itemgetter(0)
+
+
+@functools.lru_cache(maxsize=4096)
+def _limit_line(line: tuple[str, str]) -> Header:
+    """A rate limit field as ASGI sends it (a lower-case name); the ``RateLimit-Policy`` and
+    ``RateLimit`` lines repeat across requests, so each is encoded once."""
+    return (line[0].lower().encode("latin-1"), line[1].encode("latin-1"))
+
+
 # The named tuple's own __new__ is Python code; the tuple's is not (same record, built once
 # per request).
 _new_request: Final = tuple.__new__

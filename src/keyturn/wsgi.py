@@ -182,7 +182,7 @@ class ApiKeyMiddleware:
         guard = self.payload_guard
         began = None if guard is None else time.monotonic()  # for the audit event
         # With the guard, an acceptance is counted once the body is read (final=False).
-        outcome = self.authenticator.authenticate(
+        outcome, limits = self.authenticator.check(
             _new_request(
                 AuthRequest,
                 (
@@ -207,6 +207,8 @@ class ApiKeyMiddleware:
             outcome.tenant_id,
             outcome.expires_at if self.expiry_header else None,
         )
+        if limits:  # the rate limit's fields, after the service headers
+            extra += limits
 
         started = False
 
