@@ -232,7 +232,7 @@ class ApiKeyMiddleware:
             outcome.expires_at if self.expiry_header else None,
         )
         if limits:  # the rate limit's fields, after the service headers
-            extra = (*extra, *map(_limit_line, limits))
+            extra = (*extra, *[(_limit_name(n), v.encode("latin-1")) for n, v in limits])
         started = False
 
         async def send_with_service_headers(message: Message) -> None:
@@ -328,11 +328,10 @@ def _read(scope: ASGIScope, path: str, strip: bool) -> AuthRequest:
 _name: Final = operator.itemgetter(0)
 
 
-@functools.lru_cache(maxsize=4096)
-def _limit_line(line: tuple[str, str]) -> Header:
-    """A rate limit field as ASGI sends it (a lower-case name); the ``RateLimit-Policy`` and
-    ``RateLimit`` lines repeat across requests, so each is encoded once."""
-    return (line[0].lower().encode("latin-1"), line[1].encode("latin-1"))
+@functools.lru_cache(maxsize=16)
+def _limit_name(name: str) -> bytes:
+    """A rate limit field's name as ASGI sends it (lower case), encoded once."""
+    return name.lower().encode("latin-1")
 
 
 # The named tuple's own __new__ is Python code; the tuple's is not (same record, built once

@@ -163,6 +163,12 @@ def _check_limiter(limiter: object) -> RateLimiter | None:
     return limiter
 
 
+def _allowed_outcome() -> object:
+    from keyturn.ratelimits import Outcome  # imported only with a limiter
+
+    return Outcome.ALLOWED
+
+
 class Authenticator:
     """Authenticates requests against a key store and a membership provider.
 
@@ -248,6 +254,7 @@ class Authenticator:
             else None
         )
         self.rate_limiter = _check_limiter(rate_limiter)
+        self._allowed = _allowed_outcome() if rate_limiter is not None else None
         self.closed = False
         renew_in_child(self)
 
@@ -330,7 +337,8 @@ class Authenticator:
         limiter = self.rate_limiter
         if limiter is None or not isinstance(outcome, Principal):
             return self._close(outcome, method, path, started, final), _NO_HEADERS
-        admission = await limiter.admit_async(outcome)
+        # From this process's leases without a coroutine; the engine's round trip awaited.
+        admission = limiter.try_admit(outcome) or await limiter.admit_async(outcome)
         return self._limited(admission, outcome, method, path, started, final)
 
     # --- shared by both drivers ------------------------------------------------------------
@@ -399,8 +407,8 @@ class Authenticator:
     ) -> Checked:
         """The limiter's answer for an accepted request: the request goes on with the
         limit's header fields, or is refused (429, or 503 from a closed engine)."""
-        if admission.allowed:
-            return self._close(principal, method, path, started, final), admission.headers
+        if admission[0] is self._allowed:
+            return self._close(principal, method, path, started, final), admission[1]
         refusal: Refusal
         if admission.policy == "engine":
             refusal = ServiceUnavailable(
