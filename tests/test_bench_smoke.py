@@ -59,6 +59,7 @@ def test_sections_are_all_listed() -> None:
         "scale",
         "breakdown",
         "payload",
+        "ratelimits",
     ]
     assert set(SECTIONS) == set(DEFAULT)
 
