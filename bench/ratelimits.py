@@ -53,11 +53,14 @@ def _instructions(report: Report, settings: Settings) -> None:
     from bench.instructions import count, valgrind_missing
 
     missing = valgrind_missing()
+    names = ("starlette.keyturn", "starlette.keyturn-limited", "starlette.bare")
+    counted = settings.count_variants
+    if missing is None and counted is not None and not set(names) <= set(counted):
+        missing = "these settings count other variants only"
     if missing is not None:
         report.notes.append(f"instructions skipped: {missing}")
         return
     n = settings.count_requests
-    names = ("starlette.keyturn", "starlette.keyturn-limited", "starlette.bare")
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=2) as pool:

@@ -350,6 +350,13 @@ def test_the_refusal_is_audited_and_counted_as_rate_limited() -> None:
     assert error is not None and error.reason is Reason.RATE_LIMITED
     assert error.status == 429 and error.key_id == one.info.key_id
     assert error.reason.value == "rate_limited"
+    # The usage recorder wrote the refusal under its reason: what the usage chart reads.
+    from datetime import date, timedelta
+
+    rows = store.usage_of("alice", date.today() - timedelta(days=2))
+    counted = {(row.key_id, row.outcome): row.requests for row in rows}
+    assert counted[one.info.key_id, "rate_limited"] == 1
+    assert counted[one.info.key_id, "accepted"] == 1
 
 
 def test_metrics_carry_the_reason() -> None:
