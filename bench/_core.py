@@ -53,17 +53,13 @@ class Settings:
     label: str
     reps: int  # paired repetitions of the in-process sections
     batch: int  # requests per variant per repetition (in-process, warm)
-    slow_batch: int  # requests per repetition that run argon2 or reach a database
+    slow_batch: int  # requests per repetition that reach a database (or decide afresh)
     cold_keys: int  # distinct fresh keys timed on their first request
     concurrency: int  # simultaneous first requests with one new key
     http_rounds: int  # paired rounds of the real-HTTP section
     http_requests: int  # requests per variant per round, at most
     http_seconds: float  # seconds per variant per round, at most
     http_clients: int  # concurrent keep-alive connections
-    scale_sizes: tuple[int, ...]  # keys in the memory store
-    sql_keys: int  # keys bulk-inserted into SQLite / PostgreSQL
-    warm_tokens: int  # distinct warm tokens cycled through by the scale section
-    cache_entries: int  # entries put in the verified-token cache to weigh it
     count_requests: int = 1000  # warm requests per variant under callgrind
     count_variants: tuple[str, ...] | None = None  # None: every variant
     revokes: int = 200  # keys revoked one by one in each revocation-lag run
@@ -87,10 +83,6 @@ FULL: Final = Settings(
     http_requests=40_000,
     http_seconds=4.0,
     http_clients=32,
-    scale_sizes=(10, 10_000, 1_000_000),
-    sql_keys=100_000,
-    warm_tokens=1000,
-    cache_entries=100_000,
 )
 QUICK: Final = Settings(
     label="quick",
@@ -103,10 +95,6 @@ QUICK: Final = Settings(
     http_requests=5000,
     http_seconds=1.0,
     http_clients=16,
-    scale_sizes=(10, 10_000, 100_000),
-    sql_keys=10_000,
-    warm_tokens=200,
-    cache_entries=20_000,
     count_requests=300,
     revokes=40,
     limit_seconds=12.0,
@@ -125,10 +113,6 @@ SMOKE: Final = Settings(
     http_requests=30,
     http_seconds=2.0,
     http_clients=2,
-    scale_sizes=(10, 200),
-    sql_keys=200,
-    warm_tokens=10,
-    cache_entries=500,
     count_requests=20,
     count_variants=("starlette.keyturn",),
     revokes=3,

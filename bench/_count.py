@@ -5,8 +5,9 @@ that it answers as it should (200 with the service headers, where it promises th
 keyturn the key's one cold verification; 401 for a refusal), runs warm-up requests, and
 then runs *N* warm requests between two calls of ``os.getppid()``. Run under callgrind with
 ``--dump-before=getppid``, the counts are dumped at those two calls: the second of the
-three parts holds the *N* requests and nothing else -- start-up, imports, argon2 and the
-warm-up fall in the first part, shutting down in the third. The garbage collector stays on.
+three parts holds the *N* requests and nothing else -- start-up, imports, the first
+decision and the warm-up fall in the first part, shutting down in the third. The garbage
+collector stays on.
 
 It prints one JSON line: the variant, *N*, and the status of the checking request.
 """

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
+from argon2 import PasswordHasher, Type
+
 from keyturn import ApiKey, KeyManager, Scope, _token
 from keyturn._hashing import hash_secret
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
@@ -29,6 +31,7 @@ __all__ = [
     "fake_records",
     "fill_membership",
     "key_ids",
+    "legacy_key",
     "memory_world",
     "mistype",
     "new_key",
@@ -97,7 +100,7 @@ def fill_membership(membership: Any) -> None:
 
 
 def seed(store: Any, membership: Any, *, tenant_key: bool = True) -> Keys:
-    """Fill *membership* and create alice's keys in *store* (one argon2 hash per key)."""
+    """Fill *membership* and create alice's keys in *store* (one SHA-256 hash per key)."""
     fill_membership(membership)
     manager = KeyManager(store, membership)
     organization = manager.create(
@@ -126,6 +129,22 @@ def new_key(store: Any, membership: Any) -> str:
     return manager.create(ACCOUNT, name="bench: fresh", scope=scope).secret
 
 
+# keyturn's argon2id profile before SHA-256 (8 MiB, one pass, one lane).
+OLD_PROFILE: Final = PasswordHasher(
+    time_cost=1, memory_cost=8 * 1024, parallelism=1, hash_len=32, salt_len=16, type=Type.ID
+)
+
+
+def legacy_key(store: Any, membership: Any) -> str:
+    """One more key for alice whose store holds an argon2id hash of its secret, as keyturn
+    stored it before SHA-256: its first use runs argon2 once and replaces the hash."""
+    token = new_key(store, membership)
+    key_id, secret = _token.split(token)
+    stored = store.get_key(key_id)
+    store.upgrade_hash(key_id, stored.secret_hash, OLD_PROFILE.hash(secret))
+    return token
+
+
 # --- the refusal paths --------------------------------------------------------------------
 
 
@@ -146,7 +165,7 @@ def unknown_token() -> str:
 
 
 def wrong_secret(token: str) -> str:
-    """The key id of *token* with another secret and a right checksum: argon2 says no."""
+    """The key id of *token* with another secret and a right checksum: its hash says no."""
     id_end = len(_token.PREFIX) + _token.ID_LENGTH
     other = _token.generate().secret
     return _with_checksum(token[:id_end] + other)
@@ -157,7 +176,7 @@ def wrong_secret(token: str) -> str:
 
 @dataclass(frozen=True)
 class FakeKeys:
-    """Keys that all share one secret, so one argon2 hash serves them all."""
+    """Keys that all share one secret, so one hash serves them all."""
 
     secret_hash: str
     secret: str

@@ -131,11 +131,11 @@ def pieces() -> tuple[dict[str, Loop], list[str], Callable[[], None]]:
     def decision() -> Loop:
         decide = _internal("keyturn._decision", "decide")
         store, membership = authenticator.store, authenticator.membership
-        clock, cache, rules = authenticator.clock, authenticator.cache, authenticator.rules
-        targets = (membership, store)  # indexed by Step.via (argon2 never runs: warm key)
+        clock, rules = authenticator.clock, authenticator.rules
+        targets = (membership, store)  # indexed by Step.via
 
         def drive() -> object:
-            flow = decide(request, clock(), cache, rules)
+            flow = decide(request, clock(), rules)
             answer: Any = None
             try:
                 while True:
@@ -158,9 +158,13 @@ def pieces() -> tuple[dict[str, Loop], list[str], Callable[[], None]]:
         lambda: _repeat(lambda: authenticator.memo.recall(request)),
     )
 
-    add("cache.digest (keyed BLAKE2b)", lambda: _repeat(lambda: authenticator.cache.digest(token)))
-    digest = authenticator.cache.digest(token)
-    add("cache.lookup", lambda: _repeat(lambda: authenticator.cache.lookup(digest)))
+    check_secret = _internal("keyturn._hashing", "check_secret")
+    token_key_id, token_secret = _internal("keyturn._token", "split")(token)
+    stored: Any = authenticator.store.get_key(token_key_id)  # the memory store: sync
+    add(
+        "check_secret (one SHA-256, constant-time comparison)",
+        lambda: _repeat(lambda: check_secret(stored.secret_hash, token_secret)),
+    )
     add("clock (datetime.now(UTC))", lambda: _repeat(authenticator.clock))
     prefix, id_length = (
         _internal("keyturn._token", "PREFIX"),

@@ -1,20 +1,23 @@
 """Section 4: a key's first request in a process, alone and in a crowd.
 
-The first request with a key runs argon2 once; the next ones hit the verified-token cache.
-Concurrent first requests with the same new key share that one run (single flight), both
-through the ASGI middleware (``asyncio.gather``) and through the WSGI middleware (threads).
-Argon2 runs are counted, not inferred from times.
+A key's secret is stored as its SHA-256 (D2): the first request with a key costs one store
+read and one hash, and runs no argon2; nothing is cached, nothing waits on a pool. A key
+made before SHA-256 holds an argon2id hash: its first request runs argon2 once and replaces
+the hash, its next ones none, and concurrent first requests with it share that one run
+(through the ASGI middleware, ``asyncio.gather``, and the WSGI middleware, threads). Argon2
+runs are counted (``keyturn._hashing.legacy_verifications``), not inferred from times.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import statistics
 import threading
 import time
-from typing import Final
+from collections.abc import Callable
+from typing import Any, Final
 
-from argon2.low_level import Type, verify_secret
 from starlette.middleware import Middleware
 
 from bench._apps import (
@@ -28,9 +31,8 @@ from bench._apps import (
     wsgi_environ,
 )
 from bench._core import Report, Settings, Table, us
-from bench._world import memory_world, new_key
-from keyturn import Authenticator, AuthRequest, Principal, _token
-from keyturn._hashing import KEY_PROFILE, hash_secret
+from bench._world import legacy_key, memory_world, new_key
+from keyturn import Authenticator, AuthRequest, Principal, _hashing, _token
 from keyturn.asgi import ApiKeyMiddleware
 from keyturn.wsgi import ApiKeyMiddleware as WSGIApiKeyMiddleware
 
@@ -40,16 +42,19 @@ NAME: Final = "cold"
 TITLE: Final = "4. Cold path: a key's first request, alone and with concurrent first requests"
 
 
-def _argon2_ns(samples: int) -> list[int]:
-    """Nanoseconds of one bare argon2id verification with the key profile."""
+def _sha256_ns(samples: int) -> list[int]:
+    """Nanoseconds of one bare SHA-256 of a secret (what a request's check costs)."""
     secret = _token.generate().secret.encode("ascii")
-    encoded = hash_secret(secret.decode("ascii")).encode("ascii")
     durations = []
     for _ in range(samples):
         start = time.perf_counter_ns()
-        verify_secret(encoded, secret, Type.ID)
+        hashlib.sha256(secret).hexdigest()
         durations.append(time.perf_counter_ns() - start)
     return durations
+
+
+def _runs() -> int:
+    return _hashing.legacy_verifications
 
 
 def run(settings: Settings) -> Report:
@@ -58,53 +63,58 @@ def run(settings: Settings) -> Report:
     authenticator = Authenticator(store, membership)
     asgi = starlette_app(Middleware(ApiKeyMiddleware, authenticator=authenticator))
     wsgi = WSGIApiKeyMiddleware(flask_app().wsgi_app, authenticator=authenticator)
-    verifier = authenticator.verifier
     loop = asyncio.new_event_loop()
-    first_direct: list[int] = []
-    first_asgi: list[int] = []
-    second_direct: list[int] = []
-    runs_first: list[int] = []
-    runs_second: list[int] = []
+    timed: dict[str, list[int]] = {}
+    runs: dict[str, list[int]] = {}
+
+    def decide(name: str, token: str) -> None:
+        request = AuthRequest(authorization=(f"Bearer {token}",), path=MODELS)
+        before = _runs()
+        start = time.perf_counter_ns()
+        outcome = authenticator.authenticate(request)
+        timed.setdefault(name, []).append(time.perf_counter_ns() - start)
+        runs.setdefault(name, []).append(_runs() - before)
+        if not isinstance(outcome, Principal):
+            raise RuntimeError(f"a key was refused: {outcome!r}")
+
+    crowds: dict[str, tuple[int, int, int]] = {}  # way in -> (answered 200, runs, wall ns)
+    n = settings.concurrency
     try:
         for _ in range(settings.cold_keys):
-            # Through the Authenticator: the first request, then the second (warm).
-            request = AuthRequest(
-                authorization=(f"Bearer {new_key(store, membership)}",), path=MODELS
-            )
-            for durations, runs in ((first_direct, runs_first), (second_direct, runs_second)):
-                before = verifier.runs
-                start = time.perf_counter_ns()
-                outcome = authenticator.authenticate(request)
-                durations.append(time.perf_counter_ns() - start)
-                runs.append(verifier.runs - before)
-                if not isinstance(outcome, Principal):
-                    raise RuntimeError(f"a fresh key was refused: {outcome!r}")
+            for kind, make in (("fresh", new_key), ("legacy", legacy_key)):
+                token = make(store, membership)
+                decide(f"{kind}: first request", token)
+                decide(f"{kind}: second request", token)
             # Through the ASGI middleware: the first request of another fresh key.
             scope = http_scope([("authorization", f"Bearer {new_key(store, membership)}")])
-            before = verifier.runs
+            before = _runs()
             start = time.perf_counter_ns()
             reply = loop.run_until_complete(asgi_call(asgi, scope))
-            first_asgi.append(time.perf_counter_ns() - start)
-            runs_first.append(verifier.runs - before)
+            timed.setdefault("asgi: fresh key, first request", []).append(
+                time.perf_counter_ns() - start
+            )
+            runs.setdefault("asgi: fresh key, first request", []).append(_runs() - before)
             if reply.status != 200:
                 raise RuntimeError(f"a fresh key was refused: {reply.status}")
 
-        # N concurrent first requests with one new key, through ASGI: one argon2 run.
-        scope = http_scope([("authorization", f"Bearer {new_key(store, membership)}")])
-        n = settings.concurrency
+        # N concurrent first requests with one legacy key, through ASGI: one argon2 run.
+        scope = http_scope([("authorization", f"Bearer {legacy_key(store, membership)}")])
 
         async def crowd() -> list[Reply]:
             return list(await asyncio.gather(*(asgi_call(asgi, scope) for _ in range(n))))
 
-        before = verifier.runs
+        before = _runs()
         start = time.perf_counter_ns()
         replies = loop.run_until_complete(crowd())
-        asgi_crowd_ns = time.perf_counter_ns() - start
-        asgi_crowd_runs = verifier.runs - before
-        asgi_ok = sum(reply.status == 200 for reply in replies)
+        wall = time.perf_counter_ns() - start
+        crowds["asgi: asyncio.gather"] = (
+            sum(reply.status == 200 for reply in replies),
+            _runs() - before,
+            wall,
+        )
 
         # ... and through WSGI, from N threads released together.
-        environ = wsgi_environ({"Authorization": f"Bearer {new_key(store, membership)}"})
+        environ = wsgi_environ({"Authorization": f"Bearer {legacy_key(store, membership)}"})
         barrier = threading.Barrier(n)
         statuses: list[int] = []
         lock = threading.Lock()
@@ -116,79 +126,81 @@ def run(settings: Settings) -> Report:
                 statuses.append(status)
 
         threads = [threading.Thread(target=one) for _ in range(n)]
-        before = verifier.runs
+        before = _runs()
         start = time.perf_counter_ns()
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join(60)
-        wsgi_crowd_ns = time.perf_counter_ns() - start
-        wsgi_crowd_runs = verifier.runs - before
-        wsgi_ok = statuses.count(200)
+        crowds["wsgi: threads"] = (
+            statuses.count(200),
+            _runs() - before,
+            time.perf_counter_ns() - start,
+        )
         if any(thread.is_alive() for thread in threads):
             raise RuntimeError("a WSGI thread did not finish within 60 s")
     finally:
         loop.close()
         authenticator.close()
-    argon2 = _argon2_ns(max(3, settings.cold_keys))
+    sha256 = _sha256_ns(max(3, settings.cold_keys))
+
+    def each(name: str) -> str:
+        seen = sorted(set(runs[name]))
+        return str(seen[0]) if len(seen) == 1 else str(seen)
 
     table = Table(
-        f"first request of a fresh key ({settings.cold_keys} keys each way)",
+        f"first request of a key ({settings.cold_keys} keys each way)",
         ["request", "min us", "median us", "argon2 runs (each)"],
     )
-    table.add(
-        "bare argon2id verify (m=8 MiB, t=1, p=1)",
-        us(min(argon2), 0),
-        us(statistics.median(argon2), 0),
-        "-",
-    )
-    table.add(
-        "authenticator: first request",
-        us(min(first_direct), 0),
-        us(statistics.median(first_direct), 0),
-        "1" if set(runs_first) == {1} else str(sorted(set(runs_first))),
-    )
-    table.add(
-        "authenticator: second request (warm)",
-        us(min(second_direct), 1),
-        us(statistics.median(second_direct), 1),
-        "0" if set(runs_second) == {0} else str(sorted(set(runs_second))),
-    )
-    table.add(
-        "asgi: first request", us(min(first_asgi), 0), us(statistics.median(first_asgi), 0), "1"
-    )
+    table.add("bare SHA-256 of a secret", us(min(sha256), 2), us(statistics.median(sha256), 2), "-")
+    for name in timed:
+        table.add(name, us(min(timed[name]), 1), us(statistics.median(timed[name]), 1), each(name))
     report.tables.append(table)
     crowd_table = Table(
-        f"{n} concurrent first requests with one new key",
+        f"{n} concurrent first requests with one legacy (argon2id) key",
         ["way in", "answered 200", "argon2 runs", "wall time us"],
     )
-    crowd_table.add("asgi: asyncio.gather", f"{asgi_ok}/{n}", asgi_crowd_runs, us(asgi_crowd_ns, 0))
-    crowd_table.add("wsgi: threads", f"{wsgi_ok}/{n}", wsgi_crowd_runs, us(wsgi_crowd_ns, 0))
+    for way, (ok, ran, ns) in crowds.items():
+        crowd_table.add(way, f"{ok}/{n}", ran, us(ns, 0))
     report.tables.append(crowd_table)
 
-    report.facts["first.argon2_runs_max"] = max(runs_first)
-    report.facts["first.argon2_runs_min"] = min(runs_first)
-    report.facts["second.argon2_runs_max"] = max(runs_second)
-    report.facts["crowd.asgi_argon2_runs"] = asgi_crowd_runs
-    report.facts["crowd.wsgi_argon2_runs"] = wsgi_crowd_runs
-    report.facts["crowd.asgi_ok"] = asgi_ok
-    report.facts["crowd.wsgi_ok"] = wsgi_ok
-    report.facts["crowd.size"] = n
-    report.facts["argon2.median_ns"] = statistics.median(argon2)
+    facts: dict[str, Any] = report.facts
+    counted: Callable[[str], list[int]] = runs.__getitem__
+    facts["fresh.first.argon2_runs_max"] = max(counted("fresh: first request"))
+    facts["fresh.second.argon2_runs_max"] = max(counted("fresh: second request"))
+    facts["legacy.first.argon2_runs_min"] = min(counted("legacy: first request"))
+    facts["legacy.first.argon2_runs_max"] = max(counted("legacy: first request"))
+    facts["legacy.second.argon2_runs_max"] = max(counted("legacy: second request"))
+    facts["crowd.asgi_argon2_runs"] = crowds["asgi: asyncio.gather"][1]
+    facts["crowd.wsgi_argon2_runs"] = crowds["wsgi: threads"][1]
+    facts["crowd.asgi_ok"] = crowds["asgi: asyncio.gather"][0]
+    facts["crowd.wsgi_ok"] = crowds["wsgi: threads"][0]
+    facts["crowd.size"] = n
+    facts["sha256.median_ns"] = statistics.median(sha256)
+    fresh = set(counted("fresh: first request")) | set(counted("asgi: fresh key, first request"))
     report.bar(
-        "cold path: exactly one argon2 verification per new key",
-        f"{min(runs_first)}..{max(runs_first)} per first request, {max(runs_second)} on the second",
+        "cold path: one read and one SHA-256, no argon2",
+        f"{max(fresh)} argon2 runs on a fresh key's first request",
+        "0",
+        fresh == {0},
+    )
+    legacy_first, legacy_second = (
+        counted("legacy: first request"),
+        counted("legacy: second request"),
+    )
+    report.bar(
+        "a legacy argon2id key: argon2 once, then its hash replaced",
+        f"{min(legacy_first)}..{max(legacy_first)} on its first request, "
+        f"{max(legacy_second)} on the second",
         "1, then 0",
-        set(runs_first) == {1} and set(runs_second) == {0},
+        set(legacy_first) == {1} and set(legacy_second) == {0},
     )
+    asgi_ok, asgi_runs, _ = crowds["asgi: asyncio.gather"]
+    wsgi_ok, wsgi_runs, _ = crowds["wsgi: threads"]
     report.bar(
-        f"{n} concurrent first requests share one verification",
-        f"ASGI {asgi_crowd_runs}, WSGI {wsgi_crowd_runs}",
+        f"{n} concurrent first requests with one legacy key share one argon2 run",
+        f"ASGI {asgi_runs}, WSGI {wsgi_runs}",
         "1 each, all 200",
-        asgi_crowd_runs == 1 and wsgi_crowd_runs == 1 and asgi_ok == n and wsgi_ok == n,
-    )
-    report.notes.append(
-        f"argon2 profile: {KEY_PROFILE.type.name.lower()}, m={KEY_PROFILE.memory_cost} KiB, "
-        f"t={KEY_PROFILE.time_cost}, p={KEY_PROFILE.parallelism}"
+        asgi_runs == 1 and wsgi_runs == 1 and asgi_ok == n and wsgi_ok == n,
     )
     return report

@@ -17,6 +17,13 @@ hears and applies). A lag is also an acceptance: every request of the key betwee
 revoke and the first refusal was let through, so the maximum lag bounds the latest
 acceptance.
 
+**SQLite, a commit seen.** One instance sending without pause, this process revoking its
+keys one by one, with the WAL-index header mapped (a commit elsewhere is seen by the next
+request) and without it (the feed asks ``PRAGMA data_version`` at most every
+``CHECK_EVERY`` seconds). The bound: the latest start of a request accepted with the key,
+from the commit (a request that began before the commit returned may be accepted; one
+that began after must not be, beyond the bound); and the lag to the first refusal.
+
 **Faults** (PostgreSQL, a private server this section starts with ``initdb`` and stops by its
 PID; never the shared one). One Authenticator over a ``PostgresDatabase`` whose pool
 counts every statement (a psycopg connection class), three threads sending requests
@@ -62,7 +69,7 @@ WRITES_PER_SECOND: Final = 500
 WRITERS: Final = 2  # processes sharing the writes: one round trip at a time each
 PACED: Final = 0.0005  # seconds between two requests of a paced instance
 FLIP_CHECKS: Final = 3  # requests sent again after the first refusal
-SETUP_SECONDS: Final = 180.0  # bound on an instance's start (imports, one argon2 per key)
+SETUP_SECONDS: Final = 180.0  # bound on an instance's start (imports, a read per key)
 STEP_SECONDS: Final = 10.0  # bound on waiting for every instance to reach the next key
 
 
@@ -100,16 +107,24 @@ def _instance(
     ready: Any,
     results: Any,
     seconds: float,
+    header: bool = True,
 ) -> None:
-    """One instance (a process of its own): warm every key, then the bounded loop."""
+    """One instance (a process of its own): warm every key, then the bounded loop.
+    Without *header*, a SQLite feed cannot map the WAL-index header, and asks the file in
+    time instead (``CHECK_EVERY``)."""
+    if not header:
+        from keyturn.stores import sqlite
+
+        sqlite._map_header = lambda connection, path: None
     db = _database(kind, where)
     auth = Authenticator(db.keys, db.membership)
     requests = [_request(token) for token in tokens]
     refused_at = [0] * len(tokens)
+    accepted_from = [0] * len(tokens)  # when the last request of each key accepted began
     other: list[str] = []
     flips = sent = 0
     try:
-        for request in requests:  # each key's one argon2 run, before any timing
+        for request in requests:  # each key's first, decided request, before any timing
             outcome = auth.authenticate(request)
             if not isinstance(outcome, Principal):
                 raise RuntimeError(f"instance {index}: a warm-up request was refused: {outcome}")
@@ -122,9 +137,11 @@ def _instance(
         k = 0
         while k < len(requests) and time.monotonic() < deadline:
             positions[index] = k
+            began = time.monotonic_ns()
             outcome = auth.authenticate(requests[k])
             sent += 1
             if isinstance(outcome, Principal):
+                accepted_from[k] = began
                 if pause:
                     time.sleep(pause)
                 continue
@@ -139,7 +156,14 @@ def _instance(
         positions[index] = len(requests)
     finally:
         results.put(
-            {"index": index, "refused_at": refused_at, "sent": sent, "flips": flips, "other": other}
+            {
+                "index": index,
+                "refused_at": refused_at,
+                "accepted_from": accepted_from,
+                "sent": sent,
+                "flips": flips,
+                "other": other,
+            }
         )
         auth.close()
         db.close()
@@ -172,9 +196,18 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered) + 0.5) - 1))]
 
 
-def _lag_run(kind: str, where: str, n: int, pause: float, writes: bool) -> dict[str, Any]:
-    """Revoke *n* keys one by one under the instances (with a writer elsewhere, if
-    *writes*); the lags and what went wrong."""
+def _lag_run(
+    kind: str,
+    where: str,
+    n: int,
+    pause: float,
+    writes: bool,
+    instances: int = INSTANCES,
+    header: bool = True,
+) -> dict[str, Any]:
+    """Revoke *n* keys one by one under *instances* instances (with a writer elsewhere, if
+    *writes*; SQLite without the WAL-index header, unless *header*); the lags and what
+    went wrong."""
     with _database(kind, where, replica=False) as db:
         if kind == "postgres":
             db.create_schema()
@@ -186,17 +219,28 @@ def _lag_run(kind: str, where: str, n: int, pause: float, writes: bool) -> dict[
             db.keys.add_key(record)
         tokens = [fakes.token(key_id) for key_id in ids]
         context = multiprocessing.get_context("spawn")
-        positions = context.RawArray("i", [-1] * INSTANCES)
-        ready = context.RawArray("i", INSTANCES)
+        positions = context.RawArray("i", [-1] * instances)
+        ready = context.RawArray("i", instances)
         results = context.Queue()
         seconds = SETUP_SECONDS + n * STEP_SECONDS
         processes = [
             context.Process(
                 target=_instance,
-                args=(kind, where, tokens, pause, index, positions, ready, results, seconds),
+                args=(
+                    kind,
+                    where,
+                    tokens,
+                    pause,
+                    index,
+                    positions,
+                    ready,
+                    results,
+                    seconds,
+                    header,
+                ),
                 daemon=True,
             )
-            for index in range(INSTANCES)
+            for index in range(instances)
         ]
         stop_writing, written = context.Event(), context.RawArray("q", WRITERS)
         if writes:
@@ -229,7 +273,7 @@ def _lag_run(kind: str, where: str, n: int, pause: float, writes: bool) -> dict[
                 commits.append((before, time.monotonic_ns()))
             writing = (time.monotonic() - writing[0], sum(written) - writing[1])
             stop_writing.set()
-            for _ in range(INSTANCES):
+            for _ in range(instances):
                 said.append(results.get(timeout=60))
         finally:
             stop_writing.set()
@@ -241,16 +285,20 @@ def _lag_run(kind: str, where: str, n: int, pause: float, writes: bool) -> dict[
                     process.terminate()
                     process.join(10)
     lags, bounds = [], []  # from the commit acknowledged; from the revoke sent
+    stale = []  # the last accepted request's start, from the commit acknowledged
     for instance in said:
         for k, (sent, acknowledged) in enumerate(commits):
             if instance["refused_at"][k]:
                 lags.append((instance["refused_at"][k] - acknowledged) / 1e6)
                 bounds.append((instance["refused_at"][k] - sent) / 1e6)
-    missing = len(commits) * INSTANCES - len(lags)
+            if instance["accepted_from"][k]:
+                stale.append((instance["accepted_from"][k] - acknowledged) / 1e6)
+    missing = len(commits) * instances - len(lags)
     return {
         "revokes": len(commits),
         "lags": lags,
         "bounds": bounds,
+        "stale": stale,
         "missing": missing,
         "flips": sum(instance["flips"] for instance in said),
         "other": sum(len(instance["other"]) for instance in said),
@@ -353,6 +401,90 @@ def _lags(settings: Settings, report: Report) -> Table:
         )
         report.bar(
             f"revocation, {name}: every instance refused every revoked key, none flipped back",
+            f"{got['missing'] + got['other']} not refused, {got['flips']} flips",
+            "0 and 0",
+            got["missing"] + got["other"] == 0 and got["flips"] == 0,
+        )
+    return table
+
+
+# --- SQLite: how soon another process's commit is seen --------------------------------------
+
+GOAL_SEEN_MS: Final = 1.0  # another process's commit seen within 1 ms
+
+
+def _visibility(settings: Settings, report: Report) -> Table:
+    """One SQLite instance sending without pause while this process revokes its keys one
+    by one, with the WAL-index header mapped (the feed's way) and without it (``PRAGMA
+    data_version`` at most every ``CHECK_EVERY``). The bound is the latest start of an
+    accepted request of the key, from the revoke's commit: what a client could still get
+    through after the commit. The lag to the first refusal adds the time the instance
+    waited for a core (two cores, shared)."""
+    from keyturn.stores.sqlite import CHECK_EVERY
+
+    table = Table(
+        f"SQLite: another process's commit seen, one instance sending without pause, "
+        f"{settings.revokes} keys revoked one by one: the last accepted request's start, "
+        "and the first refusal's end, from each commit",
+        [
+            "feed",
+            "revokes",
+            "accepted after the commit",
+            "latest start accepted: max ms",
+            "first refusal: p50 ms",
+            "p99 ms",
+            "max ms",
+            "flips back",
+            "not refused",
+            "requests",
+        ],
+    )
+    for header in (True, False):
+        name = (
+            "sqlite, header mapped"
+            if header
+            else f"sqlite, no header (PRAGMA every {CHECK_EVERY * 1000:g} ms)"
+        )
+        with tempfile.TemporaryDirectory(prefix="keyturn-bench-") as folder:
+            path = str(Path(folder) / "seen.sqlite3")
+            got = _lag_run("sqlite", path, settings.revokes, 0.0, False, 1, header)
+        lags, stale = got["lags"], got["stale"]
+        after = [ms for ms in stale if ms > 0]
+        latest = max(stale, default=0.0)
+        p50, p99, worst = _quantile(lags, 0.5), _quantile(lags, 0.99), max(lags, default=0.0)
+        table.add(
+            name,
+            got["revokes"],
+            len(after),
+            f"{latest:.3f}",
+            f"{p50:.3f}",
+            f"{p99:.3f}",
+            f"{worst:.3f}",
+            got["flips"],
+            got["missing"] + got["other"],
+            got["sent"],
+        )
+        report.facts.update(
+            {
+                f"{name}.accepted_after_commit": len(after),
+                f"{name}.latest_accepted_ms": latest,
+                f"{name}.p50_ms": p50,
+                f"{name}.p99_ms": p99,
+                f"{name}.max_ms": worst,
+            }
+        )
+        report.targets.append(
+            Target(
+                f"Commit elsewhere seen: latest accepted start / {GOAL_SEEN_MS:g} ms, {name}",
+                max(latest, 0.0) / GOAL_SEEN_MS,
+                "<=",
+                1.0,
+                f"{len(after)} of {got['revokes']} revokes let a later request through; "
+                f"first refusal p50 {p50:.3f}, p99 {p99:.3f}, max {worst:.3f} ms",
+            )
+        )
+        report.bar(
+            f"commit seen, {name}: every revoked key refused, none flipped back",
             f"{got['missing'] + got['other']} not refused, {got['flips']} flips",
             "0 and 0",
             got["missing"] + got["other"] == 0 and got["flips"] == 0,
@@ -562,6 +694,7 @@ def _faults(report: Report) -> list[Table]:
 def run(settings: Settings) -> Report:
     report = Report(NAME, TITLE)
     report.tables.append(_lags(settings, report))
+    report.tables.append(_visibility(settings, report))
     if report.facts["postgres_skipped"]:
         return report
     reason = _private_postgres.unavailable()

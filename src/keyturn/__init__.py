@@ -5,7 +5,6 @@ Importing this package pulls in no web framework: the middleware lives in
 """
 
 from keyturn._decision import AuthRequest, Policy
-from keyturn._hashing import KEY_PROFILE, SecretVerifier, VerifiedTokenCache
 from keyturn._lifecycle import custom_date_bounds, expiry_for
 from keyturn._model import (
     ApiKey,
@@ -69,7 +68,6 @@ from keyturn.protocols import (
 )
 
 __all__ = [
-    "KEY_PROFILE",
     "ApiKey",
     "AsyncKeyManager",
     "AsyncKeyStore",
@@ -121,7 +119,6 @@ __all__ = [
     "ScopeKind",
     "ScopeNotReachable",
     "SecretInfo",
-    "SecretVerifier",
     "ServiceUnavailable",
     "Status",
     "StoreTimeout",
@@ -129,7 +126,6 @@ __all__ = [
     "Unauthorized",
     "UnknownOrganization",
     "UsageStore",
-    "VerifiedTokenCache",
     "WritableMembership",
     "custom_date_bounds",
     "describe_secret",

@@ -1,4 +1,4 @@
-"""How a store, a provider or argon2 is asked a step: one caller each, chosen once.
+"""How a store or a provider is asked a step: one caller each, chosen once.
 
 The owner of a store or provider (the :class:`~keyturn.Authenticator`, the usage recorder,
 the managers, the leak responder) picks its caller when it is built, with
@@ -9,9 +9,7 @@ the managers, the leak responder) picks its caller when it is built, with
 - :class:`Blocking`: a sync object that may block runs on a pool of threads under an async
   driver, and under a sync one in place -- on the pool too when a deadline must be enforced
   for it (it does not say ``enforces_timeout = True``);
-- :class:`Awaited`: an async object is awaited under the deadline;
-- :class:`Verifying`: argon2 runs on the :class:`~keyturn._hashing.SecretVerifier`'s own
-  threads, shielded, so a cancelled request never cancels a verification others wait on.
+- :class:`Awaited`: an async object is awaited under the deadline.
 
 A caller answers with :meth:`Caller.call` (sync drivers) or :meth:`Caller.call_async`
 (async drivers), always checked against the step's ``answers``. (The warm path rarely gets
@@ -26,10 +24,9 @@ import contextvars
 import functools
 import inspect
 import time
-from concurrent.futures import Executor, Future
+from concurrent.futures import Executor
 from typing import Any
 
-from keyturn._hashing import SecretVerifier, VerifiedTokenCache
 from keyturn._steps import Step, WrongAnswer
 
 __all__ = [
@@ -37,7 +34,6 @@ __all__ = [
     "Blocking",
     "Caller",
     "InPlace",
-    "Verifying",
     "caller_for",
     "checked",
     "is_async",
@@ -135,28 +131,6 @@ class Awaited(Caller):
             return recalled
         async with asyncio.timeout(remaining(deadline)):
             return checked(step, await step.ask(self.target))
-
-
-class Verifying(Caller):
-    """Argon2 (:class:`~keyturn._steps.VerifySecret`) on the verifier's threads, with its
-    bounds, its single flight and *cache*; no deadline (the verifier bounds itself)."""
-
-    def __init__(self, verifier: SecretVerifier, cache: VerifiedTokenCache) -> None:
-        super().__init__(verifier)
-        self.verifier = verifier
-        self.cache = cache
-
-    def _submit(self, step: Any) -> Future[Any]:
-        return self.verifier.submit(
-            self.cache, step.digest, step.secret_hash, step.secret, step.account_id
-        )
-
-    def call(self, step: Step, deadline: float | None) -> Any:
-        return checked(step, self._submit(step).result())
-
-    async def call_async(self, step: Step, deadline: float | None) -> Any:
-        # shield: a cancelled request must not cancel a verification others wait on
-        return checked(step, await asyncio.shield(asyncio.wrap_future(self._submit(step))))
 
 
 def caller_for(

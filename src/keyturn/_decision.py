@@ -13,19 +13,22 @@ Rules of this file (keep them):
      and the mapping of a failing store or provider to 503 (:func:`unavailable`);
    - ``_token.py``: the key layout and checksum; ``_lifecycle.py``: a key's status, and
      whether its use is a rotation's first (:func:`~keyturn._lifecycle.revokes_at_first_use`);
-     ``_hashing.py``: whether a secret matches its hash.
+     ``_hashing.py``: whether a secret matches its hash, and whether that hash is a legacy
+     argon2id one to replace.
 
    ``authenticator.py`` drives it, and the callers of ``_calls.py`` answer its steps;
    the adapters ``_web.py``, ``asgi.py``, ``wsgi.py``, ``django.py`` and ``fastapi.py``
    translate a request into an :class:`AuthRequest` and the outcome into a response;
    ``_memo.py`` gives back this decision's last answer while nothing it read has changed.
 2. No I/O and no framework. :func:`decide` is a generator: it yields steps (``_steps.py``:
-   read a key, verify a secret, resolve an organization, get a role) and receives their
-   answers. It mutates nothing it is given; its one write is a step too (a rotation's first
-   use, :class:`~keyturn._steps.MarkUsed`). The sync and async drivers in
+   read a key, resolve an organization, get a role) and receives their answers. It mutates
+   nothing it is given; its writes are steps too (a rotation's first use,
+   :class:`~keyturn._steps.MarkUsed`, and a legacy hash's upgrade,
+   :class:`~keyturn._steps.UpgradeHash`). The sync and async drivers in
    ``authenticator.py`` run it; neither holds any logic.
-3. Argon2 is a yielded step (:class:`~keyturn._steps.VerifySecret`), so the drivers run it
-   off the caller.
+3. No CPU-heavy step: a secret is checked in place with one SHA-256 (D2). A key still
+   holding a legacy argon2id hash runs argon2 once per process, then has its hash replaced
+   (``_hashing.py`` bounds that path).
 4. The order of checks is fixed (D4): credential (401), then ``x-organization-id`` syntax (400),
    then organization resolution and reach (404), then the application's role policy (403).
    A refusal carries the precise :class:`~keyturn.errors.Reason` for logs, never the client.
@@ -45,7 +48,7 @@ from typing import Any, Final, NamedTuple
 import attrs
 
 from keyturn import _token
-from keyturn._hashing import Overloaded, VerifiedTokenCache, fingerprint
+from keyturn._hashing import check_secret, hash_secret, is_legacy
 from keyturn._lifecycle import derive_status, revokes_at_first_use
 from keyturn._model import Found, Principal, Scope, Status
 from keyturn._steps import (
@@ -57,7 +60,7 @@ from keyturn._steps import (
     MarkUsed,
     ReachesTenant,
     Step,
-    VerifySecret,
+    UpgradeHash,
 )
 from keyturn.errors import (
     InvalidRequest,
@@ -133,6 +136,9 @@ class Rules:
     # Uses are recorded (the Authenticator's usage write is on): a rotation's first use is
     # then written by the decision itself, before the answer (:func:`decide`).
     records_use: bool = False
+    # The store can replace a key's legacy argon2id hash (``upgrade_hash``, optional): a
+    # key's first successful use writes its SHA-256 hash in its place.
+    upgrades: bool = False
 
 
 def reach_question(account_id: str, scope: Scope) -> GetRole | ReachesTenant:
@@ -148,13 +154,8 @@ def reach_question(account_id: str, scope: Scope) -> GetRole | ReachesTenant:
 
 
 def unavailable(exc: Exception, retry_after: int) -> ServiceUnavailable:
-    """The 503 for a store or provider that failed, timed out, or for argon2 shedding (D15)."""
-    if isinstance(exc, Overloaded):
-        reason = Reason.OVERLOADED
-    elif isinstance(exc, TimeoutError):
-        reason = Reason.BACKEND_TIMEOUT
-    else:
-        reason = Reason.BACKEND_ERROR
+    """The 503 for a store or provider that failed or timed out (D15)."""
+    reason = Reason.BACKEND_TIMEOUT if isinstance(exc, TimeoutError) else Reason.BACKEND_ERROR
     return ServiceUnavailable(reason, retry_after=retry_after)
 
 
@@ -247,7 +248,7 @@ def _principal(
 
 
 def decide(
-    request: AuthRequest, now: datetime, cache: VerifiedTokenCache, rules: Rules
+    request: AuthRequest, now: datetime, rules: Rules
 ) -> Generator[Step, Any, Principal | Refusal]:
     """Decide one request; yields steps, returns a :class:`Principal` or the refusal."""
     # 1. The credential: any failure here is the same 401 to the client.
@@ -264,12 +265,9 @@ def decide(
         if len(parsed_header) != _token.TOKEN_LENGTH or not parsed_header.isascii():
             return Unauthorized(Reason.MALFORMED)
         token = parsed_header
-    digest = cache.digest(token)
-    verified = cache.lookup(digest)
-    if verified is None:  # not seen before: check shape and checksum before any lookup
-        wrong = _token.check(token)
-        if wrong is not None:
-            return Unauthorized(wrong)
+    wrong = _token.check(token)  # shape and checksum, before any lookup
+    if wrong is not None:
+        return Unauthorized(wrong)
     key_id, secret = _token.split(token)
     target = (
         organization_header(request.organization, rules.organization_pattern)
@@ -287,16 +285,21 @@ def decide(
     key = step.ask(view) if view is not None else (yield step)
     if key is None:
         return Unauthorized(Reason.UNKNOWN_KEY, key_id=key_id)
-    if verified != fingerprint(key.secret_hash):
-        failure = yield VerifySecret(digest, key.secret_hash, secret, key.account_id)
-        if failure is not None:
-            return Unauthorized(failure, key_id=key_id)
+    failure = check_secret(key.secret_hash, secret)
+    if failure is not None:
+        return Unauthorized(failure, key_id=key_id)
 
     status = derive_status(key, now, reaches_scope=True)
     if status is Status.REVOKED:
         return Unauthorized(Reason.REVOKED, key_id=key_id)
     if status is Status.EXPIRED:
         return Unauthorized(Reason.EXPIRED, key_id=key_id)
+    if rules.upgrades and is_legacy(key.secret_hash):
+        # The key's first successful use since SHA-256 (D2): its argon2id hash is replaced,
+        # only while the store still holds it, so a revoke or rotation since wins. A write
+        # that fails is this request's 503, as any store's (D15); the next one tries again,
+        # without argon2 (``_hashing.py`` remembers the secret's hash).
+        yield UpgradeHash(key_id, key.secret_hash, hash_secret(secret))
 
     scope = key.scope
     account_id = key.account_id

@@ -1,30 +1,31 @@
-"""Argon2id for key secrets, and the verified-token cache that keeps it off the hot path (D2, D3).
+"""Key secrets at rest: SHA-256, and the one-time upgrade of argon2id hashes (D2, D3, D22).
 
-The profile: secrets carry about 166 random bits, so no hash speed makes guessing them
-feasible; argon2id is defence in depth for a stolen database, not the main barrier. We take
-its cheapest sensible setting (8 MiB, one pass, one lane, about 5 ms on a 2-core machine) so
-a cold verification and a burst of wrong guesses stay cheap. Stored hashes with parameters
-beyond :data:`HASH_LIMITS` are refused before argon2 allocates anything.
+A secret is 28 random base62 characters (about 166 bits): no offline search reaches it,
+whatever the hash, so a slow password hash buys nothing and costs a CPU-bound step per key
+and process. A key's secret is stored as ``sha256$<hex>`` (:func:`hash_secret`) and checked
+with one SHA-256 and a constant-time comparison (:func:`check_secret`): no thread, no cache,
+no bound to keep.
 
-The cache maps a keyed BLAKE2b digest of the whole presented token (per-process random key)
-to a fingerprint of the stored hash it was verified against. It holds no secret and nothing
-that helps guess one. Only successful verifications are added, so failed guesses can neither
-evict nor block a real key. A hit skips argon2 only: the key record is still read on every
-request (or known unchanged, by the memo's change numbers: ``_memo.py``), so revocation and
-expiry act on the very next one.
+Keys made before that hold an argon2id hash. :func:`check_secret` still verifies one, with
+argon2-cffi, refusing parameters beyond :data:`HASH_LIMITS` before argon2 allocates
+anything (a hostile stored hash cannot make it spend memory or time). The decision then
+replaces the stored hash with the SHA-256 one at the key's first successful use, by a
+conditional write (the store's ``upgrade_hash``: only while the old hash is still there, so
+a concurrent revoke or rotation wins). The legacy path is bounded: one argon2 run at a time
+in a process, and a legacy hash that verified is remembered with the SHA-256 hash of its
+secret, so that a key is verified by argon2 at most once per process even before (or
+without) its upgrade landing. :data:`legacy_verifications` counts the argon2 runs.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
-import secrets
+import hmac
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Final
 
 import attrs
-from argon2 import PasswordHasher, Type, extract_parameters
+from argon2 import Type, extract_parameters
 from argon2.exceptions import InvalidHashError, VerificationError
 from argon2.low_level import verify_secret
 
@@ -33,22 +34,25 @@ from keyturn.errors import Reason
 
 __all__ = [
     "HASH_LIMITS",
-    "KEY_PROFILE",
-    "Overloaded",
-    "SecretVerifier",
-    "VerifiedTokenCache",
-    "fingerprint",
+    "PREFIX",
+    "HashLimits",
+    "check_secret",
     "hash_secret",
+    "is_legacy",
+    "legacy_verifications",
 ]
 
-KEY_PROFILE: Final = PasswordHasher(
-    time_cost=1, memory_cost=8 * 1024, parallelism=1, hash_len=32, salt_len=16, type=Type.ID
-)
+PREFIX: Final = "sha256$"
+_LEGACY_PREFIX: Final = "$argon2id$"
+
+# Argon2 verifications run in this process (legacy hashes only): the benchmarks and the
+# tests read it as ``keyturn._hashing.legacy_verifications``.
+legacy_verifications = 0
 
 
 @attrs.frozen
 class HashLimits:
-    """The largest argon2 parameters a stored hash may ask for before we refuse to run it."""
+    """The largest argon2 parameters a stored legacy hash may ask for before we refuse to run it."""
 
     max_memory_kib: int = 64 * 1024
     max_time_cost: int = 8
@@ -59,12 +63,39 @@ HASH_LIMITS: Final = HashLimits()
 
 
 def hash_secret(secret: str) -> str:
-    """The encoded argon2id hash that is stored in place of *secret*."""
-    return KEY_PROFILE.hash(secret)
+    """What is stored in place of *secret*: ``sha256$`` and the hex SHA-256 of its ASCII."""
+    return PREFIX + hashlib.sha256(secret.encode("ascii")).hexdigest()
 
 
-def check_secret(secret_hash: str, secret: str, limits: HashLimits = HASH_LIMITS) -> Reason | None:
-    """``None`` when *secret* matches; otherwise why not. Runs argon2: call off the event loop."""
+def is_legacy(secret_hash: str) -> bool:
+    """Whether *secret_hash* is an argon2id hash, to be replaced at the key's next use."""
+    return secret_hash.startswith(_LEGACY_PREFIX)
+
+
+def check_secret(secret_hash: str, secret: str) -> Reason | None:
+    """``None`` when *secret* matches *secret_hash*; otherwise why not.
+
+    One SHA-256 for a ``sha256$`` hash; a legacy argon2id hash runs argon2 at most once per
+    process. Any other stored text is unverifiable, never a match.
+    """
+    if not secret.isascii():  # no key's secret: never hashed, never a match
+        return Reason.WRONG_SECRET
+    if secret_hash.startswith(PREFIX):
+        return None if _same(hash_secret(secret), secret_hash) else Reason.WRONG_SECRET
+    if is_legacy(secret_hash):
+        return _LEGACY.check(secret_hash, secret)
+    return Reason.UNVERIFIABLE
+
+
+def _same(computed: str, stored: str) -> bool:
+    # Both ASCII: compared in constant time (a stored hash with other characters never matches).
+    return stored.isascii() and hmac.compare_digest(computed.encode(), stored.encode())
+
+
+def _argon2(secret_hash: str, secret: str, limits: HashLimits) -> Reason | None:
+    """Verify a legacy argon2id hash, its parameters within *limits* first (counted only
+    when argon2 runs)."""
+    global legacy_verifications  # the one process-wide counter
     try:
         params = extract_parameters(secret_hash)
     except InvalidHashError:
@@ -76,6 +107,7 @@ def check_secret(secret_hash: str, secret: str, limits: HashLimits = HASH_LIMITS
         or params.parallelism > limits.max_parallelism
     ):
         return Reason.UNVERIFIABLE
+    legacy_verifications += 1
     try:
         verify_secret(secret_hash.encode("ascii"), secret.encode("ascii"), Type.ID)
     except VerificationError:  # includes VerifyMismatchError
@@ -85,201 +117,38 @@ def check_secret(secret_hash: str, secret: str, limits: HashLimits = HASH_LIMITS
     return None
 
 
-def fingerprint(secret_hash: str) -> str:
-    """The tail of the encoded argon2 output: enough to notice that a stored hash changed."""
-    return secret_hash[-16:]
+class _LegacyHashes:
+    """Argon2id hashes verified in this process, each at most once, one run at a time.
 
-
-class VerifiedTokenCache:
-    """A bounded map of tokens that verified, keyed so that it never holds a secret.
-
-    Reads take no lock (a dict lookup is atomic in CPython); writes, which happen once per
-    key per process, do. When full, the oldest entry goes first: evicting a key still in use
-    costs it one more argon2 run, never a refusal.
+    A legacy hash that verified maps to the SHA-256 hash of its secret until its upgrade is
+    read back (bounded: past *max_size*, the oldest goes; it costs that key one more argon2
+    run, never a refusal). It holds no secret: only what the store will hold.
     """
 
-    def __init__(self, max_size: int = 100_000) -> None:
-        if max_size < 1:
-            raise ValueError(f"max_size must be at least 1, got {max_size}")
+    def __init__(self, limits: HashLimits = HASH_LIMITS, max_size: int = 10_000) -> None:
+        self.limits = limits
         self.max_size = max_size
-        # Keyed once per process; each digest copies the keyed state instead of re-keying.
-        self._keyed = hashlib.blake2b(key=secrets.token_bytes(32), digest_size=16)
-        self._entries: dict[bytes, str] = {}
+        self._verified: dict[str, str] = {}  # legacy hash -> hash_secret(its secret)
         self._lock = threading.Lock()
         renew_in_child(self)
 
     def _after_fork(self) -> None:
         self._lock = threading.Lock()  # another thread may have held it at the fork
 
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def __repr__(self) -> str:
-        return f"VerifiedTokenCache(size={len(self)}, max_size={self.max_size})"
-
-    def digest(self, token: str) -> bytes:
-        keyed = self._keyed.copy()
-        keyed.update(token.encode("ascii"))
-        return keyed.digest()
-
-    def lookup(self, digest: bytes) -> str | None:
-        """The fingerprint the token behind *digest* was verified against, if it ever was."""
-        return self._entries.get(digest)
-
-    def add(self, digest: bytes, secret_hash: str) -> None:
-        with self._lock:
-            self._entries[digest] = fingerprint(secret_hash)
-            while len(self._entries) > self.max_size:
-                del self._entries[next(iter(self._entries))]  # dicts keep insertion order
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
+    def check(self, secret_hash: str, secret: str) -> Reason | None:
+        known = self._verified.get(secret_hash)
+        if known is None:
+            with self._lock:  # one argon2 run at a time; a concurrent first use waits for it
+                known = self._verified.get(secret_hash)
+                if known is None:
+                    failure = _argon2(secret_hash, secret, self.limits)
+                    if failure is not None:
+                        return failure
+                    known = self._verified[secret_hash] = hash_secret(secret)
+                    while len(self._verified) > self.max_size:
+                        del self._verified[next(iter(self._verified))]  # oldest first
+                    return None
+        return None if _same(hash_secret(secret), known) else Reason.WRONG_SECRET
 
 
-class Overloaded(Exception):
-    """More secret verifications are pending than the verifier accepts (overall, for the
-    key, or for its account).
-    """
-
-
-class SecretVerifier:
-    """Runs argon2 on a small thread pool: bounded, fair, shed past the bounds, single-flight.
-
-    Anyone can mint well-formed keys with wrong secrets for a key id they know, and each
-    costs an argon2 run. So the checks in flight are bounded three ways, and a check past a
-    bound raises ``Overloaded`` at once (a 503) instead of queueing:
-
-    - at most *max_pending_per_key* (default 2) distinct checks against one stored hash (one
-      key);
-    - at most *max_pending_per_account* (default 8) for the keys of one account;
-    - at most *max_pending* in all.
-
-    A flood aimed at one key or one account thus sheds only its own excess: it holds at most
-    its share of the pool, and every other key's first request still finds room. Concurrent
-    checks of the same token against the same hash share one argon2 run and one slot. Every
-    queue is bounded: the pool's queue by *max_pending*, the counters by the checks in flight.
-    """
-
-    def __init__(
-        self,
-        *,
-        max_workers: int | None = None,
-        max_pending: int = 64,
-        max_pending_per_key: int | None = None,
-        max_pending_per_account: int | None = None,
-        limits: HashLimits = HASH_LIMITS,
-    ) -> None:
-        self.max_workers = max_workers or min(4, os.cpu_count() or 1)
-        if max_pending < self.max_workers:
-            raise ValueError(
-                f"max_pending ({max_pending}) must be at least max_workers ({self.max_workers})"
-            )
-        # Defaults: 2 per key, 8 per account, never more than max_pending.
-        if max_pending_per_key is None:
-            max_pending_per_key = min(2, max_pending)
-        if max_pending_per_account is None:
-            max_pending_per_account = min(max(8, max_pending_per_key), max_pending)
-        if not 1 <= max_pending_per_key <= max_pending_per_account <= max_pending:
-            raise ValueError(
-                "need 1 <= max_pending_per_key <= max_pending_per_account <= max_pending, got "
-                f"{max_pending_per_key}, {max_pending_per_account}, {max_pending}"
-            )
-        self.max_pending = max_pending
-        self.max_pending_per_key = max_pending_per_key
-        self.max_pending_per_account = max_pending_per_account
-        self.limits = limits
-        self.runs = 0  # argon2 runs started: the benchmarks and tests count them
-        self.shed = 0  # checks refused past a bound
-        self._after_fork()  # what a forked child makes anew: the pool and its bookkeeping
-        renew_in_child(self)
-
-    def _after_fork(self) -> None:
-        # The parent's argon2 threads are not in a child, nor will its checks in flight land.
-        self._executor = ThreadPoolExecutor(self.max_workers, thread_name_prefix="keyturn-argon2")
-        self._in_flight: dict[tuple[bytes, str], Future[Reason | None]] = {}
-        self._per_key: dict[str, int] = {}
-        self._per_account: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def __repr__(self) -> str:
-        return (
-            f"SecretVerifier(max_workers={self.max_workers}, max_pending={self.max_pending}, "
-            f"in_flight={len(self._in_flight)})"
-        )
-
-    def in_flight(self) -> list[str]:
-        """The stored hash of each check queued or running now (what the bounds count)."""
-        with self._lock:
-            return [secret_hash for _, secret_hash in self._in_flight]
-
-    def submit(
-        self,
-        cache: VerifiedTokenCache,
-        digest: bytes,
-        secret_hash: str,
-        secret: str,
-        account: str | None = None,
-    ) -> Future[Reason | None]:
-        """Start (or join) the check of *secret* against *secret_hash* (a key of *account*).
-
-        A success is added to *cache* before the future resolves, so no later request with
-        the same token starts another run.
-
-        :raises Overloaded: a bound is reached (see the class); nothing was queued.
-        """
-        flight = (digest, secret_hash)
-        with self._lock:
-            future = self._in_flight.get(flight)
-            if future is not None:
-                return future
-            # A run that landed since the caller looked at the cache already filled it.
-            if cache.lookup(digest) == fingerprint(secret_hash):
-                future = Future()
-                future.set_result(None)
-                return future
-            if (
-                len(self._in_flight) >= self.max_pending
-                or self._per_key.get(secret_hash, 0) >= self.max_pending_per_key
-                or (
-                    account is not None
-                    and self._per_account.get(account, 0) >= self.max_pending_per_account
-                )
-            ):
-                self.shed += 1
-                raise Overloaded
-            future = self._executor.submit(self._check, cache, digest, secret_hash, secret)
-            self._in_flight[flight] = future
-            _count(self._per_key, secret_hash, 1)
-            if account is not None:
-                _count(self._per_account, account, 1)
-            self.runs += 1
-        future.add_done_callback(lambda _: self._land(flight, account))
-        return future
-
-    def _check(
-        self, cache: VerifiedTokenCache, digest: bytes, secret_hash: str, secret: str
-    ) -> Reason | None:
-        failure = check_secret(secret_hash, secret, self.limits)
-        if failure is None:
-            cache.add(digest, secret_hash)
-        return failure
-
-    def _land(self, flight: tuple[bytes, str], account: str | None) -> None:
-        with self._lock:
-            if self._in_flight.pop(flight, None) is not None:
-                _count(self._per_key, flight[1], -1)
-                if account is not None:
-                    _count(self._per_account, account, -1)
-
-    def close(self) -> None:
-        self._executor.shutdown(wait=True)
-
-
-def _count(counts: dict[str, int], name: str, step: int) -> None:
-    """Add *step* to the count of *name*; a count back to zero leaves (the dict stays small)."""
-    count = counts.get(name, 0) + step
-    if count:
-        counts[name] = count
-    else:
-        del counts[name]
+_LEGACY: Final = _LegacyHashes()

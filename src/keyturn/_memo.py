@@ -130,7 +130,7 @@ class Memo:
         # (``_shortcuts.py`` says which feeds may be trusted; none: the memo is off).
         self.enabled = feeds is not None
         self._store, self._membership = feeds if feeds is not None else (_unknown, None)
-        # Keyed once per process, like the verified-token cache: the digests name no secret.
+        # Keyed once per process: the digests name no secret.
         self._keyed = hashlib.blake2s(key=secrets.token_bytes(32), digest_size=16)
         # Where -> [principal, until, ticket, names, their ticket, their names, used]; in
         # the order kept, or sent round again (rule 4).

@@ -117,7 +117,8 @@ class Leaked:
 
 @attrs.frozen(kw_only=True)
 class ApiKey:
-    """A stored key: everything but the secret, of which only the argon2id hash is kept."""
+    """A stored key: everything but the secret, of which only its hash is kept
+    (``sha256$<hex>``; an argon2id hash for a key made before SHA-256, until its next use)."""
 
     key_id: str = attrs.field(validator=_text)
     secret_hash: str = attrs.field(repr=False, validator=_text)

@@ -51,7 +51,7 @@ from keyturn import _token
 
 __all__ = ["MAX_KEYS", "BodyScanner", "keys_in", "text_encoding"]
 
-MAX_KEYS: Final = 8  # distinct keys kept from one body (each may cost an argon2 run)
+MAX_KEYS: Final = 8  # distinct keys kept from one body (each costs a store read)
 _PREFIX: Final = _token.PREFIX.encode("ascii")
 _CANDIDATE: Final = re.compile(
     rb"%s[A-Za-z0-9]{%d}" % (_PREFIX, _token.TOKEN_LENGTH - len(_PREFIX)), re.ASCII

@@ -1,4 +1,4 @@
-"""The steps: every question keyturn puts to a key store, a membership provider or argon2.
+"""The steps: every question keyturn puts to a key store, a membership provider or a callback.
 
 A step is a small object that says whom it asks (``via``), how (:meth:`Step.ask`), and
 what its answer may be (``answers``). The decision (``_decision.py``), the managers'
@@ -17,10 +17,8 @@ from typing import Any, ClassVar, Final
 
 from keyturn._model import ApiKey, Found, Organization
 from keyturn.activity import KeyEvent
-from keyturn.errors import Reason
 
 __all__ = [
-    "ARGON2",
     "CALLBACK",
     "MEMBERSHIP",
     "STORE",
@@ -39,19 +37,18 @@ __all__ = [
     "ReportLeak",
     "RevokeKey",
     "Step",
-    "VerifySecret",
+    "UpgradeHash",
     "WrongAnswer",
 ]
 
 # Who answers a step: the index of Step.via into its owner's callers.
 MEMBERSHIP: Final = 0
 STORE: Final = 1
-ARGON2: Final = 2
-CALLBACK: Final = 3  # a function of the owner's user (the leak responder's hooks)
+CALLBACK: Final = 2  # a function of the owner's user (the leak responder's hooks)
 
 
 class Step:
-    """A question for the membership provider, the key store, argon2 or a callback (``via``).
+    """A question for the membership provider, the key store or a callback (``via``).
 
     ``method`` names the method that answers it, ``answers`` the types its answer may have:
     every answer is checked, so a store that returns a coroutine by mistake is a refusal
@@ -197,6 +194,28 @@ class MarkUsed(Step):
         return target.mark_used(self.key_id, self.at)
 
 
+class UpgradeHash(Step):
+    """Replace a key's legacy hash by *new_hash*, only while it still holds *old_hash*
+    (a conditional write: a concurrent revoke or rotation wins); nothing is read from the
+    answer."""
+
+    __slots__ = ("key_id", "new_hash", "old_hash")
+    via = STORE
+    method = "upgrade_hash"
+    answers = (object,)
+
+    def __init__(self, key_id: str, old_hash: str, new_hash: str) -> None:
+        self.key_id = key_id
+        self.old_hash = old_hash
+        self.new_hash = new_hash
+
+    def __repr__(self) -> str:
+        return f"UpgradeHash(key_id={self.key_id!r})"
+
+    def ask(self, target: Any) -> Any:
+        return target.upgrade_hash(self.key_id, self.old_hash, self.new_hash)
+
+
 class RecordEvent(Step):
     """Append an event to the record of key actions (:mod:`keyturn.activity`)."""
 
@@ -242,29 +261,6 @@ class CountUsage(Step):
 
     def ask(self, target: Any) -> Any:
         return target.count_usage(self.day, self.counts)
-
-
-# --- argon2 -------------------------------------------------------------------------------
-
-
-class VerifySecret(Step):
-    """Run argon2; answered with ``None`` (it matches) or the :class:`Reason` it does not."""
-
-    __slots__ = ("account_id", "digest", "secret", "secret_hash")
-    via = ARGON2
-    method = "argon2"
-    answers = (Reason, NoneType)
-
-    def __init__(
-        self, digest: bytes, secret_hash: str, secret: str, account_id: str | None = None
-    ) -> None:
-        self.digest = digest
-        self.secret_hash = secret_hash
-        self.secret = secret
-        self.account_id = account_id  # whose key: the verifier bounds each account's share
-
-    def __repr__(self) -> str:
-        return "VerifySecret(...)"
 
 
 # --- the membership provider --------------------------------------------------------------

@@ -10,8 +10,8 @@ it carries ``service-organization-id`` and ``service-tenant-id``.
 
 Configure the decision once, on an :class:`~keyturn.Authenticator` (store, membership
 provider, role policy, audit hook, timeouts), and hand that to the middleware. Create one
-per process and share it: it holds the verified-token cache and the argon2 threads, which
-run off the event loop. ::
+per process and share it: it holds the memo of decisions and the threads a blocking store
+runs on, off the event loop. ::
 
     from keyturn import Authenticator
     from keyturn.asgi import ApiKeyMiddleware, current_principal, principal

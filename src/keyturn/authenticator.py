@@ -1,21 +1,20 @@
 """The :class:`Authenticator`: runs the decision against your store and provider.
 
-It holds what lives as long as the process (the verified-token cache, the argon2 pool, the
-rules) and two drivers for the one decision in ``_decision.py``: :meth:`~Authenticator.
-authenticate` (sync, for WSGI and scripts) and :meth:`~Authenticator.authenticate_async`
-(for ASGI). Neither driver decides anything: each is a loop that sends the decision the
-answers to its steps. *How* a step is answered is chosen once, at construction: one caller
-(``_calls.py``) for the store, one for the provider, one for argon2:
+It holds what lives as long as the process (the memo, the rules, the usage recorder) and
+two drivers for the one decision in ``_decision.py``: :meth:`~Authenticator.authenticate`
+(sync, for WSGI and scripts) and :meth:`~Authenticator.authenticate_async` (for ASGI).
+Neither driver decides anything: each is a loop that sends the decision the answers to its
+steps. *How* a step is answered is chosen once, at construction: one caller (``_calls.py``)
+for the store, one for the provider:
 
-- argon2 (:class:`~keyturn._steps.VerifySecret`) runs on the verifier's own threads;
 - a store or provider that says it never blocks (``nonblocking = True``) is called in place;
 - an async one is awaited; a sync one that may block runs on a pool of threads of our own
   under ``authenticate_async``, and in place under ``authenticate`` -- on that pool too when
   the timeout must be enforced for it (it does not say ``enforces_timeout = True``).
 
-So a request whose token is already verified never waits behind argon2, in any mode, and a
-request the memo can answer (``_memo.py``: the decision's last answer for it, while every
-input it read is unchanged) runs no loop at all; only the policy runs anew.
+A secret is checked in the decision itself, with one SHA-256 (D2): no thread, no cache of
+verified tokens. A request the memo can answer (``_memo.py``: the decision's last answer for
+it, while every input it read is unchanged) runs no loop at all; only the policy runs anew.
 ``timeout`` is a deadline per request: the store and provider together must answer within
 that many seconds, or the request gets 503; a failing one gets 503 too (D15), never 401.
 
@@ -43,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
-from keyturn._calls import InPlace, Verifying, caller_for, is_async
+from keyturn._calls import InPlace, caller_for, is_async
 from keyturn._decision import (
     DEFAULT_ORGANIZATION_PATTERN,
     AuthRequest,
@@ -54,7 +53,6 @@ from keyturn._decision import (
     unavailable,
 )
 from keyturn._fork import renew_in_child
-from keyturn._hashing import SecretVerifier, VerifiedTokenCache
 from keyturn._memo import Memo, Ticket
 from keyturn._model import Clock, Principal, utc_now
 from keyturn._shortcuts import shortcuts
@@ -80,7 +78,7 @@ class AuditEvent:
     path: str
     principal: Principal | None  # set when the request passed
     error: Refusal | None  # set when it was refused; error.reason says exactly why
-    # Seconds the whole decision took (store, provider and argon2 waits included), on the
+    # Seconds the whole decision took (store and provider waits included), on the
     # monotonic clock; None on an event built by hand.
     elapsed: float | None = None
 
@@ -181,7 +179,7 @@ class Authenticator:
     :param audit: called with an :class:`AuditEvent` after every decision; its failures are
         logged and never change the outcome. A plain function, like the policy.
     :param timeout: seconds the store and provider together may take to answer one request
-        before it gets 503 (argon2 is bounded by the verifier instead); ``None``: no bound.
+        before it gets 503; ``None``: no bound.
     :param retry_after: the ``Retry-After`` seconds sent with a 503.
     :param clock: returns the current UTC time; injectable for tests.
     :param usage_interval: seconds between two ``last_used_at`` writes for one key, made
@@ -207,8 +205,6 @@ class Authenticator:
         timeout: float | None = 5.0,
         retry_after: int = 1,
         clock: Clock = utc_now,
-        cache: VerifiedTokenCache | None = None,
-        verifier: SecretVerifier | None = None,
         usage_interval: float | None = 60.0,
         rate_limiter: RateLimiter | None = None,
     ) -> None:
@@ -235,17 +231,16 @@ class Authenticator:
             policy=policy,
             lookup=taken.lookup,
             records_use=records_use,
+            upgrades=callable(getattr(store, "upgrade_hash", None)),
         )
         self.audit = audit
         self.timeout = timeout
         self.retry_after = retry_after
         self.clock = clock
-        self.cache = cache if cache is not None else VerifiedTokenCache()
-        self.verifier = verifier if verifier is not None else SecretVerifier()
         self._open_calls()
         self._is_async = any(caller.is_async for caller in self._callers)
         # No deadline to keep when no call can block: the warm path reads no clock for it.
-        blocks = not all(isinstance(caller, InPlace) for caller in self._callers[:2])
+        blocks = not all(isinstance(caller, InPlace) for caller in self._callers)
         self._timeout = timeout if blocks else None
         self.memo = Memo(taken.feeds, clock)  # the decision's answers, while they hold
         self.usage = (
@@ -263,13 +258,12 @@ class Authenticator:
 
     def _open_calls(self) -> None:
         # Blocking calls run on threads of our own (started on first use): calls stuck in a
-        # hung backend must not starve argon2, nor the event loop's default executor.
+        # hung backend must not starve the event loop's default executor.
         self._calls = ThreadPoolExecutor(16, thread_name_prefix="keyturn-call")
-        # Indexed by Step.via: MEMBERSHIP, STORE, ARGON2.
+        # Indexed by Step.via: MEMBERSHIP, STORE.
         self._callers = (
             caller_for(self.membership, "get_role", self._calls, self.timeout),
             caller_for(self.store, "get_key", self._calls, self.timeout),
-            Verifying(self.verifier, self.cache),
         )
 
     def _after_fork(self) -> None:
@@ -288,8 +282,8 @@ class Authenticator:
     async def authenticate_async(
         self, request: AuthRequest, *, final: bool = True
     ) -> Principal | Refusal:
-        """Decide *request* without blocking the event loop (argon2 runs in threads);
-        *final* as for :meth:`authenticate`."""
+        """Decide *request* without blocking the event loop (a blocking store runs in
+        threads); *final* as for :meth:`authenticate`."""
         return (await self.check_async(request, final=final))[0]
 
     def check(self, request: AuthRequest, *, final: bool = True) -> Checked:
@@ -361,7 +355,7 @@ class Authenticator:
         ticket = self.memo.recall(request)
         if isinstance(ticket, Principal):  # decide()'s answer holds: the policy runs anew
             return (ticket, request.organization, method, path, started)
-        flow = decide(request, self.clock(), self.cache, self.rules)
+        flow = decide(request, self.clock(), self.rules)
         deadline = None if self._timeout is None else time.monotonic() + self._timeout
         return _Run(flow, ticket, deadline, method, path, started)
 
@@ -437,9 +431,7 @@ class Authenticator:
 
     def _unavailable(self, exc: Exception) -> ServiceUnavailable:
         outcome = unavailable(exc, self.retry_after)
-        if outcome.reason is Reason.OVERLOADED:
-            log.warning("shedding a request: too many secret verifications in flight")
-        elif outcome.reason is Reason.BACKEND_TIMEOUT:
+        if outcome.reason is Reason.BACKEND_TIMEOUT:
             log.warning("key store or membership provider timed out after %ss", self.timeout)
         elif isinstance(exc, WrongAnswer):
             log.error("the key store or membership provider is broken: %s", exc)
@@ -524,12 +516,11 @@ class Authenticator:
         self.close()
 
     def close(self) -> None:
-        """Stop the worker threads (argon2, store calls, pending ``last_used_at`` writes).
+        """Stop the worker threads (store calls, pending ``last_used_at`` writes).
 
         Requests decided after this get 503 ``service_unavailable`` with ``Retry-After``.
         """
         self.closed = True
-        self.verifier.close()
         if self.usage is not None:
             self.usage.close()
         self._calls.shutdown(wait=False, cancel_futures=True)

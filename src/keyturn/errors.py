@@ -84,7 +84,6 @@ class Reason(enum.Enum):
     UNREADABLE_TARGET = "unreadable_target"  # routers may read the path differently (_target)
     BACKEND_ERROR = "backend_error"  # the key store or membership provider failed
     BACKEND_TIMEOUT = "backend_timeout"  # ... or did not answer in time
-    OVERLOADED = "overloaded"  # too many secret verifications at once
     CLOSED = "closed"  # the Authenticator was closed: the process is shutting down
     KEY_IN_PAYLOAD = "key_in_payload"  # the body holds a key (keyturn.payload)
     PAYLOAD_TOO_LARGE = "payload_too_large"  # the body is longer than the guard reads

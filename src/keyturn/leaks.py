@@ -21,10 +21,9 @@ What it decides, in order:
     string or absent ``source``), JSON nested deeper than Python's stack included: 400,
     all or nothing.
 -   Each candidate as the authenticator checks a key: shape and checksum (junk never reaches
-    the store), key id in the store, secret against the argon2id hash -- through a
-    :class:`~keyturn._hashing.SecretVerifier` and its cache (the authenticator's, when
-    given), so a flood of candidates is bounded as a flood of requests is; a verifier past
-    its bounds is a 503. A real id with a wrong secret is a false positive. The answer is
+    the store), key id in the store, secret against the stored hash (one SHA-256; a legacy
+    argon2id hash as the authenticator verifies one, once per process). A real id with a
+    wrong secret is a false positive. The answer is
     ``200``, one ``{"token_hash", "token_type", "label"}`` per candidate in order: a hash,
     never the secret.
 -   A true positive, whatever the key's state, is recorded on the key (``KeyInfo.leaked``:
@@ -69,11 +68,10 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     ) from exc
 
 from keyturn import _token
-from keyturn._calls import Blocking, Verifying, caller_for
-from keyturn._hashing import SecretVerifier, VerifiedTokenCache, fingerprint
+from keyturn._calls import Blocking, caller_for
+from keyturn._hashing import check_secret
 from keyturn._model import ApiKey, Scope
 from keyturn._steps import (
-    ARGON2,
     CALLBACK,
     STORE,
     GetKey,
@@ -81,7 +79,6 @@ from keyturn._steps import (
     ReportLeak,
     RevokeKey,
     Step,
-    VerifySecret,
     WrongAnswer,
 )
 from keyturn._web import DEFAULT_PREFIX, Paths
@@ -291,10 +288,6 @@ class LeakResponder:
     :param max_body: the largest body read, in bytes; a larger one gets 413.
     :param timeout: seconds an async driver waits for one store answer before 503.
     :param clock: returns the current UTC time; injectable for tests.
-    :param verifier: runs argon2 for the candidates, with its bounds (pass the
-        authenticator's, ``auth.verifier``, to share them); by default one of its own.
-    :param cache: the verified-token cache (``auth.cache``): a key seen verified skips
-        argon2; by default one of its own.
     """
 
     def __init__(
@@ -307,8 +300,6 @@ class LeakResponder:
         max_body: int = 1 << 20,
         timeout: float = 5.0,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-        verifier: SecretVerifier | None = None,
-        cache: VerifiedTokenCache | None = None,
     ) -> None:
         methods = ("get_key", "report_leak", "revoke_key")
         missing = [name for name in methods if not callable(getattr(store, name, None))]
@@ -331,14 +322,11 @@ class LeakResponder:
         self.max_body = max_body
         self.timeout = timeout
         self.clock = clock
-        self.cache = cache if cache is not None else VerifiedTokenCache()
-        verifier = verifier if verifier is not None else SecretVerifier()
-        # Indexed by Step.via: STORE, ARGON2, and CALLBACK (this object's public_key and
-        # notify, in a thread under the async driver: the user's code may block).
+        # Indexed by Step.via: STORE, and CALLBACK (this object's public_key and notify, in a
+        # thread under the async driver: the user's code may block).
         store_caller = caller_for(store, "get_key")
         self._callers = {
             STORE: store_caller,
-            ARGON2: Verifying(verifier, self.cache),
             CALLBACK: Blocking(_Callbacks(self._public_key, self._notify), None, bounded=False),
         }
         self.is_async = store_caller.is_async
@@ -409,11 +397,7 @@ class LeakResponder:
         key: ApiKey | None = yield GetKey(parsed.key_id)
         if key is None:
             return False
-        # As the authenticator checks a key: a token verified before skips argon2.
-        digest = self.cache.digest(candidate.token)
-        if self.cache.lookup(digest) != fingerprint(key.secret_hash) and (
-            yield VerifySecret(digest, key.secret_hash, parsed.secret, key.account_id)
-        ):
+        if check_secret(key.secret_hash, parsed.secret) is not None:  # as the decision does
             return False  # a real id with a wrong secret (or an unusable hash): not ours
         now = self.clock()
         url = _clean_url(candidate.url)
@@ -481,7 +465,7 @@ class LeakResponder:
     async def respond_async(
         self, method: str, headers: Mapping[str, list[str]], body: bytes | None
     ) -> Response:
-        """:meth:`respond` without blocking the event loop (argon2 and sync stores in threads)."""
+        """:meth:`respond` without blocking the event loop (sync stores in threads)."""
         flow = self._flow(method, headers, body)
         answer: Any = None
         try:

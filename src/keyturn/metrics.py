@@ -7,12 +7,11 @@ OpenTelemetry metrics from the authenticator's audit events. Install the ``otel`
 and exporter in your application as OpenTelemetry's SDK documents; without one, every
 instrument is a no-op. ::
 
-    from keyturn import Authenticator, SecretVerifier
+    from keyturn import Authenticator
     from keyturn.metrics import MetricsAudit
 
-    verifier = SecretVerifier()
-    audit = MetricsAudit(verifier=verifier, then=my_audit_log)  # keeps your own hook
-    auth = Authenticator(store, membership, audit=audit, verifier=verifier)
+    audit = MetricsAudit(then=my_audit_log)  # keeps your own hook
+    auth = Authenticator(store, membership, audit=audit)
 
 The instruments (meter ``keyturn``):
 
@@ -21,17 +20,16 @@ The instruments (meter ``keyturn``):
     ``keyturn.reason`` (the precise :class:`~keyturn.Reason` of a refusal, ``ok`` for an
     allowed request), ``http.response.status_code`` (a refusal's status) and
     ``http.request.method`` (the known methods; any other is ``_OTHER``).
-``keyturn.requests.shed`` (counter)
-    Requests refused with 503 because too many secret verifications were in flight.
 ``keyturn.backend.timeouts`` (counter)
     Requests refused with 503 because the key store or membership provider did not answer
     in time.
-``keyturn.argon2.runs`` (observable counter)
-    argon2 verifications started by the :class:`~keyturn.SecretVerifier` given as
-    *verifier* (a verified-token cache hit runs none).
+``keyturn.legacy_hash.verifications`` (observable counter)
+    argon2 runs in this process for keys still holding an argon2id hash from before
+    SHA-256 (D2): each such key runs one at its first use, then its hash is replaced. Zero
+    once every key in use has been upgraded.
 ``keyturn.decision.duration`` (histogram, seconds)
-    How long each decision took, from the driver's start to its outcome: store, membership
-    and argon2 waits included (:attr:`AuditEvent.elapsed <keyturn.AuditEvent.elapsed>`).
+    How long each decision took, from the driver's start to its outcome: store and
+    membership waits included (:attr:`AuditEvent.elapsed <keyturn.AuditEvent.elapsed>`).
     Attributes: ``keyturn.outcome`` and ``keyturn.reason`` only.
 
 Every attribute takes a handful of values: no key id, account id, organization, path or
@@ -54,14 +52,15 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
         "keyturn.metrics needs the OpenTelemetry API: pip install 'keyturn[otel]'"
     ) from exc
 
-from keyturn._hashing import SecretVerifier
+from keyturn import _hashing
 from keyturn.authenticator import AuditEvent, AuditHook
 from keyturn.errors import Reason
 
 __all__ = ["DURATION_BUCKETS", "METHODS", "MetricsAudit"]
 
-# Seconds: a warm decision takes microseconds, a cold one an argon2 run (tens of
-# milliseconds), a timed-out one the authenticator's timeout (5 s by default).
+# Seconds: a warm decision takes microseconds, a cold one a store round trip (a key made
+# before SHA-256: one argon2 run, milliseconds), a timed-out one the authenticator's
+# timeout (5 s by default).
 DURATION_BUCKETS: Final = (
     0.00005,
     0.0001,
@@ -98,8 +97,6 @@ class MetricsAudit:
         meter.
     :param then: another audit hook, called after the counting (an audit log, say), and
         called even when the counting raises (that error is then raised on).
-    :param verifier: the authenticator's :class:`~keyturn.SecretVerifier`, to observe its
-        argon2 runs.
     :param attributes: extra attributes per event, for a breakdown you know to be bounded.
     """
 
@@ -108,22 +105,15 @@ class MetricsAudit:
         meter: Meter | None = None,
         *,
         then: AuditHook | None = None,
-        verifier: SecretVerifier | None = None,
         attributes: Callable[[AuditEvent], Attributes] | None = None,
     ) -> None:
         if inspect.iscoroutinefunction(then):
             raise TypeError("then must be a plain function: audit hooks are called synchronously")
         self.meter = meter if meter is not None else metrics.get_meter("keyturn")
         self.then = then
-        self.verifier = verifier
         self.attributes = attributes
         self.decisions = self.meter.create_counter(
             "keyturn.decisions", unit="{decision}", description="Authentication decisions."
-        )
-        self.shed = self.meter.create_counter(
-            "keyturn.requests.shed",
-            unit="{request}",
-            description="Requests refused because too many secret verifications were pending.",
         )
         self.timeouts = self.meter.create_counter(
             "keyturn.backend.timeouts",
@@ -136,13 +126,12 @@ class MetricsAudit:
             description="Time from a request's arrival at the authenticator to its outcome.",
             explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
         )
-        if verifier is not None:
-            self.meter.create_observable_counter(
-                "keyturn.argon2.runs",
-                callbacks=[lambda options: [Observation(verifier.runs)]],
-                unit="{run}",
-                description="argon2 secret verifications started.",
-            )
+        self.meter.create_observable_counter(
+            "keyturn.legacy_hash.verifications",
+            callbacks=[lambda options: [Observation(_hashing.legacy_verifications)]],
+            unit="{run}",
+            description="argon2 runs for keys still holding a legacy argon2id hash.",
+        )
 
     def __repr__(self) -> str:
         return f"MetricsAudit(meter={self.meter!r}, then={self.then!r})"
@@ -163,9 +152,7 @@ class MetricsAudit:
             reason = event.error.reason
             outcome = {"keyturn.outcome": "refused", "keyturn.reason": reason.value}
             attributes["http.response.status_code"] = event.error.status
-            if reason is Reason.OVERLOADED:
-                self.shed.add(1)
-            elif reason is Reason.BACKEND_TIMEOUT:
+            if reason is Reason.BACKEND_TIMEOUT:
                 self.timeouts.add(1)
         attributes |= outcome
         if self.attributes is not None:

@@ -37,12 +37,11 @@ What it decides, in order:
     Keys are refused whether or not they are real: a forged one looks the same to an
     agent, and the answer tells no one which keys exist.
 -   Which are recorded: each distinct key found (at most eight per body) is looked up in
-    the key store and its secret checked by the authenticator's argon2 verifier, as a
-    request's key would be; only a real key with the right secret is recorded as leaked
+    the key store and its secret checked against the stored hash, as a request's key
+    would be; only a real key with the right secret is recorded as leaked
     (``report_leak``, with the source ``request-body:<METHOD> <route>``: the guarded prefix,
     never the path its sender chose), and revoked with ``revoke=True``. A forgery of
-    someone's key id marks nothing. A store that fails or a verifier that is full is
-    logged; the 400 stands.
+    someone's key id marks nothing. A store that fails is logged; the 400 stands.
 -   The refusal has the spec's error body, carries ``service-organization-id`` and
     ``service-tenant-id`` (the request reached its organization), reaches the audit hook
     and the ``keyturn`` log once, like the other refusals, and is charged to the sender's
@@ -64,20 +63,18 @@ from fnmatch import fnmatchcase
 from typing import Any, Final
 from wsgiref.types import WSGIEnvironment
 
-from keyturn._calls import Caller, Verifying, caller_for
+from keyturn._calls import Caller, caller_for
 from keyturn._decision import AuthRequest
-from keyturn._hashing import fingerprint
+from keyturn._hashing import check_secret
 from keyturn._model import ApiKey, Principal
 from keyturn._payload import BodyScanner
 from keyturn._steps import (
-    ARGON2,
     STORE,
     GetKey,
     RecordEvent,
     ReportLeak,
     RevokeKey,
     Step,
-    VerifySecret,
     WrongAnswer,
 )
 from keyturn._token import ParsedToken
@@ -152,7 +149,7 @@ class PayloadGuard:
         )
 
     def check(self, authenticator: Authenticator, route: str = "/") -> PayloadGuard:
-        """A copy of this guard bound to *authenticator*'s store and verifier, once the store
+        """A copy of this guard bound to *authenticator*'s store, once the store
         can record leaks (said at startup, by the middleware). *route*: the prefix the
         middleware guards, the place a leak is recorded at."""
         missing = [
@@ -167,10 +164,7 @@ class PayloadGuard:
             )
         bound = copy.copy(self)
         store = authenticator.store
-        bound._callers = {
-            STORE: caller_for(store, "get_key"),
-            ARGON2: Verifying(authenticator.verifier, authenticator.cache),
-        }
+        bound._callers = {STORE: caller_for(store, "get_key")}
         bound._records_events = hasattr(store, "record_event")
         bound._route = route
         return bound
@@ -422,17 +416,13 @@ class PayloadGuard:
         """Record each real key of *keys* as leaked at *source* (and revoke it, if asked
         to); *where*: the request, for the log."""
         now = authenticator.clock()
-        cache = authenticator.cache
         for parsed in keys:
             key: ApiKey | None = yield GetKey(parsed.key_id)
             if key is None:
                 log.info("a key found in %s has no such id in the store", where)
                 continue
-            # As the authenticator checks a key: a token verified before skips argon2.
-            digest = cache.digest(parsed.token)
-            if cache.lookup(digest) != fingerprint(key.secret_hash) and (
-                yield VerifySecret(digest, key.secret_hash, parsed.secret, key.account_id)
-            ):  # a real id with another secret: a forgery of someone's key
+            if check_secret(key.secret_hash, parsed.secret) is not None:
+                # a real id with another secret: a forgery of someone's key
                 log.info("a key found in %s is a forgery of key id %s", where, key.key_id)
                 continue
             first = yield ReportLeak(key.key_id, source, now)

@@ -18,6 +18,13 @@ keyturn's SQL stores do, from their replica or in one statement; the ``Authentic
 it when the membership provider is the same database's (``store.database is
 membership.database``), and otherwise asks the step-by-step methods below.
 
+A key store may also offer ``upgrade_hash(key_id, old_hash, new_hash) -> bool`` (and an
+async twin): replace the key's stored hash, only while it is still *old_hash* (a
+conditional write that touches nothing else). keyturn's stores do; the ``Authenticator``
+calls it at the first successful use of a key that still holds an argon2id hash from
+before SHA-256 (D2). Without it, such a key keeps working, verified by argon2 once per
+process.
+
 Contract, for every method: answer from committed state (a revoke committed anywhere must
 be seen by the next call), return ``None``/``False`` for "not there", and raise for "cannot
 answer right now" -- keyturn turns a raise into 503, never into 401, so that a client does
@@ -52,7 +59,7 @@ __all__ = [
 
 @runtime_checkable
 class KeyStore(Protocol):
-    """Where key records live. Never sees a secret: only its argon2id hash."""
+    """Where key records live. Never sees a secret: only its hash (``sha256$<hex>``)."""
 
     def get_key(self, key_id: str) -> ApiKey | None:
         """The key with this id, or ``None``. Called on every authenticated request."""

@@ -11,7 +11,8 @@ What is counted against a key:
 - every accepted request, as :data:`ACCEPTED`;
 - every refusal made once the key's record was found, by its reason
   (:class:`~keyturn.Reason` value: ``wrong_secret``, ``revoked``, ``expired``,
-  ``inactive``, ``org_header_missing``, ``org_not_found``, ``policy``, ...).
+  ``inactive``, ``org_header_missing``, ``org_not_found``, ``policy``, ...), a refusal by
+  a rate limit as :data:`RATE_LIMITED` (the console charts those apart).
 
 A refusal made before that names no key of yours: no header, not a key, a mistyped
 checksum, an id the store does not hold. Such requests are in the log and the audit hook,
@@ -40,6 +41,7 @@ import attrs
 __all__ = [
     "ACCEPTED",
     "KEPT_DAYS",
+    "RATE_LIMITED",
     "DailyUsage",
     "KeyUsage",
     "by_key",
@@ -47,6 +49,7 @@ __all__ = [
 ]
 
 ACCEPTED: Final = "accepted"  # the outcome of a request that passed
+RATE_LIMITED: Final = "rate_limited"  # the outcome of a request a rate limit refused (429)
 KEPT_DAYS: Final = 90  # days of counts a store keeps, today included
 # The levels of a sparkline, lowest first, and what a day without requests shows.
 BLOCKS: Final = "▁▂▃▄▅▆▇█"
@@ -74,6 +77,10 @@ class KeyUsage:
     accepted: tuple[int, ...]  # per day
     refused: tuple[int, ...]  # per day, every reason together
     reasons: Mapping[str, int] = attrs.field(factory=dict)  # reason -> refusals, all days
+    # Per day, the part of refused that a rate limit refused (RATE_LIMITED).
+    rate_limited: tuple[int, ...] = attrs.field(
+        default=attrs.Factory(lambda self: (0,) * len(self.days), takes_self=True)
+    )
 
     @property
     def total_accepted(self) -> int:
@@ -82,6 +89,10 @@ class KeyUsage:
     @property
     def total_refused(self) -> int:
         return sum(self.refused)
+
+    @property
+    def total_rate_limited(self) -> int:
+        return sum(self.rate_limited)
 
 
 def by_key(
@@ -97,20 +108,24 @@ def by_key(
     window = tuple(first_day + timedelta(days=n) for n in range(days))
     accepted: dict[str, list[int]] = {}
     refused: dict[str, list[int]] = {}
+    limited: dict[str, list[int]] = {}
     reasons: dict[str, dict[str, int]] = {}
     for key_id in key_ids:
         accepted[key_id], refused[key_id], reasons[key_id] = [0] * days, [0] * days, {}
+        limited[key_id] = [0] * days
     for row in rows:
         if not first_day <= row.day <= last_day:
             continue
         index = (row.day - first_day).days
         if row.key_id not in accepted:
             accepted[row.key_id], refused[row.key_id] = [0] * days, [0] * days
-            reasons[row.key_id] = {}
+            limited[row.key_id], reasons[row.key_id] = [0] * days, {}
         if row.outcome == ACCEPTED:
             accepted[row.key_id][index] += row.requests
         else:
             refused[row.key_id][index] += row.requests
+            if row.outcome == RATE_LIMITED:
+                limited[row.key_id][index] += row.requests
             counted = reasons[row.key_id]
             counted[row.outcome] = counted.get(row.outcome, 0) + row.requests
     return {
@@ -120,6 +135,7 @@ def by_key(
             accepted=tuple(accepted[key_id]),
             refused=tuple(refused[key_id]),
             reasons=dict(sorted(reasons[key_id].items())),
+            rate_limited=tuple(limited[key_id]),
         )
         for key_id in accepted
     }

@@ -10,7 +10,7 @@ it carries ``service-organization-id`` and ``service-tenant-id``.
 
 Configure the decision once, on an :class:`~keyturn.Authenticator` (store, membership
 provider, role policy, audit hook, timeouts), and hand that to the middleware. Create one
-per process and share it: it holds the verified-token cache. ::
+per process and share it: it holds the memo of decisions. ::
 
     from keyturn import Authenticator
     from keyturn.wsgi import ApiKeyMiddleware, principal

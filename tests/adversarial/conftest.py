@@ -94,7 +94,7 @@ def world(canary: Canary) -> Iterator[World]:
     canary.observe(created, world.store, world.membership, world.manager, *infos)
     canary.observe(*(world.store.get_key(info.key_id) for info in infos))
     for authenticator in world.authenticators:
-        canary.observe(authenticator, authenticator.cache, authenticator.verifier)
+        canary.observe(authenticator, authenticator.memo)
     for event in world.audit:
         canary.observe(event, event.principal if event.allowed else event.error)
     for authenticator in world.authenticators:

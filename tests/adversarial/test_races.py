@@ -1,5 +1,6 @@
-"""Revocation races and the verified-token cache: a revoke acts on every request that starts
-after it, and a cached success never carries over to another state or organization.
+"""Revocation races: a revoke acts on every request that starts after it, also one that lands
+between a legacy hash's verification and its upgrade, and a success never carries over to
+another state or organization.
 """
 
 from __future__ import annotations
@@ -11,10 +12,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import pytest
-
-from keyturn import _hashing
-from tests.adversarial.support import WORKERS, Gate, SpyStore, Target, assert_refused, bearer
+from keyturn import _hashing, _token
+from tests.adversarial.support import WORKERS, SpyStore, Target, assert_refused, bearer
+from tests.legacy import legacy_hash
 from tests.web.web_support import Reply
 from tests.world import World
 
@@ -89,39 +89,50 @@ def test_every_request_started_after_a_revoke_is_refused(
     assert set(before) <= {200, 401}
 
 
-def test_a_verification_landing_after_the_revoke_resurrects_nothing(
-    attack: Callable[..., Target], world: World, monkeypatch: pytest.MonkeyPatch
+class HeldUpgrades(SpyStore):
+    """The world's store, whose hash upgrades wait at a gate (on a thread of their own:
+    ``nonblocking=False``) once they have said so."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner, nonblocking=False)
+        self.entered = threading.Event()
+
+    def upgrade_hash(self, key_id: str, old_hash: str, new_hash: str) -> bool:
+        self.entered.set()
+        self.gate.wait()
+        return bool(self.inner.upgrade_hash(key_id, old_hash, new_hash))
+
+
+def test_a_revoke_between_a_legacy_verification_and_its_upgrade_wins(
+    attack: Callable[..., Target], world: World
 ) -> None:
-    """An argon2 run that lands after the revoke fills the cache, yet the key stays refused,
-    also after a restart: the cache skips argon2, never the key record.
+    """A key with an argon2id hash is verified, and revoked before its upgrade is written:
+    the upgrade replaces the hash and nothing else, so the key stays revoked, for this
+    process and a restarted one.
     """
-    entered, gate = threading.Event(), Gate()
-    check = _hashing.check_secret
-
-    def held_check(*args: Any) -> Any:
-        entered.set()
-        gate.wait()
-        return check(*args)
-
-    monkeypatch.setattr(_hashing, "check_secret", held_check)
-    authenticator = world.authenticator()
-    target = attack(authenticator=authenticator)
+    key_id, secret = _token.split(world.keys["research"])
+    stored = world.store.get_key(key_id)
+    assert stored is not None
+    assert world.store.upgrade_hash(key_id, stored.secret_hash, legacy_hash(secret))
+    store = HeldUpgrades(world.store)
+    target = attack(authenticator=world.authenticator(store=store))
     lines = bearer(world.keys["research"])
 
     def revoke_then_release() -> None:
-        world.manager.revoke("alice", world.key_ids["research"])
-        gate.open()
+        world.manager.revoke("alice", key_id)
+        store.gate.open()
 
-    first = target.meanwhile(lines, entered, revoke_then_release)
+    first = target.meanwhile(lines, store.entered, revoke_then_release)
     world.calls.clear()
     later = target.send(lines)
     restarted = attack(authenticator=world.authenticator()).send(lines)
 
     assert first.status in (200, 401)  # it read the key before the revoke: either is fair
-    assert len(authenticator.cache) == 1  # the late verification did fill the cache
-    assert authenticator.verifier.runs == 1  # and the later request used it
     assert_refused(later, 401, world)
     assert_refused(restarted, 401, world)
+    upgraded = world.store.get_key(key_id)
+    assert upgraded is not None and upgraded.revoked_at is not None
+    assert upgraded.secret_hash == _hashing.hash_secret(secret)
 
 
 def test_cached_success_in_one_organization_opens_no_other(target: Target, world: World) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 from keyturn import Lifetime, Scope
 from keyturn.activity import By
 from keyturn.console import Console
-from keyturn.usage import ACCEPTED
+from keyturn.usage import ACCEPTED, RATE_LIMITED
 from tests.console.conftest import CHROMIUM, CHROMIUM_ARGS
 from tests.console.support import (
     ACCOUNT_COOKIE,
@@ -122,6 +122,7 @@ def main() -> None:
         narrow.screenshot(path=OUT / "console-375px.png")
         django_screenshot(browser, world)
         step_up_screenshot(browser, world)
+        rate_limits_screenshot(browser, world, ci.info.key_id)
         browser.close()
     print(f"wrote {len(list(OUT.glob('console-*.png')))} screenshots to {OUT}")
 
@@ -153,6 +154,43 @@ def django_screenshot(browser: Any, world: Any) -> None:
         page = context.new_page()
         page.goto(url)
         page.screenshot(path=OUT / "console-django.png", full_page=True)
+        context.close()
+
+
+def rate_limits_screenshot(browser: Any, world: Any, key_id: str) -> None:
+    """The same keys behind a console given the API's rate limiter, after some requests,
+    some of them refused by the key's limit."""
+    from keyturn import Principal
+    from keyturn.ratelimits import Rate, RateLimiter, RateLimits
+
+    def limits(principal: Principal) -> RateLimits:
+        return RateLimits(key=Rate(60, 60), account=Rate(1000, 3600))
+
+    limiter = RateLimiter(limits, clock=lambda: world.clock().timestamp())
+    (info,) = [info for info in world.manager.list("alice") if info.key_id == key_id]
+    principal = Principal(
+        account_id="alice",
+        key_id=key_id,
+        key_name=info.name,
+        scope=info.scope,
+        organization_id="acme-main",
+        tenant_id="acme",
+        role="admin",
+    )
+    for _ in range(42):
+        limiter.admit(principal)
+    today = world.clock.now.date()
+    world.store.count_usage(today, {(key_id, RATE_LIMITED): 35})
+    console = Console(world.manager, signed_in=signed_in, sign_in_url=SIGN_IN, rate_limiter=limiter)
+    with serving("asgi", console) as origin:
+        url = f"{origin}/console/"
+        context = browser.new_context(
+            timezone_id="Europe/Berlin", viewport={"width": 1100, "height": 800}
+        )
+        context.add_cookies([{"name": ACCOUNT_COOKIE, "value": "alice", "url": url}])
+        page = context.new_page()
+        page.goto(url)
+        page.locator("section.panel").nth(1).screenshot(path=OUT / "console-rate-limits.png")
         context.close()
 
 

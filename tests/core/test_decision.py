@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import threading
 import time
@@ -23,15 +24,13 @@ from keyturn import (
     Principal,
     Reason,
     Refusal,
-    SecretVerifier,
     ServiceUnavailable,
     Unauthorized,
-    VerifiedTokenCache,
-    _hashing,
     _token,
 )
 from keyturn._hashing import hash_secret
 from tests.core.conftest import Decide
+from tests.legacy import legacy_hash, legacy_runs
 from tests.world import MAIN_SCOPE, RESEARCH_SCOPE, TENANT_SCOPE, World, bearer
 
 MakeDecide = Callable[..., Decide]
@@ -319,34 +318,37 @@ def test_policy_refusal_is_403_and_sees_the_principal_and_route(
     assert seen == [("member", "DELETE"), ("member", "GET")]
 
 
-# --- the verified-token cache and argon2 --------------------------------------------------
+# --- the hash at rest: SHA-256, and legacy argon2id hashes upgraded -------------------------
 
 
-def test_a_key_is_verified_by_argon2_once(world: World) -> None:
-    """D3: the first request runs argon2, the following ones hit the cache."""
+def test_a_new_key_is_stored_as_its_sha256_and_verified_without_argon2(world: World) -> None:
+    """D2: a key made now holds ``sha256$<hex>`` of its secret; its requests run no argon2."""
     created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
+    stored = world.store.get_key(created.info.key_id)
+    assert stored is not None
+    secret = _token.split(created.secret)[1]
+    assert stored.secret_hash == "sha256$" + hashlib.sha256(secret.encode()).hexdigest()
+    runs = legacy_runs()
     auth = Authenticator(world.store, world.membership, clock=world.clock)
-    for _ in range(5):
+    for _ in range(3):
         passes(auth.authenticate(bearer(created.secret)))
     passes(asyncio.run(auth.authenticate_async(bearer(created.secret))))
-    assert auth.verifier.runs == 1
-    assert len(auth.cache) == 1
+    assert legacy_runs() == runs
     auth.close()
 
 
-def test_wrong_secrets_are_never_cached(world: World) -> None:
-    """A failed guess runs argon2 every time and never enters the cache."""
+def test_a_wrong_secret_is_refused_with_one_hash(world: World, decide: Decide) -> None:
+    """A forged secret for a real id is refused (wrong_secret), and runs no argon2."""
     created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
-    auth = Authenticator(world.store, world.membership, clock=world.clock)
-    guess = forge(created.info.key_id, "g" * 28)
+    runs = legacy_runs()
     for _ in range(3):
-        refused(auth.authenticate(bearer(guess)), Unauthorized, Reason.WRONG_SECRET)
-    assert (auth.verifier.runs, len(auth.cache)) == (3, 0)
-    auth.close()
+        guess = forge(created.info.key_id, "g" * 28)
+        refused(decide(bearer(guess)), Unauthorized, Reason.WRONG_SECRET)
+    assert legacy_runs() == runs
 
 
-def test_cache_never_resurrects_a_replaced_hash(world: World, decide: Decide) -> None:
-    """If the stored hash changes under the same id, the cached success no longer counts."""
+def test_a_replaced_hash_refuses_the_old_secret(world: World, decide: Decide) -> None:
+    """If the stored hash changes under the same id, the old secret no longer passes."""
     created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
     passes(decide(bearer(created.secret)))
     old = world.store.get_key(created.info.key_id)
@@ -355,8 +357,8 @@ def test_cache_never_resurrects_a_replaced_hash(world: World, decide: Decide) ->
     refused(decide(bearer(created.secret)), Unauthorized, Reason.WRONG_SECRET)
 
 
-def test_revoked_stays_revoked_with_a_fresh_cache(world: World) -> None:
-    """A new process (empty cache) refuses a key revoked earlier."""
+def test_revoked_stays_revoked_for_a_new_authenticator(world: World) -> None:
+    """A new process refuses a key revoked earlier."""
     created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
     world.manager.revoke("alice", created.info.key_id)
     auth = Authenticator(world.store, world.membership, clock=world.clock)
@@ -364,16 +366,76 @@ def test_revoked_stays_revoked_with_a_fresh_cache(world: World) -> None:
     auth.close()
 
 
-def test_concurrent_first_requests_share_one_verification(world: World) -> None:
-    """N threads presenting one new key at once cause exactly one argon2 run."""
-    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
+def make_legacy(world: World, scope: Any = RESEARCH_SCOPE) -> tuple[str, str]:
+    """A key as an old version made it (an argon2id hash stored): its string and id."""
+    created = world.manager.create("alice", name="old", scope=scope)
+    key_id, secret = _token.split(created.secret)
+    stored = world.store.get_key(key_id)
+    assert stored is not None
+    # The store's own conditional write puts the old hash in place of the new one.
+    assert world.store.upgrade_hash(key_id, stored.secret_hash, legacy_hash(secret))
+    return created.secret, key_id
+
+
+def test_a_legacy_hash_is_verified_once_and_replaced_at_first_use(
+    world: World, decide: Decide
+) -> None:
+    """D2: a key holding an argon2id hash passes, runs argon2 once, and holds the SHA-256
+    hash of its secret from its first use on; later requests run no argon2."""
+    token, key_id = make_legacy(world)
+    runs = legacy_runs()
+    passes(decide(bearer(token)))
+    stored = world.store.get_key(key_id)
+    assert stored is not None
+    assert stored.secret_hash == hash_secret(_token.split(token)[1])
+    for _ in range(3):
+        passes(decide(bearer(token)))
+    assert legacy_runs() == runs + 1
+
+
+def test_a_wrong_secret_for_a_legacy_key_upgrades_nothing(world: World, decide: Decide) -> None:
+    """A forged secret against a legacy hash is refused after its argon2 run, and the key
+    keeps its old hash: only the right secret replaces it."""
+    token, key_id = make_legacy(world)
+    before = world.store.get_key(key_id)
+    runs = legacy_runs()
+    refused(decide(bearer(forge(key_id, "g" * 28))), Unauthorized, Reason.WRONG_SECRET)
+    assert world.store.get_key(key_id) == before
+    assert legacy_runs() == runs + 1
+    passes(decide(bearer(token)))
+
+
+def test_a_legacy_key_of_a_store_without_upgrades_runs_argon2_once_per_process(
+    world: World, make_decide: MakeDecide
+) -> None:
+    """A host store without ``upgrade_hash`` keeps its argon2id hash, and its key works:
+    argon2 verified it once, and the process compares the secret's SHA-256 from then on."""
+    token, key_id = make_legacy(world)
+    legacy = world.store.get_key(key_id)
+
+    class HostStore:  # a host's store: reads only
+        def get_key(self, wanted: str) -> Any:
+            return legacy if wanted == key_id else None
+
+    decide = make_decide(world, store=HostStore())
+    runs = legacy_runs()
+    for _ in range(3):
+        passes(decide(bearer(token)))
+    refused(decide(bearer(forge(key_id, "g" * 28))), Unauthorized, Reason.WRONG_SECRET)
+    assert legacy_runs() == runs + 1
+
+
+def test_concurrent_first_uses_of_a_legacy_key_run_argon2_once(world: World) -> None:
+    """16 threads presenting one legacy key at once: one argon2 run, every request passes."""
+    token, key_id = make_legacy(world)
     auth = Authenticator(world.store, world.membership, clock=world.clock)
     barrier = threading.Barrier(16)
     outcomes: list[object] = []
+    runs = legacy_runs()
 
     def call() -> None:
         barrier.wait()
-        outcomes.append(auth.authenticate(bearer(created.secret)))
+        outcomes.append(auth.authenticate(bearer(token)))
 
     threads = [threading.Thread(target=call) for _ in range(16)]
     for thread in threads:
@@ -381,34 +443,21 @@ def test_concurrent_first_requests_share_one_verification(world: World) -> None:
     for thread in threads:
         thread.join(timeout=30)
     assert len(outcomes) == 16 and all(isinstance(o, Principal) for o in outcomes)
-    assert auth.verifier.runs == 1
-    auth.close()
-
-
-def test_concurrent_first_requests_share_one_verification_async(world: World) -> None:
-    """N asyncio tasks presenting one new key at once cause exactly one argon2 run."""
-    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
-    auth = Authenticator(world.store, world.membership, clock=world.clock)
-
-    async def burst() -> list[Principal | Refusal]:
-        return await asyncio.gather(
-            *(auth.authenticate_async(bearer(created.secret)) for _ in range(32))
-        )
-
-    assert all(isinstance(o, Principal) for o in asyncio.run(burst()))
-    assert auth.verifier.runs == 1
+    assert legacy_runs() == runs + 1
+    stored = world.store.get_key(key_id)
+    assert stored is not None and stored.secret_hash.startswith("sha256$")
     auth.close()
 
 
 def test_absurd_hash_parameters_are_refused_before_running_argon2(
     world: World, decide: Decide
 ) -> None:
-    """A stored hash asking for 4 TiB of memory is refused at once, as unverifiable."""
+    """A stored hash asking for 4 TiB of memory is refused at once, as unverifiable, and
+    counts no argon2 run."""
     created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
     old = world.store.get_key(created.info.key_id)
     assert old is not None
-    import attrs
-
+    runs = legacy_runs()
     absurd = (
         "$argon2id$v=19$m=4294967295,t=4294967295,p=255$c2FsdHNhbHRzYWx0$aGFzaGhhc2hoYXNoaGFzaA"
     )
@@ -416,6 +465,7 @@ def test_absurd_hash_parameters_are_refused_before_running_argon2(
     # Run, argon2 with those parameters would not end (or fail to allocate): an answer at all
     # is the proof.
     refused(decide(bearer(created.secret)), Unauthorized, Reason.UNVERIFIABLE)
+    assert legacy_runs() == runs
 
 
 # --- faults: 503, never 401 (D15) ---------------------------------------------------------
@@ -560,30 +610,6 @@ def test_async_store_is_awaited_and_timed_out(world: World) -> None:
     )
     auth.close()
     slow.close()
-
-
-def test_verification_overload_is_shed_with_503(
-    world: World, make_decide: MakeDecide, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Past the bound on pending argon2 runs, requests are shed with 503 at once."""
-    created = world.manager.create("alice", name="bot", scope=RESEARCH_SCOPE)
-    verifier = SecretVerifier(max_workers=1, max_pending=1)
-    gate = threading.Event()
-    check = _hashing.check_secret
-
-    def gated_check(*args: Any) -> Any:
-        gate.wait(10)
-        return check(*args)
-
-    monkeypatch.setattr(_hashing, "check_secret", gated_check)
-    blocker = verifier.submit(  # one verification in flight, held: it fills the bound
-        VerifiedTokenCache(), b"x", hash_secret("y" * 28), "y" * 28
-    )
-    decide = make_decide(world, verifier=verifier)
-    refused(decide(bearer(created.secret)), ServiceUnavailable, Reason.OVERLOADED)
-    gate.set()
-    blocker.result(timeout=10)
-    passes(decide(bearer(created.secret)))
 
 
 def test_constructor_refuses_what_is_not_a_store_or_provider(world: World) -> None:

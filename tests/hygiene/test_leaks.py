@@ -1,4 +1,4 @@
-"""The secret-scanning endpoint: signature first, then checksum, lookup and argon2 per candidate.
+"""The secret-scanning endpoint: signature first, then checksum, lookup and hash per candidate.
 
 Every report is signed here with an ECDSA P-256 key the test generates; nothing reaches the
 network. The stores are real (memory, and SQLite for the command line).
@@ -46,6 +46,7 @@ from keyturn.leaks import (
 )
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 from keyturn.stores.sqlite import SQLiteDatabase
+from tests.legacy import legacy_hash, legacy_runs
 from tests.servers.loopback import serve_uvicorn, serve_waitress
 
 NOW = datetime(2026, 11, 24, 6, 30, tzinfo=UTC)
@@ -599,30 +600,24 @@ def test_over_real_http_on_loopback(server: str) -> None:
     assert world.leaked() == Leaked(url=URL, at=NOW)
 
 
-def test_candidates_are_checked_through_the_authenticator_s_verifier_and_cache() -> None:
-    """Given the authenticator's verifier and cache, a report's argon2 runs count against the
-    same bounds, and a key verified once (by a report or a request) is not hashed again."""
+def test_a_candidate_of_a_key_with_a_legacy_hash_is_checked_as_a_request_s_key() -> None:
+    """A key still holding an argon2id hash from before SHA-256 is recognised (argon2 once
+    per process), and a forged secret for its id is a false positive."""
     probe = World()
-    auth = Authenticator(probe.store, probe.membership, clock=lambda: NOW)
-    try:
-        responder = LeakResponder(
-            probe.store,
-            public_keys={IDENTIFIER: PEM},
-            clock=lambda: NOW,
-            verifier=auth.verifier,
-            cache=auth.cache,
-        )
-        client = Client(WSGILeakEndpoint(responder=responder, path=PATH))
-        body = batch(probe.created.secret)
-        first = client.post(PATH, data=body, headers=signed(body))
-        assert first.json[0]["label"] == "true_positive"
-        assert auth.verifier.runs == 1  # the report's one argon2 run, on the shared verifier
-        request = AuthRequest(
-            authorization=(f"Bearer {probe.created.secret}",), organization=("default",)
-        )
-        assert not isinstance(auth.authenticate(request), Refusal)
-        again = client.post(PATH, data=body, headers=signed(body))
-        assert again.json[0]["label"] == "true_positive"
-        assert auth.verifier.runs == 1  # the request and the second report hit the cache
-    finally:
-        auth.close()
+    key_id, secret = _token.split(probe.created.secret)
+    stored = probe.store.get_key(key_id)
+    assert stored is not None
+    assert probe.store.upgrade_hash(key_id, stored.secret_hash, legacy_hash(secret))
+    responder = LeakResponder(probe.store, public_keys={IDENTIFIER: PEM}, clock=lambda: NOW)
+    client = Client(WSGILeakEndpoint(responder=responder, path=PATH))
+    forged_body = _token.PREFIX + key_id + "F" * _token.SECRET_LENGTH
+    forged = batch(forged_body + _token._checksum(forged_body))
+    body = batch(probe.created.secret)
+    runs = legacy_runs()
+    assert client.post(PATH, data=forged, headers=signed(forged)).json[0]["label"] == (
+        "false_positive"
+    )
+    for _ in range(2):
+        answer = client.post(PATH, data=body, headers=signed(body))
+        assert answer.json[0]["label"] == "true_positive"
+    assert legacy_runs() == runs + 2  # the forgery's run, and the key's one

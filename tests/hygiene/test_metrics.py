@@ -22,13 +22,13 @@ from keyturn import (
     KeyManager,
     Principal,
     Scope,
-    SecretVerifier,
     _hashing,
     _token,
 )
 from keyturn._model import utc_now
 from keyturn.metrics import DURATION_BUCKETS, METHODS, MetricsAudit
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
+from tests.legacy import legacy_hash
 
 
 class Meters:
@@ -94,9 +94,8 @@ def attrs_of(**values: Any) -> frozenset[tuple[str, Any]]:
 def test_decisions_are_counted_by_outcome_and_precise_reason(meters: Meters) -> None:
     """Allowed, missing and wrong-secret decisions each land on their own attribute set."""
     world = World()
-    verifier = SecretVerifier()
-    audit = MetricsAudit(meters.meter, verifier=verifier)
-    with Authenticator(world.store, world.membership, audit=audit, verifier=verifier) as auth:
+    audit = MetricsAudit(meters.meter)
+    with Authenticator(world.store, world.membership, audit=audit) as auth:
         for _ in range(2):
             assert isinstance(auth.authenticate(request(world.secret)), Principal)
         auth.authenticate(request(None, method="BREW"))
@@ -124,9 +123,26 @@ def test_decisions_are_counted_by_outcome_and_precise_reason(meters: Meters) -> 
             }
         ): 1,
     }
-    # The second allowed request hit the verified-token cache: two runs for three checks.
-    assert verifier.runs == 2
-    assert counts["keyturn.argon2.runs"] == {frozenset(): 2}
+    # SHA-256 keys: the process-wide count of argon2 runs is observed, and none were added.
+    assert counts["keyturn.legacy_hash.verifications"] == {
+        frozenset(): _hashing.legacy_verifications
+    }
+
+
+def test_legacy_hash_verifications_are_observed(meters: Meters) -> None:
+    """A key still holding an argon2id hash runs argon2 once, at its first use (then its
+    hash is replaced): the observable counter moves by one for three requests."""
+    world = World()
+    key_id, secret = _token.split(world.secret)
+    stored = world.store.get_key(key_id)
+    assert stored is not None
+    world.store.upgrade_hash(key_id, stored.secret_hash, legacy_hash(secret))
+    before = _hashing.legacy_verifications
+    with Authenticator(world.store, world.membership, audit=MetricsAudit(meters.meter)) as auth:
+        for _ in range(3):
+            assert isinstance(auth.authenticate(request(world.secret)), Principal)
+    counts = meters.read()
+    assert counts["keyturn.legacy_hash.verifications"] == {frozenset(): before + 1}
 
 
 class SlowStore(MemoryKeyStore):
@@ -156,50 +172,8 @@ def test_store_timeouts_are_counted(meters: Meters) -> None:
     assert getattr(outcome, "status", None) == 503
     counts = meters.read()
     assert counts["keyturn.backend.timeouts"] == {frozenset(): 1}
-    assert "keyturn.requests.shed" not in counts
     ((attributes, count),) = counts["keyturn.decisions"].items()
     assert dict(attributes)["keyturn.reason"] == "backend_timeout" and count == 1
-
-
-@pytest.mark.parametrize("driver", ["sync", "async"])
-def test_shed_requests_are_counted(
-    meters: Meters, driver: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """With the one argon2 slot taken, another new token is shed (503) and counted as shed,
-    by either driver.
-    """
-    world = World()
-    other = KeyManager(world.store, world.membership).create(
-        "alice", name="other", scope=Scope.organization("org_acme", tenant_id="acme")
-    )
-    verifier = SecretVerifier(max_workers=1, max_pending=1)
-    hold = threading.Event()
-    check = _hashing.check_secret
-
-    def held_check(*args: Any) -> Any:  # the only argon2 thread stays busy until released
-        hold.wait(10)
-        return check(*args)
-
-    monkeypatch.setattr(_hashing, "check_secret", held_check)
-    audit = MetricsAudit(meters.meter, verifier=verifier)
-    with Authenticator(world.store, world.membership, audit=audit, verifier=verifier) as auth:
-        first = threading.Thread(target=auth.authenticate, args=(request(world.secret),))
-        first.start()
-        deadline = time.monotonic() + 10
-        while not verifier.in_flight() and time.monotonic() < deadline:
-            time.sleep(0.001)
-        shed = (
-            auth.authenticate(request(other.secret))
-            if driver == "sync"
-            else asyncio.run(auth.authenticate_async(request(other.secret)))
-        )
-        hold.set()
-        first.join(10)
-    assert getattr(shed, "status", None) == 503
-    counts = meters.read()
-    assert counts["keyturn.requests.shed"] == {frozenset(): 1}
-    reasons = {dict(a)["keyturn.reason"]: n for a, n in counts["keyturn.decisions"].items()}
-    assert reasons == {"overloaded": 1, "ok": 1}
 
 
 def test_another_hook_still_runs_and_extra_attributes_are_opt_in(meters: Meters) -> None:

@@ -1,12 +1,12 @@
 """An Authenticator built before a fork serves in the child (gunicorn ``--preload``).
 
-The parent builds the Authenticator and uses it: argon2 runs on its verifier's threads, a
-store call on its call threads (the async driver), a ``last_used_at`` write on the usage
-recorder's thread. Then it forks, as a preloading server forks its workers, and each child
-decides keys the parent never verified, with both drivers, and closes the Authenticator,
-writing its usage. The parent counts the keys accepted, waiting a bounded time for each
-child (killed by its pid if it never answers), and the uses each child wrote. And a lock
-another thread of the parent held at the fork is free in the child, for each owner of one.
+The parent builds the Authenticator and uses it: a store call on its call threads (the
+async driver), a ``last_used_at`` write on the usage recorder's thread. Then it forks, as a
+preloading server forks its workers, and each child decides keys the parent never saw,
+with both drivers, and closes the Authenticator, writing its usage. The parent counts the
+keys accepted, waiting a bounded time for each child (killed by its pid if it never
+answers), and the uses each child wrote. And a lock another thread of the parent held at
+the fork is free in the child, for each owner of one.
 """
 
 from __future__ import annotations
@@ -26,17 +26,18 @@ from typing import Any
 
 import pytest
 
-from keyturn import Authenticator, AuthRequest, KeyManager, Principal, Scope, activity
-from keyturn._hashing import SecretVerifier, VerifiedTokenCache
+from keyturn import Authenticator, AuthRequest, KeyManager, Principal, Scope, _hashing, activity
+from keyturn._hashing import check_secret
 from keyturn._usage import UsageRecorder
 from keyturn.client import ApiKeyAuth
 from keyturn.console._forms import FormTokens as _FormTokens
 from keyturn.errors import Reason
 from keyturn.stores import open_database
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
+from tests.legacy import legacy_hash
 
 CHILDREN = 2
-CHILD_WAIT = 30.0  # seconds a child may take to answer at all: far past one argon2 run
+CHILD_WAIT = 30.0  # seconds a child may take to answer at all: far past one decision
 LOCK_WAIT = 10.0  # ... and to take a free lock
 
 
@@ -108,7 +109,7 @@ def test_a_child_verifies_keys_its_parent_never_saw(store_url: str) -> None:
 
         auth = Authenticator(db.keys, db.membership, usage_interval=0.0)
         try:
-            # The parent's threads: argon2 and a usage write (sync), a store call (async).
+            # The parent's threads: a usage write (sync), a store call (async).
             assert isinstance(auth.authenticate(_request(secrets[0])), Principal)
             outcome = asyncio.run(auth.authenticate_async(_request(secrets[1])))
             assert isinstance(outcome, Principal)
@@ -167,14 +168,14 @@ def test_a_lock_held_at_the_fork_is_free_in_the_child() -> None:
     membership.add_organization("org_main", tenant_id="acme", default=True)
     membership.add_member("alice", "org_main", role="admin")
     key = KeyManager(store, membership).create("alice", name="k", scope=Scope.tenant("acme"))
-    cache, verifier = VerifiedTokenCache(), SecretVerifier()
+    old_secret = "S" * 28
+    legacy = legacy_hash(old_secret)  # its check takes the legacy path's lock
     recorder = UsageRecorder(store, interval=0.0)
     tokens = _FormTokens(b"a secret of the console's")
     client = ApiKeyAuth(key.secret)
     uses: dict[str, tuple[Any, Callable[[], object]]] = {
         "event ids": (activity._event_id._lock, activity._event_id),
-        "verified tokens": (cache._lock, lambda: cache.add(b"digest", "hash")),
-        "verifier": (verifier._lock, verifier.in_flight),
+        "legacy hashes": (_hashing._LEGACY._lock, lambda: check_secret(legacy, old_secret)),
         "usage": (recorder._lock, lambda: recorder.refused(key.info.key_id, Reason.REVOKED)),
         "console form tokens": (tokens._lock, lambda: tokens.consume("nonce")),
         "client": (client._lock, lambda: _warned(client)),
@@ -183,7 +184,6 @@ def test_a_lock_held_at_the_fork_is_free_in_the_child() -> None:
         answered = {name: _held_at_the_fork(*use) for name, use in uses.items()}
     finally:
         recorder.close()
-        verifier.close()
     stuck = [name for name, answer in answered.items() if not answer]
     assert stuck == [], f"{len(stuck)}/{len(uses)} children stuck on a lock: {stuck}"
 

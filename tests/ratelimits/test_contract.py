@@ -240,3 +240,85 @@ def test_reprs_hold_no_secret() -> None:
     redis_engine.close()
     assert "hunter2" not in repr(PostgresEngine("postgresql://u:hunter2@127.0.0.1:1/x"))
     assert "InProcessEngine" in repr(InProcessEngine())
+
+
+def test_an_engine_reads_counts_without_taking_any(engine: RateEngine) -> None:
+    """``read`` answers each window's count and the previous one's, as a lease sees them,
+    and changes nothing: a fresh engine reads zeros, and the lease after a read takes what
+    it would have taken without it."""
+    assert engine.read([("k:x", 10), ("k:y", 11)]) == [(0, 0), (0, 0)]
+    engine.lease("k:x", quota=50, window=60, index=10, weight=1.0, want=20)
+
+    assert engine.read([("k:x", 10), ("k:x", 11), ("k:x", 12), ("k:y", 11)]) == [
+        (20, 0),
+        (0, 20),
+        (0, 0),
+        (0, 0),
+    ]
+    assert engine.read([("k:x", 10)]) == [(20, 0)]
+    grant = engine.lease("k:x", quota=50, window=60, index=10, weight=1.0, want=40)
+    assert (grant.granted, grant.used) == (30, 50)
+
+
+def test_use_is_what_the_limiter_counts_and_takes_nothing(engine: RateEngine) -> None:
+    """``use_of`` says each policy's rate and how much of it is in use, this process's
+    unspent lease left out; reading it admits nothing, and it agrees with RateLimit's r."""
+    limiter = RateLimiter(RateLimits(key=Rate(10, 60), account=Rate(20, 60)), engine=engine)
+    assert [(u.policy, u.used, u.remaining) for u in limiter.use_of(principal(), START)] == [
+        ("key", 0, 10),
+        ("account", 0, 20),
+    ]
+
+    last = run(limiter, 4, START + 1)[-1]
+
+    uses = limiter.use_of(principal(), START + 2)
+    assert [(u.policy, u.rate, u.used, u.remaining) for u in uses] == [
+        ("key", Rate(10, 60), 4, 6),
+        ("account", Rate(20, 60), 4, 16),
+    ]
+    assert dict(last.headers)["RateLimit"] == '"key";r=6;t=59, "account";r=16;t=59'
+    assert limiter.use_of(principal(), START + 2) == uses  # reading took nothing
+    assert allowed(run(limiter, 8, START + 3)) == 6
+    assert [u.used for u in limiter.use_of(principal(), START + 4)] == [10, 10]
+    assert limiter.use_of(principal(key="key2"), START + 4)[1].used == 10  # one account pool
+
+
+def test_use_slides_with_the_window(engine: RateEngine) -> None:
+    """Half-way through the next window the previous window's ten count five: five fit."""
+    limiter = RateLimiter(RateLimits(key=Rate(10, 60)), engine=engine)
+    assert allowed(run(limiter, 10, START)) == 10
+
+    (use,) = limiter.use_of(principal(), START + 90)
+
+    assert (use.used, use.remaining) == (5, 5)
+    assert allowed(run(limiter, 8, START + 90)) == use.remaining
+    assert limiter.use_of(principal(), START + 90)[0].used == 10
+
+
+def test_another_instance_reads_the_shared_counts(
+    engine_factory: Callable[[], RateEngine],
+) -> None:
+    """A console in another process, with a limiter of its own on the shared engine, reads
+    what the serving instances admitted, plus at most their unspent slices."""
+    first = engine_factory()
+    if not first.shared:
+        pytest.skip("the in-process engine is one process's: the console shares its limiter")
+    limits = RateLimits(key=Rate(400, 60), account=Rate(800, 60))
+    serving = [RateLimiter(limits, engine=engine_factory()) for _ in range(2)]
+    console = RateLimiter(limits, engine=first)
+    assert allowed([serving[n % 2].admit(principal(), START + n * 0.01) for n in range(100)]) == 100
+
+    uses = console.use_of(principal(), START + 2)
+
+    slack = [2 * serving[0].slice_of(use.rate) for use in uses]
+    assert [use.policy for use in uses] == ["key", "account"]
+    assert all(100 <= use.used <= 100 + most for use, most in zip(uses, slack, strict=True))
+    assert console.stats.leases == 0 and console.stats.allowed == 0
+
+
+def test_no_limit_has_no_use() -> None:
+    """A principal with no limits has nothing to show, and the engine is not asked."""
+    limiter = RateLimiter(lambda p: None if p.account_id == "bob" else RateLimits(key=Rate(1, 1)))
+
+    assert limiter.use_of(principal(account="bob"), START) == ()
+    assert RateLimiter().uses_of([principal(), principal(key="k2")], START) == [(), ()]

@@ -44,7 +44,7 @@ from tests.world import Clock
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 TENANT = Scope.tenant("acme")
 RESEARCH = Scope.organization("org_research", tenant_id="acme")
-HASH = "$argon2id$v=19$m=8192,t=1,p=1$c2FsdHNhbHRzYWx0$aGFzaGhhc2hoYXNoaGFzaGhhc2hoYXNoaGFzaA"
+HASH = "sha256$" + "5e" * 32  # the shape of a stored hash; no key's secret behind it
 
 
 def make_key(
@@ -156,6 +156,23 @@ def test_revoke_succeeds_once(backend: Backend) -> None:
     stored = backend.keys.get_key(key.key_id)
     assert stored is not None
     assert stored.revoked_at == NOW + timedelta(hours=1)
+
+
+def test_upgrade_hash_replaces_only_the_hash_it_was_given(backend: Backend) -> None:
+    """``upgrade_hash`` is a conditional write: it replaces the hash only while the key
+    still holds the old one (a second upgrade, a wrong old hash or an unknown id change
+    nothing), and touches no other field: a revoke made before it stays."""
+    old, new = "$argon2id$v=19$m=8192,t=1,p=1$c2FsdHNhbHRz$aGFzaGhhc2g", "sha256$" + "0a" * 32
+    key = make_key(secret_hash=old)
+    backend.keys.add_key(key)
+    assert backend.keys.revoke_key(key.key_id, NOW + timedelta(hours=1)) is True
+    assert backend.keys.upgrade_hash(key.key_id, HASH, new) is False
+    assert backend.keys.upgrade_hash("NoSuchKey123", old, new) is False
+    assert backend.keys.upgrade_hash(key.key_id, old, new) is True
+    assert backend.keys.upgrade_hash(key.key_id, old, HASH) is False
+    assert backend.keys.get_key(key.key_id) == attrs.evolve(
+        key, secret_hash=new, revoked_at=NOW + timedelta(hours=1)
+    )
 
 
 def test_mark_used_never_moves_backwards(backend: Backend) -> None:

@@ -45,9 +45,8 @@ from keyturn import (
     Scope,
 )
 from keyturn._decision import Rules, decide
-from keyturn._hashing import VerifiedTokenCache, check_secret
 from keyturn._model import utc_now
-from keyturn._steps import STORE, VerifySecret
+from keyturn._steps import STORE
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 from keyturn.stores.sqlite import SQLiteDatabase
 from tests.world import START, Clock, WorldKeyStore, WorldMembership, mistype, seed
@@ -106,12 +105,11 @@ def decide_alone(
     request: AuthRequest,
     now: Any,
     rules: Rules,
-    cache: VerifiedTokenCache,
     store: Any,
     membership: Any,
 ) -> Principal | Refusal:
     """The decision, driven step by step over *store* and *membership*: no memo, no replica."""
-    flow = decide(request, now, cache, rules)
+    flow = decide(request, now, rules)
     answer: Any = None
     for _ in range(100):  # a decision asks a handful of questions
         try:
@@ -119,12 +117,7 @@ def decide_alone(
         except StopIteration as done:
             outcome: Principal | Refusal = done.value
             return outcome
-        if isinstance(step, VerifySecret):
-            answer = check_secret(step.secret_hash, step.secret)
-            if answer is None:
-                cache.add(step.digest, step.secret_hash)
-        else:
-            answer = step.ask(store if step.via == STORE else membership)
+        answer = step.ask(store if step.via == STORE else membership)
     raise AssertionError("the decision asked more than 100 questions")
 
 
@@ -156,7 +149,6 @@ class MemoAgrees(RuleBasedStateMachine):
         )
         assert self.auth.memo.enabled
         self.decision_rules = Rules(policy=self.policy)
-        self.cache = VerifiedTokenCache()
         self.runner = asyncio.Runner()
         self.tokens: list[tuple[str, str]] = []  # (key id, full key)
         self.elsewhere: list[str] = []  # ids of keys made elsewhere, not yet revoked
@@ -225,7 +217,7 @@ class MemoAgrees(RuleBasedStateMachine):
             memo = self.auth.authenticate(request)
         now = self.clock()
         alone = decide_alone(
-            request, now, self.decision_rules, self.cache, self.truth_store, self.truth_membership
+            request, now, self.decision_rules, self.truth_store, self.truth_membership
         )
         assert same(memo, alone), (request, now, memo, alone)
         self.requests += 1
@@ -451,7 +443,7 @@ def _warm_hits(auth: Authenticator, key: str, n: int = 5) -> int:
 def test_warm_requests_are_the_memos_on_memory() -> None:
     auth, key, _ = _world_of(MemoryKeyStore(), MemoryMembership())
     with auth:
-        assert _warm_hits(auth, key) == 4  # the first request of all was decided: its argon2
+        assert _warm_hits(auth, key) == 4  # the first request of all was decided
 
 
 def test_warm_requests_are_the_memos_on_sqlite(tmp_path: Path) -> None:

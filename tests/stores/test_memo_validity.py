@@ -23,7 +23,6 @@ import pytest
 
 from keyturn import Authenticator, AuthRequest, KeyManager, Principal, Scope
 from keyturn._decision import Rules
-from keyturn._hashing import VerifiedTokenCache
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 from keyturn.stores.sqlite import SQLiteDatabase
 from tests.stores.test_memo import decide_alone, same
@@ -250,7 +249,7 @@ def test_plain_sql_from_another_process_is_never_answered_stale(
     with opened(backend, tmp_path, request) as (store, membership, truth_store, truth, where):
         secrets, _ = populate(store, membership)
         judge = Judge(store, membership, secrets)
-        rules, cache = Rules(), VerifiedTokenCache()
+        rules = Rules()
 
         def agrees() -> bool:
             for name, organization in REQUESTS:
@@ -259,7 +258,6 @@ def test_plain_sql_from_another_process_is_never_answered_stale(
                     asked(secrets[name], organization),
                     judge.auth.clock(),
                     rules,
-                    cache,
                     truth_store,
                     truth,
                 )

@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 import threading
-from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from keyturn import (
-    Authenticator,
-    AuthRequest,
-    KeyManager,
     KeyturnError,
     NotAKeyDatabase,
-    Principal,
     SchemaTooNew,
-    Scope,
-    SecretVerifier,
-    _token,
 )
 from keyturn.stores import _sql, open_database
 from keyturn.stores.sqlite import SQLiteDatabase
@@ -226,78 +216,3 @@ def test_store_errors_are_typed_and_natural(sqlite_path: Path) -> None:
         with pytest.raises(LookupError) as unknown:
             db.membership.add_member("alice", "org_nowhere", role="admin")
     assert isinstance(conflict.value, KeyturnError) and isinstance(unknown.value, KeyturnError)
-
-
-class GatedVerifier(SecretVerifier):
-    """argon2 that, while the gate is shut, holds every check until it opens (saturated)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.gate = threading.Event()
-        self.gate.set()
-        self.held = 0
-
-    def submit(
-        self, cache: Any, digest: bytes, secret_hash: str, secret: str, account: str | None = None
-    ) -> Future[Any]:
-        if self.gate.is_set():
-            return super().submit(cache, digest, secret_hash, secret, account)
-        self.held += 1
-        future: Future[Any] = Future()
-
-        def later() -> None:
-            self.gate.wait(30)
-            try:  # the real verifier may shed the check (Overloaded): pass that on too
-                check = super(GatedVerifier, self).submit(
-                    cache, digest, secret_hash, secret, account
-                )
-                future.set_result(check.result())
-            except Exception as exc:
-                future.set_exception(exc)
-
-        threading.Thread(target=later, daemon=True).start()
-        return future
-
-
-def test_a_warm_request_never_waits_behind_argon2_under_asgi(sqlite_path: Path) -> None:
-    """With a blocking store under the async driver, verified keys pass while argon2 is stuck."""
-    with SQLiteDatabase(sqlite_path) as db:
-        db.membership.add_organization("org_a", tenant_id="acme", default=True)
-        db.membership.add_member("alice", "org_a", role="admin")
-        manager = KeyManager(db.keys, db.membership)
-        created = manager.create("alice", name="warm", scope=Scope.tenant("acme"))
-        other = manager.create("alice", name="cold", scope=Scope.tenant("acme"))
-        verifier = GatedVerifier()
-        auth = Authenticator(db.keys, db.membership, verifier=verifier, usage_interval=None)
-        warm = AuthRequest(authorization=(f"Bearer {created.secret}",), organization=("default",))
-        body = _token.PREFIX + other.info.key_id
-        guesses = [  # well formed, wrong secrets: each needs an argon2 run of its own
-            body + secret + _token._checksum(body + secret)
-            for secret in (f"{n:028d}" for n in range(40))
-        ]
-
-        async def scenario() -> tuple[object, int, int]:
-            assert isinstance(await auth.authenticate_async(warm), Principal)  # verified once
-            verifier.gate.clear()
-            cold = [
-                asyncio.ensure_future(
-                    auth.authenticate_async(AuthRequest(authorization=(f"Bearer {g}",)))
-                )
-                for g in guesses  # more than the Authenticator's 16 call threads
-            ]
-            for _ in range(1000):  # bounded: until every guess is waiting on argon2
-                if verifier.held == len(guesses):
-                    break
-                await asyncio.sleep(0.01)
-            outcome = await asyncio.wait_for(auth.authenticate_async(warm), 20)  # a hang guard
-            pending = sum(not task.done() for task in cold)
-            verifier.gate.set()
-            await asyncio.wait_for(asyncio.gather(*cold, return_exceptions=True), 60)
-            return outcome, pending, len(cold)
-
-        try:
-            outcome, pending, total = asyncio.run(scenario())
-        finally:
-            auth.close()
-    assert isinstance(outcome, Principal)
-    assert pending == total  # the warm request passed while every cold one was still held

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import secrets
 import shlex
 from collections import defaultdict
@@ -49,10 +50,11 @@ from typing import Any, Final, Literal
 from urllib.parse import urlencode
 
 import anyio.from_thread
+import attrs
 
 from keyturn._decision import holds_key
 from keyturn._lifecycle import validate_name
-from keyturn._model import CreatedKey, KeyInfo, Organization, Status
+from keyturn._model import CreatedKey, KeyInfo, Organization, Principal, Scope, Status
 from keyturn.activity import ActivityNotKept, By, KeyEvent
 from keyturn.console._chart import CHART_DAYS, chart, window
 from keyturn.console._forms import (
@@ -86,6 +88,7 @@ from keyturn.errors import (
 )
 from keyturn.manager import AsyncKeyManager, KeyManager
 from keyturn.protocols import ConsoleMembership
+from keyturn.ratelimits import Rate, RateLimiter
 from keyturn.usage import DailyUsage, KeyUsage, by_key
 
 _log = logging.getLogger("keyturn.console")
@@ -117,6 +120,12 @@ class _Awaited:
             self.manager.membership.organizations_of, account_id
         )
         return found
+
+    def role_of(self, account_id: str, organization_id: str) -> str | None:
+        role: str | None = anyio.from_thread.run(
+            self.manager.membership.get_role, account_id, organization_id
+        )
+        return role
 
     def list(self, account_id: str) -> list[KeyInfo]:
         return anyio.from_thread.run(self.manager.list, account_id)
@@ -169,6 +178,12 @@ class Console:
         page to come back to; check it with :func:`safe_next` before you redirect to it.
     :param api_url: the API call the page of a new key shows as a ready ``curl`` line
         (default: this site's ``/managed-agents/v1/models``).
+    :param rate_limiter: the :class:`~keyturn.ratelimits.RateLimiter` your API admits
+        requests with: the list then shows each Active key's limits (key, account,
+        organization) and their use now, read without taking anything. The very limiter
+        object when the console runs in the API's process on the in-process engine (it
+        counts only its own process); on Redis or PostgreSQL, any limiter on the same
+        engine and limits. Without it, the list says nothing about limits.
 
     A visitor who is not signed in is sent to *sign_in_url* with ``next``, the path of the
     console page to come back to (the key list, after a form): check it with
@@ -188,6 +203,7 @@ class Console:
         recently_authenticated: Callable[[Any], Any] | None = None,
         reauthenticate_url: str | None = None,
         api_url: str | None = None,
+        rate_limiter: RateLimiter | None = None,
     ) -> None:
         if not isinstance(manager, KeyManager | AsyncKeyManager):
             raise ConsoleSetupError(
@@ -227,6 +243,11 @@ class Console:
                 f"secret must be at least 16 random bytes, got {len(secret)}: "
                 "secrets.token_bytes(32) makes 32"
             )
+        if rate_limiter is not None and not isinstance(rate_limiter, RateLimiter):
+            raise ConsoleSetupError(
+                "rate_limiter must be a keyturn.ratelimits.RateLimiter, "
+                f"got {type(rate_limiter).__name__}"
+            )
         if api_url is not None and (not isinstance(api_url, str) or not api_url):
             raise ConsoleSetupError("api_url must be the URL of a call to your API")
         if not isinstance(expiring_within, timedelta) or expiring_within < timedelta(0):
@@ -251,11 +272,14 @@ class Console:
         # The pages call the manager in a worker thread: an async one through the loop.
         self._keys: KeyManager | _Awaited
         self._organizations_of: Callable[[str], Sequence[Organization]]
+        self._role_of: Callable[[str, str], str | None]
         if isinstance(manager, KeyManager):
             self._keys, self._organizations_of = manager, self.membership.organizations_of
+            self._role_of = self.membership.get_role
         else:
             self._keys = _Awaited(manager)
             self._organizations_of = self._keys.organizations_of
+            self._role_of = self._keys.role_of
         # The usage charts, from a store that keeps counts (keyturn.protocols.UsageStore).
         self._usage_of: Callable[[str, date], Sequence[DailyUsage]] | None = None
         if callable(getattr(manager.store, "usage_of", None)):
@@ -270,6 +294,7 @@ class Console:
         self.recently_authenticated = recently_authenticated
         self.reauthenticate_url = reauthenticate_url
         self.api_url = api_url
+        self.rate_limiter = rate_limiter
         self._tokens = FormTokens(secret or secrets.token_bytes(32))
 
     def __repr__(self) -> str:
@@ -354,7 +379,8 @@ class Console:
         errors: Mapping[str, str] | None = None,
     ) -> Page:
         """The list and the create form: fresh (*form* ``None``), or as sent with *errors*."""
-        choices = scope_choices(self._organizations_of(account_id))
+        organizations = self._organizations_of(account_id)
+        choices = scope_choices(organizations)
         if form is None:
             starts = [v for v, _, s in choices if self.start_on == "tenant" or s.organization_id]
             # The organization the host says the user is in, when the user reaches it.
@@ -384,6 +410,7 @@ class Console:
             and (wanted_scope is None or info.scope == wanted_scope)
         ]
         usage = self._usage(account_id, now, [info.key_id for info in shown]) if shown else None
+        limits = self._limits(account_id, shown, organizations)
         context = {
             "values": values,
             "errors": defaultdict(str, errors or {}),
@@ -392,7 +419,11 @@ class Console:
             "preview": preview(values["lifetime"], values["date"], zone_name, now),
             "token": self._tokens.issue(account_id, "create"),
             "revoke_token": self._tokens.issue(account_id, "revoke"),
-            "rows": [self._row(info, now, by_id, usage) for info in paired(shown)],
+            "rows": [
+                {**self._row(info, now, by_id, usage), "limits": limits.rows.get(info.key_id)}
+                for info in paired(shown)
+            ],
+            "limits": limits,
             "chart_days": CHART_DAYS,
             "zone": zone,
             "total": len(every_key),
@@ -470,12 +501,8 @@ class Console:
         headers = [f"Authorization: Bearer {created.secret}"]
         scope = created.info.scope
         if scope.organization_id is None:
-            reached = [
-                o for o in self._organizations_of(account_id) if o.tenant_id == scope.tenant_id
-            ]
-            chosen = (
-                "default" if any(o.is_default for o in reached) or not reached else reached[0].id
-            )
+            home = _works_in(scope, self._organizations_of(account_id))
+            chosen = "default" if home is None or home.is_default else home.id
             headers.append(f"x-organization-id: {chosen}")
         url = self.api_url or visit.origin + "/managed-agents/v1/models"
         curl = shlex.join(["curl", *(arg for h in headers for arg in ("-H", h)), url])
@@ -584,6 +611,56 @@ class Console:
         rows = self._usage_of(account_id, first)
         return by_key(rows, last_day=last, days=CHART_DAYS, key_ids=key_ids)
 
+    def _limits(
+        self, account_id: str, infos: Sequence[KeyInfo], organizations: Sequence[Organization]
+    ) -> Limits:
+        """The limits of the Active keys among *infos* and their use now, as the rows show
+        them; nothing without a limiter. Each key is read as the principal of a request in
+        the organization it works in by default (:func:`_works_in`)."""
+        limiter = self.rate_limiter
+        if limiter is None:
+            return Limits()
+        roles: dict[str, str | None] = {}
+        principals: dict[str, Principal] = {}
+        for info in infos:
+            home = _works_in(info.scope, organizations)
+            if info.status is not Status.ACTIVE or home is None:
+                continue
+            if home.id not in roles:
+                roles[home.id] = self._role_of(account_id, home.id)
+            role = roles[home.id]
+            if role is not None:
+                principals[info.key_id] = Principal(
+                    account_id=account_id,
+                    key_id=info.key_id,
+                    key_name=info.name,
+                    scope=info.scope,
+                    organization_id=home.id,
+                    tenant_id=home.tenant_id,
+                    role=role,
+                    expires_at=info.expires_at,
+                )
+        try:
+            uses = limiter.uses_of(list(principals.values()))
+        except Exception as exc:  # the engine is down or slow: the limits, without their use
+            _log.warning(
+                "the key console could not read rate limit use from %s (%s)",
+                type(limiter.engine).__name__,
+                type(exc).__name__,
+            )
+            rows = {
+                key_id: [
+                    _limit(name, rate, None, principal) for name, rate in _rates(limiter, principal)
+                ]
+                for key_id, principal in principals.items()
+            }
+            return Limits(rows=rows, unread=True, shared=limiter.engine.shared)
+        rows = {
+            key_id: [_limit(use.policy, use.rate, use.used, principal) for use in used]
+            for (key_id, principal), used in zip(principals.items(), uses, strict=True)
+        }
+        return Limits(rows=rows, shared=limiter.engine.shared, slack=f"{limiter.slack:.0%}")
+
     def _row(
         self,
         info: KeyInfo,
@@ -614,6 +691,69 @@ class Console:
             # replacement, if any, no longer works.
             "rotatable": info.status is Status.ACTIVE and (new is None or not new.status.revocable),
         }
+
+
+@attrs.frozen(kw_only=True)
+class Limits:
+    """What the key list shows of rate limits: per Active key id, its limits (an empty
+    list: none applies; no entry: no limiter, or a key that makes no request), and
+    whether their use could be read and whose requests it counts."""
+
+    rows: Mapping[str, list[dict[str, Any]]] = attrs.field(factory=dict)
+    unread: bool = False  # the engine did not answer: limits without their use
+    shared: bool = False  # the counts are every instance's, not this process's
+    slack: str = ""  # how far a shared count may run ahead of the requests served: "5%"
+
+
+_POLICY_LABELS: Final = {"key": "Key", "account": "Account", "organization": "Organization"}
+
+
+def _works_in(scope: Scope, organizations: Sequence[Organization]) -> Organization | None:
+    """The organization the console takes a key of *scope* to be used in (its ``curl``
+    line's, its limits'): an organization key's own; for a tenant key, whose requests name
+    theirs, the tenant's default organization when the account reaches it, else the
+    account's first one there. ``None``: the account reaches none of them."""
+    reached = [o for o in organizations if o.tenant_id == scope.tenant_id]
+    if scope.organization_id is not None:
+        return next((o for o in reached if o.id == scope.organization_id), None)
+    return next((o for o in reached if o.is_default), reached[0] if reached else None)
+
+
+def _rates(limiter: RateLimiter, principal: Principal) -> list[tuple[str, Rate]]:
+    limits = limiter.limits_of(principal)
+    if limits is None:
+        return []
+    named = (
+        ("key", limits.key),
+        ("account", limits.account),
+        ("organization", limits.organization),
+    )
+    return [(name, rate) for name, rate in named if rate is not None]
+
+
+def _limit(name: str, rate: Rate, used: int | None, principal: Principal) -> dict[str, Any]:
+    """One policy as a row shows it: "Key: 37 of 100 a minute"."""
+    label = _POLICY_LABELS[name]
+    if name == "organization":
+        label += f" {principal.organization_id}"
+    return {
+        "label": label,
+        "quota": rate.quota,
+        "per": per_window(rate.window),
+        "used": used,
+        "high": math.ceil(rate.quota * 0.8),  # the meter turns from "fine" to "nearly spent"
+    }
+
+
+def per_window(seconds: int) -> str:
+    """A window in words: ``a minute``, ``per 5 minutes``, ``per 90 seconds``."""
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1)):
+        if seconds % size == 0:
+            count = seconds // size
+            if count == 1:
+                return ("an " if unit == "hour" else "a ") + unit
+            return f"per {count:,} {unit}s"
+    raise AssertionError("every whole number of seconds is whole seconds")
 
 
 def _rotate_path(visit: Visit, key_id: str) -> str:

@@ -15,6 +15,7 @@ slices from an engine, so a warm request touches no network. See ``docs/rate-lim
 
     limiter = RateLimiter(limits)
     admission = limiter.admit(principal)  # once per request, after authentication
+    uses = limiter.use_of(principal)  # the limits and their use now, nothing taken (the console)
 
 Engines: :class:`InProcessEngine` (default, exact in one process),
 :class:`keyturn.ratelimits.redis.RedisEngine` and
@@ -30,6 +31,7 @@ from keyturn.ratelimits._limiter import (
     RateLimiter,
     RateLimits,
     RateStats,
+    RateUse,
 )
 from keyturn.ratelimits.inprocess import InProcessEngine
 
@@ -44,4 +46,5 @@ __all__ = [
     "RateLimiter",
     "RateLimits",
     "RateStats",
+    "RateUse",
 ]

@@ -8,6 +8,7 @@ took (:class:`Grant`). The limiter (``_limiter.py``) decides with it; the engine
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final, Protocol
 
 import attrs
@@ -48,6 +49,12 @@ class RateEngine(Protocol):
         want: int,
         returned: int = 0,
     ) -> Grant: ...
+
+    def read(self, windows: Sequence[tuple[str, int]]) -> list[tuple[int, int]]:
+        """For each ``(subject, index)``, the count of window *index* and of the window
+        before it, as a lease would see them; takes nothing, writes nothing (the console's
+        view). One round trip for them all on a shared engine."""
+        ...
 
     def close(self) -> None: ...
 

@@ -32,7 +32,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final, NamedTuple
 
 import attrs
@@ -52,6 +52,7 @@ __all__ = [
     "RateLimiter",
     "RateLimits",
     "RateStats",
+    "RateUse",
 ]
 
 log: Final = logging.getLogger("keyturn.ratelimits")
@@ -107,6 +108,26 @@ class RateLimits:
     def _make_policy_field(self) -> tuple[str, str]:
         value = ", ".join(f'"{s.name}";q={s.rate.quota};w={s.rate.window}' for s in self._plan)
         return ("RateLimit-Policy", value)
+
+
+@attrs.frozen
+class RateUse:
+    """One policy of a principal and how much of it is in use now (what the console shows).
+
+    *used* is the sliding window's count: the current window's requests plus the previous
+    window's, weighted by the share of it still inside the last *window* seconds (rounded
+    up), the figure the limiter compares with the quota; ``quota - used`` is the
+    ``RateLimit`` field's ``r``.
+    """
+
+    policy: str  # key, account, organization
+    rate: Rate
+    used: int
+
+    @property
+    def remaining(self) -> int:
+        """How many more requests fit right now."""
+        return max(0, self.rate.quota - self.used)
 
 
 class Outcome(enum.Enum):
@@ -299,6 +320,79 @@ class RateLimiter:
         if not self.engine.shared:
             return max(rate.quota, 1)
         return max(1, math.floor(self.slack * rate.quota / self.instances))
+
+    def use_of(self, principal: Principal, now: float | None = None) -> tuple[RateUse, ...]:
+        """*principal*'s limits and their use right now, read from the engine without
+        taking anything; empty when no limit applies. See :meth:`uses_of`."""
+        return self.uses_of([principal], now)[0]
+
+    def uses_of(
+        self, principals: Sequence[Principal], now: float | None = None
+    ) -> list[tuple[RateUse, ...]]:
+        """:meth:`use_of` for each of *principals*, in one read of the engine.
+
+        A shared engine's counts are every instance's, budget leased but not yet spent
+        included: they may run ahead of the requests admitted by at most ``instances x
+        slice`` per policy (this process's own unspent leases are left out). The in-process
+        engine knows this process's requests only. Raises what the engine raises.
+        """
+        when = self._clock() if now is None else now
+        plans = []
+        for principal in principals:
+            limits = self.limits_of(principal)
+            plans.append(
+                [
+                    (
+                        step,
+                        step.prefix + getattr(principal, step.attribute),
+                        int(when // step.rate.window),
+                    )
+                    for step in (() if limits is None else limits._plan)
+                ]
+            )
+        windows = list(
+            dict.fromkeys((subject, index) for plan in plans for _, subject, index in plan)
+        )
+        if not windows:
+            return [() for _ in principals]
+        if self.engine.shared:
+            with self._lock:
+                unspent = self._unspent(windows)
+            counts = self.engine.read(windows)  # never a round trip under the lock
+        else:
+            with self._lock:  # no lease between the two: exact
+                unspent = self._unspent(windows)
+                counts = self.engine.read(windows)
+        found = {}
+        for window, (used, previous), (left, left_before) in zip(
+            windows, counts, unspent, strict=True
+        ):
+            found[window] = (max(0, used - left), max(0, previous - left_before))
+        answers = []
+        for plan in plans:
+            uses = []
+            for step, subject, index in plan:
+                used, previous = found[subject, index]
+                weight = weight_at(when, step.rate.window, index)
+                if previous:
+                    used += max(0, math.ceil(previous * weight - ROUNDING))
+                uses.append(RateUse(step.name, step.rate, used))
+            answers.append(tuple(uses))
+        return answers
+
+    def _unspent(self, windows: Sequence[tuple[str, int]]) -> list[tuple[int, int]]:
+        """What this process leased and has not spent, in each window and the one before."""
+        unspent = []
+        for subject, index in windows:
+            lease = self._leases.get(subject)
+            left = 0 if lease is None else lease.left
+            unspent.append(
+                (
+                    left if lease is not None and lease.index == index else 0,
+                    left if lease is not None and lease.index == index - 1 else 0,
+                )
+            )
+        return unspent
 
     def admit(self, principal: Principal, now: float | None = None) -> Admission:
         """Admit one request of *principal*, or refuse it; charge it only when admitted.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Sequence
 
 from keyturn._fork import renew_in_child
 from keyturn.ratelimits._counts import ROUNDING, Grant
@@ -59,6 +60,19 @@ class InProcessEngine:
             granted = max(0, min(want, room))
             counts[1] += granted
             return Grant(granted, counts[1], counts[2])
+
+    def read(self, windows: Sequence[tuple[str, int]]) -> list[tuple[int, int]]:
+        """Each subject's count in window *index* and the one before, as a lease sees them."""
+        with self._lock:
+            return [self._read(subject, index) for subject, index in windows]
+
+    def _read(self, subject: str, index: int) -> tuple[int, int]:
+        counts = self._counts.get(subject)
+        if counts is None or counts[0] < index - 1:
+            return (0, 0)
+        if counts[0] == index - 1:
+            return (0, counts[1])
+        return (counts[1], counts[2])
 
     def close(self) -> None:
         """Forget every count."""

@@ -24,6 +24,7 @@ import contextlib
 import math
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any, Final
 
 try:
@@ -75,6 +76,12 @@ ON CONFLICT (subject, window_index) DO UPDATE
 SET granted = greatest(0, least(%(want)s, (SELECT room FROM room) - w.used)),
     used = w.used + greatest(0, least(%(want)s, (SELECT room FROM room) - w.used))
 RETURNING w.granted, w.used, (SELECT previous FROM room)
+"""
+
+# The console's view: the counts of the windows asked for, nothing written.
+_READ: Final = """
+SELECT subject, window_index, used FROM keyturn_rate_windows
+WHERE (subject, window_index) IN (SELECT * FROM unnest(%s::text[], %s::bigint[]))
 """
 
 _SWEEP_EVERY: Final = 1024
@@ -168,6 +175,21 @@ class PostgresEngine:
         assert row is not None  # INSERT ... RETURNING answers one row
         granted, used, previous = row
         return Grant(int(granted), int(used), int(previous))
+
+    def read(self, windows: Sequence[tuple[str, int]]) -> list[tuple[int, int]]:
+        """Each subject's count in window *index* and the one before, in one statement."""
+        subjects = [subject for subject, index in windows for _ in (0, 1)]
+        indexes = [index - back for _, index in windows for back in (0, 1)]
+        with self._lock:
+            try:
+                if self._connection is None:
+                    self._connection = self._connect()
+                rows = self._connection.execute(_READ, (subjects, indexes)).fetchall()
+            except BaseException:
+                self._drop()
+                raise
+        found = {(subject, index): int(used) for subject, index, used in rows}
+        return [(found.get((s, i), 0), found.get((s, i - 1), 0)) for s, i in windows]
 
     def _drop(self) -> None:
         connection, self._connection = self._connection, None

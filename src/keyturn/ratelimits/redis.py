@@ -16,6 +16,8 @@ closed), never a hang. Needs ``pip install 'keyturn[redis]'``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 try:
     import redis
     from redis.backoff import NoBackoff
@@ -101,6 +103,17 @@ class RedisEngine:
             args=[quota, repr(weight), want, 2 * window + 1, returned],
         )
         return Grant(int(granted), int(used), int(previous))
+
+    def read(self, windows: Sequence[tuple[str, int]]) -> list[tuple[int, int]]:
+        """Each subject's count in window *index* and the one before: one round trip of
+        ``GET`` commands (a pipeline, no transaction), nothing written."""
+        pipe = self._client.pipeline(transaction=False)
+        for subject, index in windows:
+            base = f"{self.prefix}{{{subject}}}:"
+            pipe.get(f"{base}{index}")
+            pipe.get(f"{base}{index - 1}")
+        values = [int(value or 0) for value in pipe.execute()]
+        return list(zip(values[::2], values[1::2], strict=True))
 
     def close(self) -> None:
         """Close the connections."""

@@ -91,6 +91,14 @@ class AsyncSQLKeyStore:
         self.database.replica.changed(_sql.KEY, key_id)
         return bool(cursor.rowcount == 1)
 
+    async def upgrade_hash(self, key_id: str, old_hash: str, new_hash: str) -> bool:
+        """Replace the key's hash *old_hash* by *new_hash*, only if it still holds it;
+        ``True`` if this call replaced it (a legacy hash's upgrade at first use, D2)."""
+        async with self.database.connection() as connection:
+            cursor = await connection.execute(self._sql.upgrade_hash, (new_hash, key_id, old_hash))
+        self.database.replica.changed(_sql.KEY, key_id)
+        return bool(cursor.rowcount == 1)
+
     async def mark_used(self, key_id: str, at: datetime) -> None:
         utc = self.database.instant(at)
         async with self.database.connection() as connection:

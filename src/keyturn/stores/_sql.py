@@ -19,7 +19,7 @@ Rules of this file:
    drops exactly that.
 4. Instants go in as UTC datetimes (SQLite: fixed-width ISO 8601 text, which sorts as the
    instants do) and come out as UTC-aware datetimes, microseconds kept.
-5. No secret ever reaches this file: a key row holds the argon2id hash and the hint.
+5. No secret ever reaches this file: a key row holds the hash of its secret and the hint.
 6. The record of key actions (``keyturn_events``) is only ever inserted into.
 """
 
@@ -588,6 +588,12 @@ class Statements:
     # Conditional: only one concurrent revoke wins.
     revoke_key: str = (
         "UPDATE keyturn_keys SET revoked_at = %s WHERE key_id = %s AND revoked_at IS NULL"
+    )
+    # A legacy argon2id hash replaced by its secret's SHA-256 hash (D2), only while the row
+    # still holds the old one: the hash is the one column written, so a concurrent revoke or
+    # rotation wins, and of two concurrent upgrades one writes. Parameters: new, key_id, old.
+    upgrade_hash: str = (
+        "UPDATE keyturn_keys SET secret_hash = %s WHERE key_id = %s AND secret_hash = %s"
     )
     # One statement writes the use (first_used_at only the first time) and, when the creator
     # asked for it at rotation, revokes the key this one replaces: both rows change together

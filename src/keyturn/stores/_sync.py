@@ -96,6 +96,16 @@ class SQLKeyStore:
         self.database.replica.changed(_sql.KEY, key_id)
         return bool(revoked == 1)
 
+    def upgrade_hash(self, key_id: str, old_hash: str, new_hash: str) -> bool:
+        """Replace the key's hash *old_hash* by *new_hash*, only if it still holds it;
+        ``True`` if this call replaced it (a legacy hash's upgrade at first use, D2)."""
+        with self.database.connection() as connection:
+            upgraded = connection.execute(
+                self._sql.upgrade_hash, (new_hash, key_id, old_hash)
+            ).rowcount
+        self.database.replica.changed(_sql.KEY, key_id)
+        return bool(upgraded == 1)
+
     def mark_used(self, key_id: str, at: datetime) -> None:
         utc = self.database.instant(at)
         with self.database.connection() as connection:

@@ -96,6 +96,17 @@ class MemoryKeyStore:
             self._versions.moved(((KEY, key_id),))
             return True
 
+    def upgrade_hash(self, key_id: str, old_hash: str, new_hash: str) -> bool:
+        """Replace the key's hash *old_hash* by *new_hash*, only if it still holds it;
+        ``True`` if this call replaced it (a legacy hash's upgrade at first use, D2)."""
+        with self._lock:  # the record as it is now: a revoke since is kept
+            key = self._keys.get(key_id)
+            if key is None or key.secret_hash != old_hash:
+                return False
+            self._keys[key_id] = attrs.evolve(key, secret_hash=new_hash)
+            self._versions.moved(((KEY, key_id),))
+            return True
+
     def mark_used(self, key_id: str, at: datetime) -> None:
         with self._lock:  # one write: the use, and the revoke the creator asked for at rotation
             key = self._keys.get(key_id)

@@ -452,7 +452,7 @@ _LISTENER_OPTIONS: Final[dict[str, Any]] = {
 
 
 _NOTHING: Final = bytes(4)  # FIONREAD's answer for an empty socket
-_SETTLING: Final = 40  # waits of 0.5 ms for notices to be applied, at most
+_SETTLING: Final = 200  # waits of 0.5 ms (100 ms in all) for notices to be applied, at most
 
 
 class _Elsewhere(Exception):
@@ -576,7 +576,7 @@ class _Listener:
             finally:
                 self._socket, self.proven_until = None, 0.0
                 self.replica.reset(current=False)
-                self.backend_pid = None
+                self.backend_pid, self.busy = None, False
             stop.wait(pause)
             pause = min(pause * 2, 2.0)
 
@@ -622,41 +622,42 @@ class _Listener:
 
     def _exchange(self, pgconn: Any, poll: select.poll, query: str) -> list[str | None]:
         """Send *query*, apply notices until its answer: the first row's values as text."""
+        # ``busy`` is set only while bytes read off the socket may hold notices not yet
+        # applied; while it waits for the answer, the socket itself tells (FIONREAD), so
+        # requests go on answering from the replica through every heartbeat. On a failure
+        # it stays set until the listener's connection is dropped.
         deadline = time.monotonic() + BEAT_DEADLINE
-        self.busy = True  # what the socket gave may sit in libpq's buffer meanwhile
-        try:
-            pgconn.send_query(query.encode())
-            while pgconn.flush():  # the rest waits for room in the socket: rare, and bounded
-                if time.monotonic() >= deadline:
-                    raise TimeoutError("the database took no query")
-                time.sleep(0.001)
-            while pgconn.is_busy():
-                left = deadline - time.monotonic()
-                if left <= 0 or not poll.poll(left * 1000):
-                    raise TimeoutError("the database did not answer in time")
-                pgconn.consume_input()
-                self._apply(pgconn)
-            values: list[str | None] = []
-            while (result := pgconn.get_result()) is not None:
-                if result.status not in (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK):
-                    raise OperationalError((result.error_message or b"").decode(errors="replace"))
-                if result.status == pq.ExecStatus.TUPLES_OK and result.ntuples and not values:
-                    values = [
-                        None if (value := result.get_value(0, i)) is None else value.decode()
-                        for i in range(result.nfields)
-                    ]
-            self._apply(pgconn)  # notices read off the socket behind the answer
-            return values
-        finally:
+        pgconn.send_query(query.encode())
+        while pgconn.flush():  # the rest waits for room in the socket: rare, and bounded
+            if time.monotonic() >= deadline:
+                raise TimeoutError("the database took no query")
+            time.sleep(0.001)
+        while pgconn.is_busy():
+            self._apply(pgconn)  # what is_busy() parsed, with what consume_input() read
             self.busy = False
+            left = deadline - time.monotonic()
+            if left <= 0 or not poll.poll(left * 1000):
+                raise TimeoutError("the database did not answer in time")
+            self.busy = True
+            pgconn.consume_input()
+        values: list[str | None] = []
+        while (result := pgconn.get_result()) is not None:
+            if result.status not in (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK):
+                raise OperationalError((result.error_message or b"").decode(errors="replace"))
+            if result.status == pq.ExecStatus.TUPLES_OK and result.ntuples and not values:
+                values = [
+                    None if (value := result.get_value(0, i)) is None else value.decode()
+                    for i in range(result.nfields)
+                ]
+        self._apply(pgconn)  # notices read off the socket behind the answer
+        self.busy = False
+        return values
 
     def _receive(self, pgconn: Any) -> None:
-        self.busy = True
-        try:
-            pgconn.consume_input()
-            self._apply(pgconn)
-        finally:
-            self.busy = False
+        self.busy = True  # cleared once what was read is applied (as in _exchange)
+        pgconn.consume_input()
+        self._apply(pgconn)
+        self.busy = False
 
     def _apply(self, pgconn: Any) -> None:
         # Every notice libpq holds, read off the socket already or parsed just now.

@@ -7,11 +7,18 @@ write-ahead log lets readers run while one process writes, and anything committe
 them is seen by the next request of every other.
 
 What a request reads comes from the process's replica (``_replica.py``), checked against
-the file on every request: ``PRAGMA data_version`` says whether any other connection
-committed since the last look, and if one did, the triggers' log ``keyturn_changes`` says
-what changed. So a warm request reads nothing from the file, and a revoke committed by any
-process is refused by the next request of every other (no lag). ``replica=False`` reads
-through on every request instead, in one statement.
+the file on every request without asking SQLite anything: the WAL-index header at the
+start of the ``-shm`` file, mapped read-only into the process, changes with every commit
+before the commit returns, so comparing it with the header last seen (memory loads, no
+statement, no system call) says whether any connection committed since. Only when it did
+does the feed ask ``PRAGMA data_version`` and read the triggers' log ``keyturn_changes``
+for what changed. So a warm request reads nothing from the file, and a commit by any
+process (or any connection of this one) is seen by the next request of every other that
+starts after the commit returned. Where the header cannot be mapped (a database not in WAL
+mode, a system other than POSIX), the feed asks ``PRAGMA data_version`` at most every
+``CHECK_EVERY`` seconds (0.5 ms) and after any call of this process on the file: a write
+of this process is still seen at once, another process's commit within that bound.
+``replica=False`` reads through on every request instead, in one statement.
 
 Thread safety: the database keeps a small stack of connections and lends one to each call,
 so threads read in parallel (SQLite runs without the GIL). The stores are synchronous; the
@@ -25,8 +32,10 @@ Instants are stored as ISO 8601 text in UTC with microseconds: exact, readable i
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import sqlite3
+import sys
 import threading
 import time
 import weakref
@@ -162,6 +171,9 @@ class SQLiteDatabase(_sql.ClosedOnExit):
                 yield connection
             finally:
                 self._idle.append(connection)
+                feed = _FEEDS.get(self._shared[1])
+                if feed is not None:  # what this call wrote is checked for by the next request
+                    feed.stale = True
                 if self._closed:  # close() ran during this call: it could not close this one
                     self._close_idle()
 
@@ -266,10 +278,32 @@ def _migrate(connection: sqlite3.Connection) -> int:
     return version
 
 
+# The WAL-index header (https://www.sqlite.org/walformat.html): the first 96 bytes of the
+# -shm file, two copies of one 48-byte header that every commit rewrites before it returns
+# (its change counter, last frame, salts and checksums), copy two first, then copy one.
+_HEADER: Final = 96
+_COPY: Final = 48
+_WAL_INDEX_VERSION: Final = 3007000  # the header's iVersion, in the machine's byte order
+# Without the header (a database not in WAL mode, a -shm that cannot be mapped), the feed
+# asks PRAGMA data_version at most once per this many seconds, and after any call of this
+# process on the file: another process's commit is then seen within this bound.
+CHECK_EVERY: Final = 0.0005
+
+
 class _Feed:
-    """The file's change feed, read on every request: ``PRAGMA data_version`` on a
-    connection of its own says whether another connection committed since the last look;
-    if one did, ``keyturn_changes`` says what, and the replica drops it.
+    """The file's change feed, asked on every request, reading the file only when another
+    connection committed: then ``keyturn_changes`` says what changed, and the replica drops it.
+
+    Whether anyone committed is read, with no statement and no system call, from the
+    WAL-index header in the ``-shm`` file, mapped read-only into the process: every commit
+    rewrites it before it returns, so a header equal to the one last seen means no commit
+    since (a header that differs, or was read half-written, sends the feed to the file:
+    ``PRAGMA data_version`` on a connection of its own, then the log). The mapping is used
+    only while that connection is open in WAL mode, having read: it then holds SQLite's
+    locks, so no other process can delete or truncate the ``-shm`` file, take the database
+    out of WAL mode, or write it without rewriting the header. Where the header cannot be
+    mapped, the feed asks ``PRAGMA data_version`` at most every ``CHECK_EVERY`` seconds,
+    and after any call of this process's databases on the file.
 
     The feed remembers the last change it read, by sequence number and random tag. When
     that change is no longer in the log as it was read (the file was restored from a
@@ -280,28 +314,60 @@ class _Feed:
         self.path = path
         self.timeout = timeout
         self.replica = replica
+        self.stale = False  # this process called the file since the last check
         self._lock = threading.Lock()
         self._connection: sqlite3.Connection | None = None
+        self._header: mmap.mmap | None = None  # the WAL-index header, while it may be read
+        self._mapped = False  # whether this connection's header was looked for
+        self._seen: bytes | None = None  # the header as it was before the last check
+        self._next = 0.0  # without the header: when to check again (monotonic)
         self._version: int | None = None
         self._seq = 0
         self._tag: bytes | None = None
+        _FEEDS[os.path.realpath(path)] = self
 
     def catch_up(self) -> None:
         """Bring the replica up to every commit made before this call."""
+        header = self._header
+        if header is not None:
+            try:
+                if header[:_HEADER] == self._seen:  # memory loads: no statement, no system call
+                    return
+            except ValueError:  # unmapped: its file was deleted under the process
+                self._header = None
+        elif not self.stale and time.monotonic() < self._next:
+            return
+        self._check()
+
+    def _check(self) -> None:
         with _GATE, self._lock:
             if self._connection is None:  # first use, or a forked child: a connection of its own
                 self._connection, self._version = _open(self.path, self.timeout), None
+                self._header, self._mapped = None, False
             connection = self._connection
-            (version,) = connection.execute("PRAGMA data_version").fetchone()
-            if version == self._version:
-                return
-            if self._version is None or not self._read_since(connection):
-                last = connection.execute(
-                    "SELECT seq, tag FROM keyturn_changes ORDER BY seq DESC LIMIT 1"
-                ).fetchone()
-                self._seq, self._tag = last or (0, None)
-                self.replica.reset(current=True)
-            self._version = version
+            header = self._header
+            # Before the file is read: a commit after this look moves the header again,
+            # and a call of this process after it marks the feed stale again.
+            seen = header[:_HEADER] if header is not None else None
+            checked = time.monotonic()
+            self.stale = False
+            try:
+                (version,) = connection.execute("PRAGMA data_version").fetchone()
+                if version != self._version:
+                    if self._version is None or not self._read_since(connection):
+                        last = connection.execute(
+                            "SELECT seq, tag FROM keyturn_changes ORDER BY seq DESC LIMIT 1"
+                        ).fetchone()
+                        self._seq, self._tag = last or (0, None)
+                        self.replica.reset(current=True)
+                    self._version = version
+            except BaseException:
+                self.stale = True  # not caught up: the next request asks again
+                raise
+            if not self._mapped:  # this connection has read: it holds the -shm file, locked
+                self._header, self._mapped = _map_header(connection, self.path), True
+            self._seen = seen if seen is not None and _whole(seen) else None
+            self._next = checked + CHECK_EVERY
 
     def _read_since(self, connection: sqlite3.Connection) -> bool:
         # The changes after the last one read, applied; False when that one is gone.
@@ -318,15 +384,101 @@ class _Feed:
 
     def close(self) -> None:
         with self._lock:
+            self._header = None  # first: read only while the connection holds its locks
             if self._connection is not None:
                 self._connection.close()
             self._connection = None
 
     def after_fork(self) -> None:
         # The parent's connection is never used, nor closed, here: closing any descriptor
-        # of the file would drop this process's locks on it.
-        _ORPHANS.append(self._connection)
-        self._lock, self._connection = threading.Lock(), None
+        # of the file would drop this process's locks on it. Nor is the header read until
+        # a connection of the child's own holds the -shm file: locks are not inherited.
+        if self._connection is not None:
+            _ORPHANS.append(self._connection)
+        self._lock, self._connection, self._header, self._seen = threading.Lock(), None, None, None
+        self._next, self.stale = 0.0, True
+
+
+def _whole(header: bytes) -> bool:
+    """Whether *header* is a WAL-index header read whole: both copies alike, initialized."""
+    return (
+        header[:_COPY] == header[_COPY:]
+        and int.from_bytes(header[:4], sys.byteorder) == _WAL_INDEX_VERSION
+        and header[12] == 1  # isInit
+    )
+
+
+def _map_header(connection: sqlite3.Connection, path: str) -> mmap.mmap | None:
+    """The WAL-index header of *path*, mapped read-only; ``None`` when the database is not
+    in WAL mode or the header cannot be mapped (the feed then asks the file in time).
+
+    *connection* must have read the file in WAL mode: it then holds the ``-shm`` file open,
+    with SQLite's locks, so the file mapped here is the one every writer updates; where
+    the kernel lists locks (Linux), the file is mapped only if this process holds one.
+    """
+    if os.name != "posix":
+        return None
+    try:
+        (mode,) = connection.execute("PRAGMA journal_mode").fetchone()
+        if str(mode).lower() != "wal":
+            return None
+        # SQLite names the -shm file after the database's real path (links resolved).
+        shm = os.path.realpath(path) + "-shm"
+        # Only the file this process's connections hold locked. A forked child whose
+        # parent had the file open holds no lock of its own (SQLite in the child counts
+        # the parent's as held), so it asks the file in time instead.
+        held = _locked_here(os.stat(shm))
+        if held is False or (held is None and _ORPHANS):
+            return None
+        return _mapped(shm)
+    except (OSError, ValueError, sqlite3.Error):
+        return None
+
+
+def _locked_here(shm: os.stat_result) -> bool | None:
+    """Whether this process holds a POSIX lock on *shm* (SQLite's connections hold one on
+    the -shm file they use); ``None`` where the kernel does not list locks."""
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as listed:
+            locks = listed.read()
+    except OSError:
+        return None
+    major, minor = os.major(shm.st_dev), os.minor(shm.st_dev)
+    inode, pid = f"{major:02x}:{minor:02x}:{shm.st_ino}", str(os.getpid())
+    return any(
+        fields[4:6] == [pid, inode]
+        for fields in (line.split() for line in locks.splitlines())
+        if len(fields) > 5
+    )
+
+
+def _mapped(shm: str) -> mmap.mmap | None:
+    # One mapping per -shm file per process, kept with its descriptor for the life of the
+    # process: closing any descriptor of the file would drop the locks SQLite holds on it
+    # for this process's connections, and another process could then reset the file under
+    # them. Only a file deleted meanwhile lets its descriptor go.
+    with _MAPPED_LOCK:
+        named = os.stat(shm)
+        known = _MAPPED.get((named.st_dev, named.st_ino))
+        if known is not None:
+            return known[1]
+        for where, (descriptor, header) in list(_MAPPED.items()):
+            if os.fstat(descriptor).st_nlink == 0:
+                del _MAPPED[where]
+                if header is not None:
+                    header.close()
+                os.close(descriptor)
+        descriptor = os.open(shm, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        opened = os.fstat(descriptor)
+        header = None
+        if (opened.st_dev, opened.st_ino) == (named.st_dev, named.st_ino) and (
+            opened.st_size >= _HEADER
+        ):
+            header = mmap.mmap(descriptor, _HEADER, mmap.MAP_SHARED, mmap.PROT_READ)
+        _MAPPED[(opened.st_dev, opened.st_ino)] = (descriptor, header)
+        if header is None or int.from_bytes(header[:4], sys.byteorder) != _WAL_INDEX_VERSION:
+            return None
+        return header
 
 
 class _ForkGate:
@@ -368,11 +520,17 @@ FORK_WAIT: Final = 10.0
 _GATE = _ForkGate()
 _DATABASES: Final[weakref.WeakSet[SQLiteDatabase]] = weakref.WeakSet()
 _ORPHANS: Final[list[object]] = []  # a forked child's inherited connections, kept unclosed
+# The feed of each file (by real path) in this process, told of every call on the file.
+_FEEDS: Final[weakref.WeakValueDictionary[str, _Feed]] = weakref.WeakValueDictionary()
+# (device, inode) of each -shm file mapped -> its descriptor and header, never closed.
+_MAPPED: Final[dict[tuple[int, int], tuple[int, mmap.mmap | None]]] = {}
+_MAPPED_LOCK = threading.Lock()
 
 
 def _renew_in_child() -> None:
-    global _GATE
+    global _GATE, _MAPPED_LOCK
     _GATE = _ForkGate()  # the parent's threads, inside or waiting, are not in the child
+    _MAPPED_LOCK = threading.Lock()
     for database in _DATABASES:
         database._after_fork()
 
