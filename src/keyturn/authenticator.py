@@ -309,7 +309,10 @@ class Authenticator:
         limiter = self.rate_limiter
         if limiter is None or not isinstance(outcome, Principal):
             return self._close(outcome, method, path, started, final), _NO_HEADERS
-        return self._limited(limiter.admit(outcome), outcome, method, path, started, final)
+        admission = limiter.admit(outcome)
+        if admission[0] is self._allowed:  # the usual answer, without a call
+            return self._close(outcome, method, path, started, final), admission[1]
+        return self._limited(admission, outcome, method, path, started, final)
 
     async def check_async(self, request: AuthRequest, *, final: bool = True) -> Checked:
         """:meth:`check` without blocking the event loop."""
@@ -333,6 +336,8 @@ class Authenticator:
             return self._close(outcome, method, path, started, final), _NO_HEADERS
         # From this process's leases without a coroutine; the engine's round trip awaited.
         admission = limiter.try_admit(outcome) or await limiter.admit_async(outcome)
+        if admission[0] is self._allowed:  # the usual answer, without a call
+            return self._close(outcome, method, path, started, final), admission[1]
         return self._limited(admission, outcome, method, path, started, final)
 
     # --- shared by both drivers ------------------------------------------------------------

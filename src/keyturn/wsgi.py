@@ -66,6 +66,10 @@ What it does, precisely:
 -   With ``payload_guard=PayloadGuard()`` (:mod:`keyturn.payload`), the body of an accepted
     request is read and scanned before the app is called: one holding a key is refused
     with 400 ``key_in_payload`` (``docs/payload-guard.md``).
+-   With a rate limiter on the authenticator (``Authenticator(..., rate_limiter=...)``,
+    ``docs/rate-limits.md``), an accepted request past its limit gets 429
+    ``rate_limited``, and every response to an accepted request of a limited principal
+    carries ``RateLimit-Policy`` and ``RateLimit``.
 -   If the app raises before it starts its response (Flask and Django turn their errors
     into responses of their own, which carry the headers), the middleware answers 500 with
     the service headers and logs the traceback on the ``keyturn`` logger: re-raised, the
