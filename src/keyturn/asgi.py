@@ -55,7 +55,7 @@ What it does, precisely:
     ``Authorization`` header, so the key cannot leak into the app's logs.
 -   The service headers are set on every response to an accepted request, exactly once,
     replacing any the app set itself; of the middleware's own refusals only a policy's 403
-    carries them (the request reached its organization). The response's start message is
+    and a rate limit's 429 carry them (the request reached its organization). The response's start message is
     edited in place, as Starlette's own middlewares do: its header list is replaced by a new
     one, and the app's own list is left as it was. If the app crashes before it starts a
     response, the middleware sends a plain 500 with the headers and re-raises, so the

@@ -57,8 +57,8 @@ What it does, precisely:
     into the app's logs.
 -   The service headers are added on every ``start_response`` of an accepted request,
     exactly once, replacing any the app set itself -- also on the error response an app
-    starts with ``exc_info``. Of the middleware's own refusals only a policy's 403 carries
-    them (the request reached its organization). The app's
+    starts with ``exc_info``. Of the middleware's own refusals only a policy's 403 and a
+    rate limit's 429 carry them (the request reached its organization). The app's
     iterable is returned as it is: unbuffered, with its ``close()``.
 -   With ``expiry_header=True``, responses to accepted requests also carry
     ``service-key-expires-at``, the key's expiry; refusals and the middleware's own 500
