@@ -55,11 +55,11 @@ What it does, precisely:
     ``Authorization`` header, so the key cannot leak into the app's logs.
 -   The service headers are set on every response to an accepted request, exactly once,
     replacing any the app set itself; of the middleware's own refusals only a policy's 403
-    and a rate limit's 429 carry them (the request reached its organization). The response's start message is
-    edited in place, as Starlette's own middlewares do: its header list is replaced by a new
-    one, and the app's own list is left as it was. If the app crashes before it starts a
-    response, the middleware sends a plain 500 with the headers and re-raises, so the
-    server still logs the error.
+    and a rate limit's 429 carry them (the request reached its organization). The
+    response's start message is edited in place, as Starlette's own middlewares do: its
+    header list is replaced by a new one, and the app's own list is left as it was. If the
+    app crashes before it starts a response, the middleware sends a plain 500 with the
+    headers and re-raises, so the server still logs the error.
 -   WebSocket handshakes under the prefix get the same decision. A refusal is sent as an
     HTTP response when the server supports the ``websocket.http.response`` extension, and
     as a close with code 1008 (policy violation) before accept otherwise. The service
