@@ -27,6 +27,7 @@ SECTIONS: Final = {
     "scale": "bench.scale",
     "breakdown": "bench.breakdown",
     "payload": "bench.payload",
+    "ratelimits": "bench.ratelimits",
 }
 # What a run without --only runs: every section.
 DEFAULT: Final = tuple(SECTIONS)

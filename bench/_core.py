@@ -63,6 +63,9 @@ class Settings:
     count_requests: int = 1000  # warm requests per variant under callgrind
     count_variants: tuple[str, ...] | None = None  # None: every variant
     revokes: int = 200  # keys revoked one by one in each revocation-lag run
+    limit_seconds: float = 60.0  # the rate limit accuracy run's length
+    limit_window: int = 10  # its limit's window, seconds
+    limit_quota: int = 1000  # its limit L per window (per key and per account)
     postgres_dsn: str | None = None
 
     def with_postgres(self, dsn: str | None) -> Settings:
@@ -94,6 +97,9 @@ QUICK: Final = Settings(
     http_clients=16,
     count_requests=300,
     revokes=40,
+    limit_seconds=12.0,
+    limit_window=4,
+    limit_quota=400,
 )
 # For the smoke test: every code path once, tiny counts, no meaningful timing.
 SMOKE: Final = Settings(
@@ -110,6 +116,9 @@ SMOKE: Final = Settings(
     count_requests=20,
     count_variants=("starlette.keyturn",),
     revokes=3,
+    limit_seconds=4.0,
+    limit_window=2,
+    limit_quota=100,
 )
 
 

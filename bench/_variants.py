@@ -25,6 +25,7 @@ LABELS: Final = {
     "starlette.floor": "starlette: floor, same work",
     "starlette.auth": "starlette: AuthenticationMiddleware, same work",
     "starlette.keyturn": "starlette: keyturn",
+    "starlette.keyturn-limited": "starlette: keyturn with a rate limit (key and account)",
     "starlette.floor-trivial": "starlette: floor, trivial (lookup + headers)",
     "starlette.auth-trivial": "starlette: AuthenticationMiddleware, trivial",
     "starlette.bare+tenant": "starlette: bare (tenant request)",
@@ -43,6 +44,7 @@ LABELS: Final = {
     "flask.floor": "flask: floor, same work",
     "flask.httpauth": "flask: Flask-HTTPAuth, same work",
     "flask.keyturn": "flask: keyturn",
+    "flask.keyturn-limited": "flask: keyturn with a rate limit (key and account)",
     "flask.floor-trivial": "flask: floor, trivial (lookup + headers)",
     "flask.httpauth-trivial": "flask: Flask-HTTPAuth, trivial",
     "flask.bare+tenant": "flask: bare (tenant request)",
@@ -91,6 +93,7 @@ class World:
     authenticator: Any  # keyturn.Authenticator
     table: Any  # sha256(token) -> Who, with the organization rule's view of each key
     rule: Any  # bench._apps.Rule
+    limited: Any = None  # an Authenticator over the same store, with a rate limiter
 
 
 def world() -> World:
@@ -108,7 +111,21 @@ def world() -> World:
         {ORGANIZATION: TENANT, OTHER_ORGANIZATION: TENANT},
         {(ACCOUNT, ORGANIZATION): "admin", (ACCOUNT, OTHER_ORGANIZATION): "member"},
     )
-    return World(keys, Authenticator(store, membership), table, rule)
+    return World(keys, Authenticator(store, membership), table, rule, limited(store, membership))
+
+
+# Limits no benchmark reaches: every request is admitted from the process's own lease.
+UNREACHED: Final = 10**9
+
+
+def limited(store: Any, membership: Any, engine: Any = None, instances: int = 4) -> Any:
+    """An Authenticator with a rate limit per key and per account (an hour's window)."""
+    from keyturn import Authenticator
+    from keyturn.ratelimits import Rate, RateLimiter, RateLimits
+
+    limits = RateLimits(key=Rate(UNREACHED, 3600), account=Rate(UNREACHED, 3600))
+    limiter = RateLimiter(limits, engine=engine, instances=instances)
+    return Authenticator(store, membership, rate_limiter=limiter)
 
 
 @dataclass
@@ -155,6 +172,7 @@ def _asgi(name: str, w: World) -> Any:
         "auth": lambda: _apps.starlette_auth_same_work(w.table, w.rule),
         "auth-trivial": lambda: [_apps.starlette_auth_backend(trivial_table)],
         "keyturn": lambda: [keyturn],
+        "keyturn-limited": lambda: [Middleware(ApiKeyMiddleware, authenticator=w.limited)],
     }
     if name.startswith("starlette."):
         return _apps.starlette_app(*middleware[guard]())
@@ -194,6 +212,8 @@ def _wsgi(name: str, w: World) -> Any:
         return _apps.flask_httpauth_same_work_app(w.table, w.rule).wsgi_app
     if guard == "httpauth-trivial":
         return _apps.flask_httpauth_app(trivial_table).wsgi_app
+    if guard == "keyturn-limited":
+        return ApiKeyMiddleware(inner, authenticator=w.limited)
     return ApiKeyMiddleware(inner, authenticator=w.authenticator)
 
 

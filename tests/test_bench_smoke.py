@@ -60,6 +60,7 @@ def test_sections_are_all_listed() -> None:
         "scale",
         "breakdown",
         "payload",
+        "ratelimits",
     ]
     assert set(SECTIONS) == set(DEFAULT)
 
@@ -333,3 +334,28 @@ def test_command_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFix
     assert "3. Refusal paths" in out
     assert "[PASS] junk token: no store read, no argon2 run" in out
     assert "PostgreSQL: skipped" in out
+
+
+def test_rate_limit_section_counts_round_trips_and_replays_the_run() -> None:
+    """The rate limit section: round trips counted per engine, the accuracy run on real
+    servers replayed (no admission past 1.05 L, no false 429), wherever an engine runs."""
+    report = smoke("ratelimits")
+    for name, value in report.facts.items():
+        if name.startswith("round_trips."):
+            assert value <= 0.05, name
+        if name.endswith((".over", ".false_429")):
+            assert value == 0, name
+
+
+def test_the_rate_limit_replay_counts_what_it_should() -> None:
+    from bench.ratelimits import replay
+
+    # q = 2 per 10 s: two admitted, one refused at the full count, one refused too early.
+    decisions = [(100.0, 200), (101.0, 200), (102.0, 429), (103.0, 200), (110.5, 429)]
+    counted = replay(decisions, quota=2, window=10, in_flight=0)
+    assert counted["admitted"] == {10: 3}
+    assert counted["over"] == 1  # the third admission passed 1.05 x 2
+    assert counted["refused"] == 2
+    assert counted["under"] == 0
+    early = replay([(100.0, 429)], quota=2, window=10, in_flight=0)
+    assert early["under"] == 1

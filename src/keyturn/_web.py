@@ -112,9 +112,9 @@ def rendered(error: Refusal, realm: str, method: str = "GET") -> Rendered:
     """The middleware's own refusal on the wire (D6, D7, D16), rendered once per kind.
 
     Every field the wire form reads (``Refusal.body()`` and ``Refusal.headers()`` read the
-    class, the reason, the message and a 503's ``retry_after``; the service headers read
-    the organization a 403 reached) is in the key, so two refusals share a rendering only
-    when they would render the same.
+    class, the reason, the message, a 503's ``retry_after`` and a 429's rate limit fields;
+    the service headers read the organization a 403 or 429 reached) is in the key, so two
+    refusals share a rendering only when they would render the same.
     """
     head = method == "HEAD" or method.upper() == "HEAD"
     reached = error.principal
@@ -123,6 +123,7 @@ def rendered(error: Refusal, realm: str, method: str = "GET") -> Rendered:
         error.reason,
         error.message,
         getattr(error, "retry_after", None),
+        getattr(error, "limit_headers", None),  # a 429's RateLimit fields
         None if reached is None else reached.organization_id,
         None if reached is None else reached.tenant_id,
         realm,
@@ -149,7 +150,7 @@ def _render(error: Refusal, realm: str, head: bool) -> Rendered:
         status_line=f"{error.status} {HTTPStatus(error.status).phrase}",
         headers=tuple(headers),
         raw_headers=tuple(
-            (name.encode("latin-1"), value.encode("latin-1")) for name, value in headers
+            (name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers
         ),
         body=b"" if head else body,
     )

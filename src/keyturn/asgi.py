@@ -55,11 +55,11 @@ What it does, precisely:
     ``Authorization`` header, so the key cannot leak into the app's logs.
 -   The service headers are set on every response to an accepted request, exactly once,
     replacing any the app set itself; of the middleware's own refusals only a policy's 403
-    carries them (the request reached its organization). The response's start message is
-    edited in place, as Starlette's own middlewares do: its header list is replaced by a new
-    one, and the app's own list is left as it was. If the app crashes before it starts a
-    response, the middleware sends a plain 500 with the headers and re-raises, so the
-    server still logs the error.
+    and a rate limit's 429 carry them (the request reached its organization). The
+    response's start message is edited in place, as Starlette's own middlewares do: its
+    header list is replaced by a new one, and the app's own list is left as it was. If the
+    app crashes before it starts a response, the middleware sends a plain 500 with the
+    headers and re-raises, so the server still logs the error.
 -   WebSocket handshakes under the prefix get the same decision. A refusal is sent as an
     HTTP response when the server supports the ``websocket.http.response`` extension, and
     as a close with code 1008 (policy violation) before accept otherwise. The service
@@ -67,6 +67,11 @@ What it does, precisely:
 -   With ``expiry_header=True``, responses to accepted requests also carry
     ``service-key-expires-at``, the key's expiry (the handshake's accept too); refusals and
     the middleware's own 500 never do (``docs/expiry.md``).
+-   With a rate limiter on the authenticator (``Authenticator(..., rate_limiter=...)``,
+    ``docs/rate-limits.md``), an accepted request past its limit gets 429
+    ``rate_limited`` (a WebSocket handshake too, before accept), and every response to
+    an accepted request of a limited principal carries ``RateLimit-Policy`` and
+    ``RateLimit`` (the handshake's accept too).
 -   A refusal to ``HEAD`` has the headers of the ``GET`` refusal and no body.
 -   The role policy sees the canonical path and the upper-cased method: what the router
     dispatches.
@@ -201,7 +206,7 @@ class ApiKeyMiddleware:
         # Built in the call: no frame of ours holds the key while anything it calls may
         # raise, nor while the app runs (error trackers send a traceback's frame locals).
         # With the guard, an acceptance is counted once the body is read (final=False).
-        outcome = await self.authenticator.authenticate_async(
+        outcome, limits = await self.authenticator.check_async(
             _read(scope, path, self.strip_authorization), final=guard is None
         )
         if isinstance(outcome, Refusal):
@@ -226,6 +231,8 @@ class ApiKeyMiddleware:
             outcome.tenant_id,
             outcome.expires_at if self.expiry_header else None,
         )
+        if limits:  # the rate limit's fields, after the service headers
+            extra = (*extra, *[(_limit_name(n), v.encode("latin-1")) for n, v in limits])
         started = False
 
         async def send_with_service_headers(message: Message) -> None:
@@ -319,6 +326,14 @@ def _read(scope: ASGIScope, path: str, strip: bool) -> AuthRequest:
 
 
 _name: Final = operator.itemgetter(0)
+
+
+@functools.lru_cache(maxsize=16)
+def _limit_name(name: str) -> bytes:
+    """A rate limit field's name as ASGI sends it (lower case), encoded once."""
+    return name.lower().encode("latin-1")
+
+
 # The named tuple's own __new__ is Python code; the tuple's is not (same record, built once
 # per request).
 _new_request: Final = tuple.__new__

@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
@@ -58,10 +58,13 @@ from keyturn._model import Clock, Principal, utc_now
 from keyturn._shortcuts import shortcuts
 from keyturn._steps import Step, WrongAnswer
 from keyturn._usage import UsageRecorder
-from keyturn.errors import Reason, Refusal, ServiceUnavailable
+from keyturn.errors import RateLimited, Reason, Refusal, ServiceUnavailable
 from keyturn.protocols import AsyncKeyStore, AsyncMembershipProvider, KeyStore, MembershipProvider
 
-__all__ = ["AuditEvent", "AuditHook", "Authenticator"]
+if TYPE_CHECKING:
+    from keyturn.ratelimits import Admission, RateLimiter
+
+__all__ = ["AuditEvent", "AuditHook", "Authenticator", "Checked", "LimitHeaders"]
 
 log: Final = logging.getLogger("keyturn")
 
@@ -139,6 +142,30 @@ class _Run:
 # plain tuple: the warm path's one object, built without a Python frame.
 _Settled = tuple[Principal | Refusal, Sequence[str], str, str, float | None]
 
+LimitHeaders = tuple[tuple[str, str], ...]
+# What a middleware gets: the outcome, and the rate limit's header fields for an accepted
+# request (``()`` without a limiter; a refusal carries its own).
+Checked = tuple[Principal | Refusal, LimitHeaders]
+_NO_HEADERS: Final[LimitHeaders] = ()
+
+
+def _check_limiter(limiter: object) -> RateLimiter | None:
+    if limiter is None:
+        return None
+    from keyturn.ratelimits import RateLimiter
+
+    if not isinstance(limiter, RateLimiter):
+        raise TypeError(
+            f"rate_limiter must be a keyturn.ratelimits.RateLimiter, got {type(limiter).__name__}"
+        )
+    return limiter
+
+
+def _allowed_outcome() -> object:
+    from keyturn.ratelimits import Outcome  # imported only with a limiter
+
+    return Outcome.ALLOWED
+
 
 class Authenticator:
     """Authenticates requests against a key store and a membership provider.
@@ -160,6 +187,11 @@ class Authenticator:
         ``None`` writes neither. One use is written on the path: a rotation's replacement
         whose creator asked for the old key's revoke at its first use, in that first
         request (``docs/rotation.md``).
+    :param rate_limiter: a :class:`keyturn.ratelimits.RateLimiter`, asked once per request
+        that passed the decision and the policy (a remembered answer included): no room
+        refuses it with 429 ``rate_limited``, its engine down with 503
+        ``service_unavailable`` when it fails closed (``docs/rate-limits.md``). ``None``
+        (the default): no rate limits.
     """
 
     def __init__(
@@ -174,6 +206,7 @@ class Authenticator:
         retry_after: int = 1,
         clock: Clock = utc_now,
         usage_interval: float | None = 60.0,
+        rate_limiter: RateLimiter | None = None,
     ) -> None:
         if timeout is not None and timeout <= 0:
             raise ValueError(f"timeout must be positive seconds or None, got {timeout!r}")
@@ -215,6 +248,8 @@ class Authenticator:
             if records_use and usage_interval is not None
             else None
         )
+        self.rate_limiter = _check_limiter(rate_limiter)
+        self._allowed = _allowed_outcome() if rate_limiter is not None else None
         self.closed = False
         renew_in_child(self)
 
@@ -242,40 +277,68 @@ class Authenticator:
         guard reads its body next), so it is neither counted nor audited: :meth:`admit`
         does that once the request is let through, :meth:`record` for its refusal.
         """
-        run = self._begin(request, True)
-        del request  # only the decision holds the key now (see _begin)
-        if isinstance(run, tuple):
-            return self._settle(run, final)
-        answer: Any = None
-        try:
-            while True:
-                step = run.flow.send(answer)
-                try:
-                    answer = self._callers[step.via].call(step, run.deadline)
-                except Exception as exc:
-                    return self._fail(run, exc)
-        except StopIteration as done:
-            return self._end(run, done.value, final)
+        return self.check(request, final=final)[0]
 
     async def authenticate_async(
         self, request: AuthRequest, *, final: bool = True
     ) -> Principal | Refusal:
         """Decide *request* without blocking the event loop (a blocking store runs in
         threads); *final* as for :meth:`authenticate`."""
+        return (await self.check_async(request, final=final))[0]
+
+    def check(self, request: AuthRequest, *, final: bool = True) -> Checked:
+        """:meth:`authenticate`, with the rate limit's header fields an accepted request's
+        response carries (``RateLimit-Policy``, ``RateLimit``; ``()`` without a limiter)."""
+        run = self._begin(request, True)
+        del request  # only the decision holds the key now (see _begin)
+        if isinstance(run, tuple):
+            outcome, method, path, started = self._recalled(run)
+        else:
+            answer: Any = None
+            try:
+                while True:
+                    step = run.flow.send(answer)
+                    try:
+                        answer = self._callers[step.via].call(step, run.deadline)
+                    except Exception as exc:
+                        return self._fail(run, exc), _NO_HEADERS
+            except StopIteration as done:
+                outcome, method, path, started = self._decided(run, done.value)
+        # After the decision and the memo, on every request: a remembered answer never
+        # skips the limit.
+        limiter = self.rate_limiter
+        if limiter is None or not isinstance(outcome, Principal):
+            return self._close(outcome, method, path, started, final), _NO_HEADERS
+        admission = limiter.admit(outcome)
+        if admission[0] is self._allowed:  # the usual answer, without a call
+            return self._close(outcome, method, path, started, final), admission[1]
+        return self._limited(admission, outcome, method, path, started, final)
+
+    async def check_async(self, request: AuthRequest, *, final: bool = True) -> Checked:
+        """:meth:`check` without blocking the event loop."""
         run = self._begin(request, False)
         del request  # only the decision holds the key now (see _begin)
         if isinstance(run, tuple):
-            return self._settle(run, final)
-        answer: Any = None
-        try:
-            while True:
-                step = run.flow.send(answer)
-                try:
-                    answer = await self._callers[step.via].call_async(step, run.deadline)
-                except Exception as exc:
-                    return self._fail(run, exc)
-        except StopIteration as done:
-            return self._end(run, done.value, final)
+            outcome, method, path, started = self._recalled(run)
+        else:
+            answer: Any = None
+            try:
+                while True:
+                    step = run.flow.send(answer)
+                    try:
+                        answer = await self._callers[step.via].call_async(step, run.deadline)
+                    except Exception as exc:
+                        return self._fail(run, exc), _NO_HEADERS
+            except StopIteration as done:
+                outcome, method, path, started = self._decided(run, done.value)
+        limiter = self.rate_limiter
+        if limiter is None or not isinstance(outcome, Principal):
+            return self._close(outcome, method, path, started, final), _NO_HEADERS
+        # From this process's leases without a coroutine; the engine's round trip awaited.
+        admission = limiter.try_admit(outcome) or await limiter.admit_async(outcome)
+        if admission[0] is self._allowed:  # the usual answer, without a call
+            return self._close(outcome, method, path, started, final), admission[1]
+        return self._limited(admission, outcome, method, path, started, final)
 
     # --- shared by both drivers ------------------------------------------------------------
 
@@ -284,7 +347,7 @@ class Authenticator:
         decision's answer), else its decision started. A store, provider, policy or audit
         hook may raise, and error trackers send the locals of a traceback's frames: so
         nothing that can raise runs before the driver drops *request*, and the policy of a
-        remembered answer runs in :meth:`_settle`, after.
+        remembered answer runs in :meth:`_recalled`, after.
         """
         if sync and self._is_async:
             raise TypeError(
@@ -301,24 +364,66 @@ class Authenticator:
         deadline = None if self._timeout is None else time.monotonic() + self._timeout
         return _Run(flow, ticket, deadline, method, path, started)
 
-    def _settle(self, settled: _Settled, final: bool) -> Principal | Refusal:
+    def _recalled(self, settled: _Settled) -> tuple[Principal | Refusal, str, str, float | None]:
+        """A request settled before any decision: the memo's answer (whose policy runs
+        anew, here) or the service closing."""
         outcome, organization, method, path, started = settled
+        if self.rules.policy is not None and isinstance(outcome, Principal):
+            outcome = police(outcome, organization, method, path, self.rules)
+        return outcome, method, path, started
+
+    def _decided(
+        self, run: _Run, outcome: Principal | Refusal
+    ) -> tuple[Principal | Refusal, str, str, float | None]:
+        self.memo.keep(run.ticket, outcome)  # the decision's answer, before any limit
+        return outcome, run.method, run.path, run.started
+
+    def _close(
+        self,
+        outcome: Principal | Refusal,
+        method: str,
+        path: str,
+        started: float | None,
+        final: bool,
+    ) -> Principal | Refusal:
         if isinstance(outcome, Principal):
-            if self.rules.policy is not None:
-                outcome = police(outcome, organization, method, path, self.rules)
-            elif self.audit is None:  # the warm path: nothing to log or audit, one use to count
-                if self.usage is not None and final:
-                    self.usage.seen(outcome.key_id)
+            if not final:
                 return outcome
-            if not final and isinstance(outcome, Principal):
+            if self.audit is None:  # the warm path: nothing to log or audit, one use to count
+                if self.usage is not None:
+                    self.usage.seen(outcome.key_id)
                 return outcome
         return self._finish(method, path, outcome, started)
 
-    def _end(self, run: _Run, outcome: Principal | Refusal, final: bool) -> Principal | Refusal:
-        self.memo.keep(run.ticket, outcome)
-        if not final and isinstance(outcome, Principal):
-            return outcome
-        return self._finish(run.method, run.path, outcome, run.started)
+    def _limited(
+        self,
+        admission: Admission,
+        principal: Principal,
+        method: str,
+        path: str,
+        started: float | None,
+        final: bool,
+    ) -> Checked:
+        """The limiter's answer for an accepted request: the request goes on with the
+        limit's header fields, or is refused (429, or 503 from a closed engine)."""
+        if admission[0] is self._allowed:
+            return self._close(principal, method, path, started, final), admission[1]
+        refusal: Refusal
+        if admission.policy == "engine":
+            refusal = ServiceUnavailable(
+                Reason.RATE_LIMIT_ENGINE,
+                key_id=principal.key_id,
+                retry_after=admission.retry_after or self.retry_after,
+            )
+        else:
+            refusal = RateLimited(
+                admission.headers,
+                retry_after=admission.retry_after or 1,
+                policy=admission.policy,
+                key_id=principal.key_id,
+                principal=principal,
+            )
+        return self._finish(method, path, refusal, started), _NO_HEADERS
 
     def _fail(self, run: _Run, exc: Exception) -> Refusal:
         run.flow.close()

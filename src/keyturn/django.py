@@ -78,7 +78,7 @@ from keyturn._web import (
     response_headers,
     unreadable,
 )
-from keyturn.authenticator import Authenticator
+from keyturn.authenticator import Authenticator, LimitHeaders
 from keyturn.errors import Refusal
 from keyturn.payload import PayloadGuard
 
@@ -149,7 +149,7 @@ class ApiKeyMiddleware:
         guard = self.payload_guard
         began = None if guard is None else time.monotonic()  # for the audit event
         # With the guard, an acceptance is counted once the body is read (final=False).
-        outcome = self.authenticator.authenticate(_read(request, path), final=guard is None)
+        outcome, limits = self.authenticator.check(_read(request, path), final=guard is None)
         if isinstance(outcome, Refusal):
             return self._refuse(outcome, request)
         if guard is not None:  # the body, read before the view
@@ -159,7 +159,7 @@ class ApiKeyMiddleware:
         self._admit(request, outcome)
         response = self.app(request)
         assert isinstance(response, HttpResponseBase)  # a sync chain answers synchronously
-        return self._with_service_headers(response, outcome)
+        return self._with_service_headers(response, outcome, limits)
 
     async def _acall(self, request: HttpRequest) -> HttpResponseBase:
         path = self._path(request)
@@ -169,7 +169,7 @@ class ApiKeyMiddleware:
             return self._refuse(path, request)
         guard = self.payload_guard
         began = None if guard is None else time.monotonic()  # for the audit event
-        outcome = await self.authenticator.authenticate_async(
+        outcome, limits = await self.authenticator.check_async(
             _read(request, path), final=guard is None
         )
         if isinstance(outcome, Refusal):
@@ -181,7 +181,7 @@ class ApiKeyMiddleware:
             if screened is not None:
                 return self._refuse(screened, request)
         self._admit(request, outcome)
-        return self._with_service_headers(await self._next(request), outcome)
+        return self._with_service_headers(await self._next(request), outcome, limits)
 
     async def _next(self, request: HttpRequest) -> HttpResponseBase:
         response = self.app(request)
@@ -208,14 +208,17 @@ class ApiKeyMiddleware:
         return path
 
     def _with_service_headers(
-        self, response: HttpResponseBase, caller: Principal
+        self, response: HttpResponseBase, caller: Principal, limits: LimitHeaders
     ) -> HttpResponseBase:
-        """Every response to an admitted request names where it ran: ours replace the view's."""
+        """Every response to an admitted request names where it ran: ours replace the view's;
+        a limited principal's also carries its rate limit's fields."""
         for name in RESERVED_HEADER_NAMES:
             if name in response:
                 del response[name]
         expires_at = caller.expires_at if self.expiry_header else None
         for name, value in response_headers(caller.organization_id, caller.tenant_id, expires_at):
+            response[name] = value
+        for name, value in limits:
             response[name] = value
         return response
 

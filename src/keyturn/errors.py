@@ -3,10 +3,11 @@
 Two families, and only the second are exceptions:
 
 - :class:`Refusal` and its subclasses (:class:`Unauthorized`, :class:`InvalidRequest`,
-  :class:`NotFound`, :class:`PermissionDenied`, :class:`ServiceUnavailable`, and the payload
-  guard's :class:`KeyInPayload` and :class:`PayloadTooLarge`) are *returned*
-  by :meth:`~keyturn.Authenticator.authenticate`, never raised: they are not exceptions, so
-  ``except Unauthorized:`` is a type error, not a silent no-op. Each knows its HTTP status,
+  :class:`NotFound`, :class:`PermissionDenied`, :class:`ServiceUnavailable`, the rate
+  limiter's :class:`RateLimited`, and the payload guard's :class:`KeyInPayload` and
+  :class:`PayloadTooLarge`) are *returned* by :meth:`~keyturn.Authenticator.authenticate`,
+  never raised: they are not exceptions, so ``except Unauthorized:`` is a type error, not a
+  silent no-op. Each knows its HTTP status,
   its ``code`` for the JSON body, a client-safe ``message`` and the headers to send. The
   precise :class:`Reason` (why a 401 was a 401) is kept for logs and the audit hook, and
   never sent to the client: every 401 looks the same. Test for success with
@@ -45,6 +46,7 @@ __all__ = [
     "OrganizationConflict",
     "PayloadTooLarge",
     "PermissionDenied",
+    "RateLimited",
     "Reached",
     "Reason",
     "Refusal",
@@ -86,6 +88,8 @@ class Reason(enum.Enum):
     KEY_IN_PAYLOAD = "key_in_payload"  # the body holds a key (keyturn.payload)
     PAYLOAD_TOO_LARGE = "payload_too_large"  # the body is longer than the guard reads
     UNREADABLE_BODY = "unreadable_body"  # the guard cannot read the body as the app may
+    RATE_LIMITED = "rate_limited"  # a rate limit of the key, its account or organization
+    RATE_LIMIT_ENGINE = "rate_limit_engine"  # the limiter's engine failed, and it fails closed
 
 
 class KeyturnError(Exception):
@@ -211,6 +215,40 @@ class ServiceUnavailable(Refusal):
 
     def headers(self, realm: str = "agents-api") -> list[tuple[str, str]]:
         return [("retry-after", str(self.retry_after))]
+
+
+class RateLimited(Refusal):
+    """429: the key, its account or its organization has no room left in its rate limit
+    (an extension; D33). The request reached an organization: *principal* says which one.
+
+    *limit_headers* are the limiter's ``RateLimit-Policy``, ``RateLimit`` and
+    ``Retry-After`` fields (:class:`keyturn.ratelimits.Admission`); *policy* names the
+    limit that refused (``key``, ``account``, ``organization``), for logs, not clients.
+    """
+
+    __slots__ = ("limit_headers", "policy", "retry_after")
+    status = 429
+    code = "rate_limited"
+    default_message = (
+        "Too many requests for this key or its account: retry after the seconds in Retry-After."
+    )
+
+    def __init__(
+        self,
+        limit_headers: tuple[tuple[str, str], ...],
+        *,
+        retry_after: int,
+        policy: str | None = None,
+        key_id: str | None = None,
+        principal: Reached | None = None,
+    ) -> None:
+        super().__init__(Reason.RATE_LIMITED, key_id=key_id, principal=principal)
+        self.limit_headers = limit_headers
+        self.retry_after = retry_after
+        self.policy = policy
+
+    def headers(self, realm: str = "agents-api") -> list[tuple[str, str]]:
+        return list(self.limit_headers)
 
 
 class KeyInPayload(Refusal):

@@ -122,6 +122,15 @@ ERROR_RESPONSES: Final[dict[str, dict[str, Any]]] = {
         "`not_found`: `x-organization-id` names an organization the key or its creator "
         "cannot reach."
     ),
+    "429": _answer(
+        "`rate_limited`: the key, its account or its organization has no room left in its "
+        "rate limit (only when the service sets rate limits).",
+        {
+            "Retry-After": "Seconds to wait before retrying.",
+            "RateLimit-Policy": "Each limit's quota `q` per window `w` seconds.",
+            "RateLimit": "Each limit's room `r` and the seconds `t` until it grows.",
+        },
+    ),
     "503": _answer(
         "`service_unavailable`: keys cannot be checked right now; retry with the same key.",
         {"Retry-After": "Seconds to wait before retrying."},

@@ -57,8 +57,8 @@ What it does, precisely:
     into the app's logs.
 -   The service headers are added on every ``start_response`` of an accepted request,
     exactly once, replacing any the app set itself -- also on the error response an app
-    starts with ``exc_info``. Of the middleware's own refusals only a policy's 403 carries
-    them (the request reached its organization). The app's
+    starts with ``exc_info``. Of the middleware's own refusals only a policy's 403 and a
+    rate limit's 429 carry them (the request reached its organization). The app's
     iterable is returned as it is: unbuffered, with its ``close()``.
 -   With ``expiry_header=True``, responses to accepted requests also carry
     ``service-key-expires-at``, the key's expiry; refusals and the middleware's own 500
@@ -66,6 +66,10 @@ What it does, precisely:
 -   With ``payload_guard=PayloadGuard()`` (:mod:`keyturn.payload`), the body of an accepted
     request is read and scanned before the app is called: one holding a key is refused
     with 400 ``key_in_payload`` (``docs/payload-guard.md``).
+-   With a rate limiter on the authenticator (``Authenticator(..., rate_limiter=...)``,
+    ``docs/rate-limits.md``), an accepted request past its limit gets 429
+    ``rate_limited``, and every response to an accepted request of a limited principal
+    carries ``RateLimit-Policy`` and ``RateLimit``.
 -   If the app raises before it starts its response (Flask and Django turn their errors
     into responses of their own, which carry the headers), the middleware answers 500 with
     the service headers and logs the traceback on the ``keyturn`` logger: re-raised, the
@@ -182,7 +186,7 @@ class ApiKeyMiddleware:
         guard = self.payload_guard
         began = None if guard is None else time.monotonic()  # for the audit event
         # With the guard, an acceptance is counted once the body is read (final=False).
-        outcome = self.authenticator.authenticate(
+        outcome, limits = self.authenticator.check(
             _new_request(
                 AuthRequest,
                 (
@@ -207,6 +211,8 @@ class ApiKeyMiddleware:
             outcome.tenant_id,
             outcome.expires_at if self.expiry_header else None,
         )
+        if limits:  # the rate limit's fields, after the service headers
+            extra += limits
 
         started = False
 

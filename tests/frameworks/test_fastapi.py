@@ -114,8 +114,8 @@ def test_openapi_declares_the_refusals_with_the_error_body(
     responses = document["paths"][MODELS]["get"]["responses"]
     schema = document["components"]["schemas"]["KeyturnError"]
 
-    assert list(responses) == ["200", "400", "401", "403", "404", "503"]
-    for status in ("400", "401", "403", "404", "503"):
+    assert list(responses) == ["200", "400", "401", "403", "404", "429", "503"]
+    for status in ("400", "401", "403", "404", "429", "503"):
         content = responses[status]["content"]["application/json"]
         assert content["schema"] == {"$ref": "#/components/schemas/KeyturnError"}
     assert "WWW-Authenticate" in responses["401"]["headers"]

@@ -186,7 +186,19 @@ class RateStats:
 class _Lease:
     """This process's view of one subject's current window."""
 
-    __slots__ = ("end", "head", "index", "left", "previous", "retry_at", "room", "start", "window")
+    __slots__ = (
+        "end",
+        "head",
+        "index",
+        "left",
+        "previous",
+        "retry_at",
+        "room",
+        "start",
+        "tail",
+        "tick",
+        "window",
+    )
 
     def __init__(
         self, name: str, rate: Rate, index: int, left: int, grant: Grant, retry_at: float
@@ -202,6 +214,9 @@ class _Lease:
         self.previous = grant.previous  # the previous window's count at the last lease
         self.retry_at = retry_at  # when the engine may have room again (after a refusal)
         self.head = f'"{name}";r='  # the RateLimit item, up to its room
+        # The item's ";t=<seconds to the turn>", good while the clock reads before tick.
+        self.tail = ""
+        self.tick = self.start
 
     def item(self, now: float) -> str:
         """This policy's RateLimit item at *now*: its room, and the seconds to the turn."""
@@ -273,6 +288,11 @@ class RateLimiter:
         self._clock = clock
         self.stats = RateStats()
         self._leases: dict[str, _Lease] = {}
+        # The warm path's one look-up: a key id -> the limits, account and organization its
+        # last admission was for, and the leases that admitted it (rule 2: a lease replaced
+        # in _leases is empty or of another window, so a stale one here only sends the
+        # request to _admit, which refills this).
+        self._held: dict[str, tuple[RateLimits, str, str | None, tuple[_Lease, ...]]] = {}
         self._down_until = 0.0  # the engine failed: left alone until then
         self._lock = threading.Lock()
         renew_in_child(self)
@@ -280,6 +300,7 @@ class RateLimiter:
     def _after_fork(self) -> None:
         self._lock = threading.Lock()
         self._leases = {}  # the parent's leases are the parent's to spend
+        self._held = {}
 
     def __repr__(self) -> str:
         return f"RateLimiter(engine={type(self.engine).__name__}, faults={self.faults.value})"
@@ -390,6 +411,21 @@ class RateLimiter:
         finally:
             lock.release()
 
+    def try_admit(self, principal: Principal) -> Admission | None:
+        """:meth:`admit`, answered now from this process's leases, or ``None`` when the
+        answer needs the engine or another thread holds the lock (then await
+        :meth:`admit_async`). Never blocks: what an event loop calls first."""
+        limits = self._static or self.limits_of(principal)
+        if limits is None or not limits._plan:
+            return UNLIMITED
+        lock = self._lock
+        if not lock.acquire(False):  # positional: cheaper than the keyword, on every request
+            return None
+        try:
+            return self._warm(limits, principal, self._clock())
+        finally:
+            lock.release()
+
     async def admit_async(self, principal: Principal, now: float | None = None) -> Admission:
         """:meth:`admit` for an event loop: a request that needs no round trip is answered
         at once; one that does asks the engine on a worker thread."""
@@ -418,20 +454,29 @@ class RateLimiter:
         """The request admitted from this process's leases, or ``None`` when one of them is
         empty or of another window (then :meth:`_admit` decides). Kept flat: it runs on
         every request."""
-        leases = self._leases
-        held = []
-        for step in limits._plan:
-            lease = leases.get(step.prefix + getattr(principal, step.attribute))
-            if lease is None or not lease.left or not lease.start <= now < lease.end:
+        held = self._held.get(principal.key_id)
+        if (
+            held is None
+            or (held[0] is not limits and held[0] != limits)
+            or held[1] != principal.account_id
+            or held[2] != principal.organization_id
+        ):
+            return None
+        leases = held[3]
+        for lease in leases:
+            if not lease.left or not lease.start <= now < lease.end:
                 return None
-            held.append(lease)
         items = []
-        for lease in held:
-            lease.left -= 1
-            room = lease.room + lease.left
+        for lease in leases:
+            lease.left = left = lease.left - 1
+            room = lease.room + left
             if lease.previous:
                 room -= math.ceil(lease.previous * (lease.end - now) / lease.window - ROUNDING)
-            items.append(f"{lease.head}{room if room > 0 else 0};t={math.ceil(lease.end - now)}")
+            if not lease.tick - 1.0 <= now < lease.tick:  # the seconds to the turn changed
+                seconds = math.ceil(lease.end - now)
+                lease.tick = lease.end - seconds + 1
+                lease.tail = f";t={seconds}"
+            items.append(f"{lease.head}{room if room > 0 else 0}{lease.tail}")
         self.stats.allowed += 1
         return _new_admission(
             Admission, (ALLOWED, (limits.policy_field, ("RateLimit", ", ".join(items))), None, None)
@@ -464,6 +509,12 @@ class RateLimiter:
         for lease in held:
             lease.left -= 1
         self.stats.allowed += 1
+        self._held[principal.key_id] = (
+            limits,
+            principal.account_id,
+            principal.organization_id,
+            tuple(held),
+        )
         status = ", ".join([lease.item(now) for lease in held])
         return Admission(Outcome.ALLOWED, (limits.policy_field, ("RateLimit", status)))
 
