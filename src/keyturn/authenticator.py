@@ -277,20 +277,27 @@ class Authenticator:
         guard reads its body next), so it is neither counted nor audited: :meth:`admit`
         does that once the request is let through, :meth:`record` for its refusal.
         """
-        return self.check(request, final=final)[0]
+        run = self._begin(request, True)
+        del request  # only the decision holds the key now (see _begin)
+        return self._drive(run, final)[0]
 
     async def authenticate_async(
         self, request: AuthRequest, *, final: bool = True
     ) -> Principal | Refusal:
         """Decide *request* without blocking the event loop (a blocking store runs in
         threads); *final* as for :meth:`authenticate`."""
-        return (await self.check_async(request, final=final))[0]
+        run = self._begin(request, False)
+        del request  # only the decision holds the key now (see _begin)
+        return (await self._drive_async(run, final))[0]
 
     def check(self, request: AuthRequest, *, final: bool = True) -> Checked:
         """:meth:`authenticate`, with the rate limit's header fields an accepted request's
         response carries (``RateLimit-Policy``, ``RateLimit``; ``()`` without a limiter)."""
         run = self._begin(request, True)
         del request  # only the decision holds the key now (see _begin)
+        return self._drive(run, final)
+
+    def _drive(self, run: _Run | _Settled, final: bool) -> Checked:
         if isinstance(run, tuple):
             outcome, method, path, started = self._recalled(run)
         else:
@@ -318,6 +325,9 @@ class Authenticator:
         """:meth:`check` without blocking the event loop."""
         run = self._begin(request, False)
         del request  # only the decision holds the key now (see _begin)
+        return await self._drive_async(run, final)
+
+    async def _drive_async(self, run: _Run | _Settled, final: bool) -> Checked:
         if isinstance(run, tuple):
             outcome, method, path, started = self._recalled(run)
         else:
