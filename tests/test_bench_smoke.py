@@ -319,7 +319,10 @@ def test_postgres_parts(name: str) -> None:
         assert facts["postgres, saturated.not_refused"] == facts["postgres, paced.flips"] == 0
         if "faults.after.statements" in facts:  # a private server could be started
             assert facts["faults.revoked_accepted_late"] == 0
-            assert facts["faults.after.statements"] == 0
+            # Once the feed is back the warm path reads nothing per request. A listener the
+            # machine stalls past the settling wait makes a request read through (fail
+            # closed), so a loaded machine may show one or two: never one per request.
+            assert facts["faults.after.statements"] * 50 <= facts["faults.after.requests"]
             assert facts["faults.steady.other"] == facts["faults.restarted.other"] == 0
     else:
         assert facts["postgres_skipped"] == 0
