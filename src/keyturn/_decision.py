@@ -7,9 +7,10 @@ Rules of this file (keep them):
 
    - ``_target.py``: which requests are guarded at all (the canonical path under the
      prefix), and the 400 for a target with no single reading;
-   - this file: the credential, the header syntax, the organization, the Inactive reach
-     rule (:func:`reach_question`, which the console's :class:`~keyturn.KeyManager` uses
-     too), the policy's 403 and the service headers it carries (``Refusal.principal``),
+   - this file: the credential (:func:`credential`, with which the leak responder and
+     the payload guard check keys too), the header syntax, the organization, the Inactive
+     reach rule (:func:`reach_question`, which the console's :class:`~keyturn.KeyManager`
+     uses too), the policy's 403 and the service headers it carries (``Refusal.principal``),
      and the mapping of a failing store or provider to 503 (:func:`unavailable`);
    - ``_token.py``: the key layout and checksum; ``_lifecycle.py``: a key's status, and
      whether its use is a rotation's first (:func:`~keyturn._lifecycle.revokes_at_first_use`);
@@ -50,7 +51,7 @@ import attrs
 from keyturn import _token
 from keyturn._hashing import check_secret, hash_secret, is_legacy
 from keyturn._lifecycle import derive_status, revokes_at_first_use
-from keyturn._model import Found, Principal, Scope, Status
+from keyturn._model import ApiKey, Found, Principal, Scope, Status
 from keyturn._steps import (
     GetDefaultOrganization,
     GetKey,
@@ -78,6 +79,7 @@ __all__ = [
     "AuthRequest",
     "Policy",
     "Rules",
+    "credential",
     "decide",
     "holds_key",
     "police",
@@ -244,6 +246,48 @@ def _principal(
     )
 
 
+# --- the credential ---------------------------------------------------------------------
+
+
+def credential(
+    key_id: str,
+    secret: str,
+    view: Found | None = None,
+    *,
+    usable_at: datetime | None = None,
+    upgrades: bool = False,
+) -> Generator[Step, Any, ApiKey | Reason]:
+    """The stored key *key_id* names, if *secret* is its secret; else why not.
+
+    Why not: ``UNKNOWN_KEY`` (no such id), then what :func:`~keyturn._hashing.check_secret`
+    says (``WRONG_SECRET``, ``UNVERIFIABLE``); with *usable_at*, then ``REVOKED`` or
+    ``EXPIRED`` at that time. The decision answers each with the same 401; the leak responder
+    and the payload guard (*usable_at* ``None``: a leak is a leak, whatever the key's state)
+    record none of them. *view*: the store's answer to :class:`~keyturn._steps.Lookup`, read
+    instead of asking. *upgrades*: the store can replace a usable key's legacy hash.
+    """
+    step = GetKey(key_id)
+    key: ApiKey | None = step.ask(view) if view is not None else (yield step)
+    if key is None:
+        return Reason.UNKNOWN_KEY
+    failure = check_secret(key.secret_hash, secret)  # the one place a secret is compared
+    if failure is not None:
+        return failure
+    if usable_at is not None:
+        status = derive_status(key, usable_at, reaches_scope=True)
+        if status is Status.REVOKED:
+            return Reason.REVOKED
+        if status is Status.EXPIRED:
+            return Reason.EXPIRED
+    if upgrades and is_legacy(key.secret_hash):
+        # The key's first successful use since SHA-256 (D2): its argon2id hash is replaced,
+        # only while the store still holds it, so a revoke or rotation since wins. A write
+        # that fails is this request's 503, as any store's (D15); the next one tries again,
+        # without argon2 (``_hashing.py`` remembers the secret's hash).
+        yield UpgradeHash(key_id, key.secret_hash, hash_secret(secret))
+    return key
+
+
 # --- the decision -------------------------------------------------------------------------
 
 
@@ -281,28 +325,13 @@ def decide(
         named = target if isinstance(target, str) and target != DEFAULT_ORGANIZATION else None
         view = yield Lookup(key_id, named)
 
-    step: Step = GetKey(key_id)
-    key = step.ask(view) if view is not None else (yield step)
-    if key is None:
-        return Unauthorized(Reason.UNKNOWN_KEY, key_id=key_id)
-    failure = check_secret(key.secret_hash, secret)
-    if failure is not None:
-        return Unauthorized(failure, key_id=key_id)
-
-    status = derive_status(key, now, reaches_scope=True)
-    if status is Status.REVOKED:
-        return Unauthorized(Reason.REVOKED, key_id=key_id)
-    if status is Status.EXPIRED:
-        return Unauthorized(Reason.EXPIRED, key_id=key_id)
-    if rules.upgrades and is_legacy(key.secret_hash):
-        # The key's first successful use since SHA-256 (D2): its argon2id hash is replaced,
-        # only while the store still holds it, so a revoke or rotation since wins. A write
-        # that fails is this request's 503, as any store's (D15); the next one tries again,
-        # without argon2 (``_hashing.py`` remembers the secret's hash).
-        yield UpgradeHash(key_id, key.secret_hash, hash_secret(secret))
+    key = yield from credential(key_id, secret, view, usable_at=now, upgrades=rules.upgrades)
+    if isinstance(key, Reason):
+        return Unauthorized(key, key_id=key_id)
 
     scope = key.scope
     account_id = key.account_id
+    step: Step  # each question below, answered from the view or by its store or provider
 
     if scope.organization_id is not None:
         # 2-3. An organization-scoped key works in its own organization only (D9, D10).

@@ -2,9 +2,11 @@
 
 A step is a small object that says whom it asks (``via``), how (:meth:`Step.ask`), and
 what its answer may be (``answers``). The decision (``_decision.py``), the managers'
-operations (``manager.py``), the leak responder's flow (``leaks.py``) and the usage write
-(``_lifecycle.record_use``) yield them; the callers of ``_calls.py`` answer them. This
-module decides nothing and does no I/O: it only names the questions.
+operations (``manager.py``), the leak responder's flow (``leaks.py``), the payload guard's
+recording (``payload.py``) and the leak they share (``_leak.py``) yield them; the usage
+write (``_usage.py``) asks :class:`MarkUsed` and :class:`CountUsage` itself. The callers
+of ``_calls.py`` answer them. This module decides nothing and does no I/O: it only names
+the questions.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ __all__ = [
     "KeysOf",
     "Lookup",
     "MarkUsed",
+    "NotifyLeak",
+    "PublicKeyOf",
     "ReachesTenant",
     "RecordEvent",
     "ReportLeak",
@@ -314,3 +318,37 @@ class ReachesTenant(Step):
 
     def ask(self, target: Any) -> Any:
         return target.reaches_tenant(self.account_id, self.tenant_id)
+
+
+# --- the leak responder's callbacks (keyturn.leaks) ----------------------------------------
+
+
+class PublicKeyOf(Step):
+    """The PEM of a signing key, from a *public_keys* callable (or ``None``: unknown)."""
+
+    __slots__ = ("identifier",)
+    via = CALLBACK
+    method = "public_keys"
+    answers = (str, bytes, NoneType)
+
+    def __init__(self, identifier: str) -> None:
+        self.identifier = identifier
+
+    def ask(self, target: Any) -> Any:
+        return target.public_key(self.identifier)
+
+
+class NotifyLeak(Step):
+    """Hand a :class:`~keyturn.leaks.LeakReport` to *on_leak* (its failures are logged,
+    never raised)."""
+
+    __slots__ = ("report",)
+    via = CALLBACK
+    method = "on_leak"
+    answers = (object,)
+
+    def __init__(self, report: object) -> None:
+        self.report = report
+
+    def ask(self, target: Any) -> Any:
+        return target.notify(self.report)

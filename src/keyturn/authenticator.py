@@ -58,7 +58,7 @@ from keyturn._model import Clock, Principal, utc_now
 from keyturn._shortcuts import shortcuts
 from keyturn._steps import Step, WrongAnswer
 from keyturn._usage import UsageRecorder
-from keyturn.errors import RateLimited, Reason, Refusal, ServiceUnavailable
+from keyturn.errors import RateLimited, Reason, Refusal, ServiceUnavailable, loggable
 from keyturn.protocols import AsyncKeyStore, AsyncMembershipProvider, KeyStore, MembershipProvider
 
 if TYPE_CHECKING:
@@ -108,11 +108,6 @@ def _require_sync(hook: object, name: str) -> None:
     # never run for an audit hook. Said now, at startup.
     if hook is not None and (inspect.iscoroutinefunction(hook) or is_async(hook, "__call__")):
         raise TypeError(f"{name} must be a plain function, not an async one: it is called inline")
-
-
-def _loggable(text: str, limit: int = 200) -> str:
-    """Request text for a log line: quoted and escaped, so one line, and never unbounded."""
-    return repr(text[:limit]) + ("..." if len(text) > limit else "")
 
 
 class _Run:
@@ -484,8 +479,8 @@ class Authenticator:
             if log.isEnabledFor(logging.INFO):
                 log.info(
                     "refused %s %s with %d: %s (key id %s)",
-                    _loggable(method),
-                    _loggable(path),
+                    loggable(method),
+                    loggable(path),
                     outcome.status,
                     outcome.reason.value,
                     outcome.key_id,

@@ -18,7 +18,8 @@ Two families, and only the second are exceptions:
   errors raised by :class:`~keyturn.KeyManager`, the store errors raised by
   :mod:`keyturn.stores`, and :class:`MissingPrincipal` from the principal accessors.
 
-No message ever contains a secret or text taken from a request.
+No message ever contains a secret or text taken from a request; a log line quotes such
+text with :func:`loggable`.
 """
 
 from __future__ import annotations
@@ -385,3 +386,13 @@ class MissingPrincipal(KeyturnError, LookupError):
             "middleware's prefix or among its public paths, or ApiKeyMiddleware is "
             "not installed in front of this app"
         )
+
+
+# --- text taken from a request, in a log line --------------------------------------------
+
+
+def loggable(text: str, limit: int = 200) -> str:
+    """*text* (a method, a path, a URL: whatever its sender chose) for a log line: quoted
+    and escaped, so one line with no control characters, and at most *limit* characters of
+    it, followed by ``...`` when cut."""
+    return repr(text[:limit]) + ("..." if len(text) > limit else "")

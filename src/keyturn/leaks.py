@@ -53,7 +53,6 @@ import time
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, MutableMapping
 from datetime import UTC, datetime
 from http import HTTPStatus
-from types import NoneType
 from typing import Any, ClassVar, Final, Generic, NamedTuple, Protocol, TypeGuard, TypeVar
 
 import attrs
@@ -69,20 +68,13 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 from keyturn import _token
 from keyturn._calls import Blocking, caller_for
-from keyturn._hashing import check_secret
+from keyturn._decision import credential
+from keyturn._leak import Finder, record_leak
 from keyturn._model import ApiKey, Scope
-from keyturn._steps import (
-    CALLBACK,
-    STORE,
-    GetKey,
-    RecordEvent,
-    ReportLeak,
-    RevokeKey,
-    Step,
-    WrongAnswer,
-)
+from keyturn._steps import CALLBACK, STORE, NotifyLeak, PublicKeyOf, Step, WrongAnswer
 from keyturn._web import DEFAULT_PREFIX, Paths
-from keyturn.activity import Action, By, Channel, KeyEvent, new_event
+from keyturn.activity import By, Channel
+from keyturn.errors import Reason, loggable
 
 __all__ = [
     "DEFAULT_PATH",
@@ -99,6 +91,10 @@ __all__ = [
 ]
 
 log: Final = logging.getLogger("keyturn.leaks")
+# Who records a true positive, in the record of key actions and the log.
+_FINDER: Final = Finder(
+    By(channel=Channel.LEAK_ENDPOINT, actor="secret scanning"), "reported leaked", log
+)
 
 DEFAULT_PATH: Final = "/keyturn/secret-scanning"
 KEY_ID_HEADER: Final = "github-public-key-identifier"
@@ -182,36 +178,6 @@ def _load(pem: str | bytes) -> ec.EllipticCurvePublicKey:
 
 
 # --- the flow decides: a generator of steps, like keyturn._decision ----------------------------
-
-
-class PublicKeyOf(Step):
-    """The PEM of a signing key, from a *public_keys* callable (or ``None``: unknown)."""
-
-    __slots__ = ("identifier",)
-    via = CALLBACK
-    method = "public_keys"
-    answers = (str, bytes, NoneType)
-
-    def __init__(self, identifier: str) -> None:
-        self.identifier = identifier
-
-    def ask(self, target: Any) -> Any:
-        return target.public_key(self.identifier)
-
-
-class NotifyLeak(Step):
-    """Hand a report to *on_leak* (its failures are logged, never raised)."""
-
-    __slots__ = ("report",)
-    via = CALLBACK
-    method = "on_leak"
-    answers = (object,)
-
-    def __init__(self, report: LeakReport) -> None:
-        self.report = report
-
-    def ask(self, target: Any) -> Any:
-        return target.notify(self.report)
 
 
 _Flow = Generator[Step, Any, Response]
@@ -379,39 +345,40 @@ class LeakResponder:
             try:
                 key = None if pem is None else _load(pem)
             except (ValueError, TypeError, UnsupportedAlgorithm):
-                log.error("public_keys gave an unusable key for identifier %r", identifier[:100])
+                log.error(
+                    "public_keys gave an unusable key for identifier %s", loggable(identifier, 100)
+                )
                 raise _Refusal(503, "service_unavailable", "Try again later.") from None
         if key is None:
-            log.warning("secret-scanning report signed by unknown key %r", identifier[:100])
+            log.warning(
+                "secret-scanning report signed by unknown key %s", loggable(identifier, 100)
+            )
             raise _Refusal(403, "forbidden", "Unknown signing key.")
         try:
             key.verify(signature, body, ec.ECDSA(hashes.SHA256()))
         except InvalidSignature as exc:
-            log.warning("secret-scanning report with a bad signature (key %r)", identifier[:100])
+            log.warning(
+                "secret-scanning report with a bad signature (key %s)", loggable(identifier, 100)
+            )
             raise _Refusal(403, "forbidden", "The signature does not verify.") from exc
 
     def _check(self, candidate: _Candidate) -> Generator[Step, Any, bool]:
         parsed = _token.parse(candidate.token)
         if not isinstance(parsed, _token.ParsedToken):
             return False  # junk or a typo: no store lookup
-        key: ApiKey | None = yield GetKey(parsed.key_id)
-        if key is None:
-            return False
-        if check_secret(key.secret_hash, parsed.secret) is not None:  # as the decision does
-            return False  # a real id with a wrong secret (or an unusable hash): not ours
+        key = yield from credential(parsed.key_id, parsed.secret)  # as the decision checks
+        if isinstance(key, Reason):
+            return False  # no such id, or a real id with a wrong secret (or an unusable hash)
         now = self.clock()
         url = _clean_url(candidate.url)
-        first = yield ReportLeak(key.key_id, url, now)
-        revoked = bool(self.revoke and (yield RevokeKey(key.key_id, now)))
-        if hasattr(self.store, "record_event"):  # the record of key actions (keyturn.activity)
-            for event in _events(key, now, url, revoked):
-                yield RecordEvent(event)
-        log.warning(
-            "key %s of account %r reported leaked at %r%s",
-            key.key_id,
-            key.account_id,
-            url[:200],
-            "; revoked" if revoked else "",
+        first, revoked = yield from record_leak(
+            key,
+            url,
+            f"public at {loggable(url)}",
+            now,
+            _FINDER,
+            revoke=self.revoke,
+            events=hasattr(self.store, "record_event"),  # the record of key actions
         )
         if self.on_leak is not None:
             report = LeakReport(
@@ -424,7 +391,7 @@ class LeakResponder:
                 source=candidate.source,
                 token_type=candidate.type,
                 reported_at=now,
-                first=bool(first),
+                first=first,
                 revoked=revoked,
             )
             yield NotifyLeak(report)
@@ -496,16 +463,6 @@ _ASKED: Final = {
     "revoke_key": "store.revoke_key",
     "public_keys": "public_keys",
 }
-
-
-def _events(key: ApiKey, now: datetime, url: str, revoked: bool) -> list[KeyEvent]:
-    """What a true positive adds to the record: every report (a batch sent again after a
-    503 is recorded again, never lost), and the revoke it made."""
-    by = By(channel=Channel.LEAK_ENDPOINT, actor="secret scanning")
-    events = [new_event(key, Action.LEAK_REPORTED, now, by, detail=url)]
-    if revoked:
-        events.append(new_event(key, Action.AUTO_REVOKED, now, by, detail="reported leaked"))
-    return events
 
 
 def _failure(exc: Exception) -> Response:

@@ -58,29 +58,20 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Collection, Generator, MutableMapping
-from datetime import datetime
 from fnmatch import fnmatchcase
 from typing import Any, Final
 from wsgiref.types import WSGIEnvironment
 
 from keyturn._calls import Caller, caller_for
-from keyturn._decision import AuthRequest
-from keyturn._hashing import check_secret
-from keyturn._model import ApiKey, Principal
+from keyturn._decision import AuthRequest, credential
+from keyturn._leak import Finder, record_leak
+from keyturn._model import Principal
 from keyturn._payload import BodyScanner
-from keyturn._steps import (
-    STORE,
-    GetKey,
-    RecordEvent,
-    ReportLeak,
-    RevokeKey,
-    Step,
-    WrongAnswer,
-)
+from keyturn._steps import STORE, Step, WrongAnswer
 from keyturn._token import ParsedToken
-from keyturn.activity import Action, By, Channel, KeyEvent, new_event
+from keyturn.activity import By, Channel
 from keyturn.authenticator import Authenticator
-from keyturn.errors import InvalidRequest, KeyInPayload, PayloadTooLarge, Reason, Refusal
+from keyturn.errors import InvalidRequest, KeyInPayload, PayloadTooLarge, Reason, Refusal, loggable
 
 __all__ = ["DEFAULT_CONTENT_TYPES", "DEFAULT_MAX_BYTES", "PayloadGuard"]
 
@@ -100,8 +91,10 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 
 
-# Who recorded a leak, in the record of key actions (keyturn.activity).
-_BY: Final = By(channel=Channel.LIBRARY, actor="payload guard")
+# Who records a key found in a body, in the record of key actions and the log.
+_FINDER: Final = Finder(
+    By(channel=Channel.LIBRARY, actor="payload guard"), "found in a request body", log
+)
 
 
 class PayloadGuard:
@@ -417,27 +410,21 @@ class PayloadGuard:
         to); *where*: the request, for the log."""
         now = authenticator.clock()
         for parsed in keys:
-            key: ApiKey | None = yield GetKey(parsed.key_id)
-            if key is None:
+            key = yield from credential(parsed.key_id, parsed.secret)  # as the decision checks
+            if key is Reason.UNKNOWN_KEY:
                 log.info("a key found in %s has no such id in the store", where)
-                continue
-            if check_secret(key.secret_hash, parsed.secret) is not None:
-                # a real id with another secret: a forgery of someone's key
-                log.info("a key found in %s is a forgery of key id %s", where, key.key_id)
-                continue
-            first = yield ReportLeak(key.key_id, source, now)
-            revoked = bool(self.revoke and (yield RevokeKey(key.key_id, now)))
-            if self._records_events:  # the record of key actions (keyturn.activity)
-                for event in _events(key, now, source, revoked):
-                    yield RecordEvent(event)
-            log.warning(
-                "key %s of account %r was found in %s and is recorded as leaked%s%s",
-                key.key_id,
-                key.account_id,
-                where,
-                "" if first else " (it already was)",
-                "; revoked" if revoked else "",
-            )
+            elif isinstance(key, Reason):  # a real id with another secret: a forgery
+                log.info("a key found in %s is a forgery of key id %s", where, parsed.key_id)
+            else:
+                yield from record_leak(
+                    key,
+                    source,
+                    where,
+                    now,
+                    _FINDER,
+                    revoke=self.revoke,
+                    events=self._records_events,
+                )
 
     def _record(
         self, scanner: BodyScanner, method: str, path: str, authenticator: Authenticator
@@ -486,16 +473,6 @@ def _deadline(authenticator: Authenticator) -> float | None:
     return None if timeout is None else time.monotonic() + timeout
 
 
-def _events(key: ApiKey, now: datetime, source: str, revoked: bool) -> list[KeyEvent]:
-    """What a key found in a body adds to the record: the leak, and the revoke it made."""
-    events = [new_event(key, Action.LEAK_REPORTED, now, _BY, detail=source)]
-    if revoked:
-        events.append(
-            new_event(key, Action.AUTO_REVOKED, now, _BY, detail="found in a request body")
-        )
-    return events
-
-
 def _failed(step: Step, exc: Exception) -> None:
     # The type and our own message only: the exception's frames hold the key's secret.
     detail = f" ({exc})" if isinstance(exc, WrongAnswer) else ""
@@ -508,8 +485,8 @@ def _failed(step: Step, exc: Exception) -> None:
 
 
 def _loggable(method: str, path: str) -> str:
-    """The request a key was found in, for a log line: quoted and escaped, one line, bounded."""
-    return f"the body of {method[:20]!r} {path[:200]!r}{'...' if len(path) > 200 else ''}"
+    """The request a key was found in, as a log line names it."""
+    return f"the body of {loggable(method, 20)} {loggable(path)}"
 
 
 def _scanner(content_type: str | None) -> BodyScanner | None:
