@@ -25,23 +25,30 @@ __all__ = [
     "MEMBERSHIP",
     "STORE",
     "AddKey",
+    "ClaimNotice",
     "CountUsage",
     "EventsOf",
+    "EventsSince",
     "GetDefaultOrganization",
     "GetKey",
     "GetOrganization",
     "GetRole",
     "KeysOf",
+    "LeakedKeys",
     "Lookup",
     "MarkUsed",
     "NotifyLeak",
+    "OrganizationsOf",
     "PublicKeyOf",
     "ReachesTenant",
     "RecordEvent",
+    "ReleaseNotice",
     "ReportLeak",
     "RevokeKey",
     "Step",
+    "UnrevokedKeys",
     "UpgradeHash",
+    "UsageOf",
     "WrongAnswer",
 ]
 
@@ -267,6 +274,99 @@ class CountUsage(Step):
         return target.count_usage(self.day, self.counts)
 
 
+class EventsSince(Step):
+    """Every account's events from *since* on (``None``: from the first), oldest first, at
+    most *limit*."""
+
+    __slots__ = ("limit", "since")
+    via = STORE
+    method = "events_since"
+    answers = (Sequence,)
+
+    def __init__(self, since: datetime | None, limit: int) -> None:
+        self.since = since
+        self.limit = limit
+
+    def ask(self, target: Any) -> Any:
+        return target.events_since(self.since, self.limit)
+
+
+class LeakedKeys(Step):
+    """Every account's keys reported leaked, the latest report first."""
+
+    __slots__ = ()
+    via = STORE
+    method = "leaked_keys"
+    answers = (Sequence,)
+
+    def ask(self, target: Any) -> Any:
+        return target.leaked_keys()
+
+
+class UnrevokedKeys(Step):
+    """Every account's keys not revoked that expire after *expired_after*."""
+
+    __slots__ = ("expired_after",)
+    via = STORE
+    method = "unrevoked_keys"
+    answers = (Sequence,)
+
+    def __init__(self, expired_after: datetime) -> None:
+        self.expired_after = expired_after
+
+    def ask(self, target: Any) -> Any:
+        return target.unrevoked_keys(self.expired_after)
+
+
+class ClaimNotice(Step):
+    """Claim a key's notice for sending; answered ``True`` by the one claim that wins."""
+
+    __slots__ = ("at", "key_id", "notice")
+    via = STORE
+    method = "claim_notice"
+    answers = (bool,)
+
+    def __init__(self, key_id: str, notice: str, at: datetime) -> None:
+        self.key_id = key_id
+        self.notice = notice
+        self.at = at
+
+    def ask(self, target: Any) -> Any:
+        return target.claim_notice(self.key_id, self.notice, self.at)
+
+
+class ReleaseNotice(Step):
+    """Give back a claim whose notice could not be delivered; nothing is read from the answer."""
+
+    __slots__ = ("key_id", "notice")
+    via = STORE
+    method = "release_notice"
+    answers = (object,)
+
+    def __init__(self, key_id: str, notice: str) -> None:
+        self.key_id = key_id
+        self.notice = notice
+
+    def ask(self, target: Any) -> Any:
+        return target.release_notice(self.key_id, self.notice)
+
+
+class UsageOf(Step):
+    """The daily request counts of an account's keys from the UTC day *since* on."""
+
+    __slots__ = ("account_id", "since")
+    via = STORE
+    method = "usage_of"
+    answers = (Sequence,)
+
+    def __init__(self, account_id: str, since: date) -> None:
+        self.account_id = account_id
+        self.since = since
+
+    def ask(self, target: Any) -> Any:
+        return target.usage_of(self.account_id, self.since)
+
+
 # --- the membership provider --------------------------------------------------------------
 
 
@@ -318,6 +418,20 @@ class ReachesTenant(Step):
 
     def ask(self, target: Any) -> Any:
         return target.reaches_tenant(self.account_id, self.tenant_id)
+
+
+class OrganizationsOf(Step):
+    """The organizations an account has a role in (a console's membership answers it)."""
+
+    __slots__ = ("account_id",)
+    method = "organizations_of"
+    answers = (Sequence,)
+
+    def __init__(self, account_id: str) -> None:
+        self.account_id = account_id
+
+    def ask(self, target: Any) -> Any:
+        return target.organizations_of(self.account_id)
 
 
 # --- the leak responder's callbacks (keyturn.leaks) ----------------------------------------

@@ -31,7 +31,7 @@ import builtins
 import functools
 import logging
 from collections.abc import Callable, Generator, Iterable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any, TypeVar
 
 from keyturn import _token
@@ -52,6 +52,7 @@ from keyturn._model import (
     CustomDate,
     KeyInfo,
     Lifetime,
+    Organization,
     Scope,
     ScopeKind,
     Status,
@@ -61,16 +62,23 @@ from keyturn._steps import (
     MEMBERSHIP,
     STORE,
     AddKey,
+    ClaimNotice,
     EventsOf,
+    EventsSince,
     GetKey,
     GetOrganization,
     GetRole,
     KeysOf,
+    LeakedKeys,
+    OrganizationsOf,
     RecordEvent,
+    ReleaseNotice,
     RevokeKey,
     Step,
+    UnrevokedKeys,
+    UsageOf,
 )
-from keyturn.activity import LIBRARY, Action, By, KeyEvent, new_event, require
+from keyturn.activity import LIBRARY, PAGE, Action, By, KeyEvent, new_event, require
 from keyturn.errors import (
     DuplicateKey,
     KeyAlreadyReplaced,
@@ -85,6 +93,7 @@ from keyturn.protocols import (
     KeyStore,
     MembershipProvider,
 )
+from keyturn.usage import DailyUsage
 
 __all__ = ["AsyncKeyManager", "KeyManager"]
 
@@ -311,6 +320,67 @@ class _Operations:
             ),
             key=lambda info: (info.expires_at, info.key_id),
         )
+
+    # --- asked by keyturn's own console, notifier and command: not the signed-in user's API.
+    # Each is one question, but asked here, so that the managers own every question put to
+    # the store and the provider outside a request.
+
+    def _get(self, key_id: str) -> _Op[ApiKey | None]:
+        found: ApiKey | None = yield GetKey(key_id)
+        return found
+
+    def _usage(self, account_id: str, since: date) -> _Op[Sequence[DailyUsage]]:
+        rows: Sequence[DailyUsage] = yield UsageOf(account_id, since)
+        return rows
+
+    def _organizations_of(self, account_id: str) -> _Op[Sequence[Organization]]:
+        found: Sequence[Organization] = yield OrganizationsOf(account_id)
+        return found
+
+    def _role_of(self, account_id: str, organization_id: str) -> _Op[str | None]:
+        role: str | None = yield GetRole(account_id, organization_id)
+        return role
+
+    def _leaked(self) -> _Op[Sequence[ApiKey]]:
+        keys: Sequence[ApiKey] = yield LeakedKeys()
+        return keys
+
+    def _unrevoked(self, expired_after: datetime) -> _Op[Sequence[ApiKey]]:
+        keys: Sequence[ApiKey] = yield UnrevokedKeys(expired_after)
+        return keys
+
+    def _claim_notice(self, key_id: str, notice: str, at: datetime) -> _Op[bool]:
+        claimed: bool = yield ClaimNotice(key_id, notice, at)
+        return claimed
+
+    def _release_notice(self, key_id: str, notice: str) -> _Op[None]:
+        yield ReleaseNotice(key_id, notice)
+
+    def _record_event(self, event: KeyEvent) -> _Op[None]:
+        yield RecordEvent(event)
+
+    def _events_since(
+        self, since: datetime | None, write: Callable[[KeyEvent], object], page: int = PAGE
+    ) -> _Op[int]:
+        """Hand every event from *since* on to *write*, oldest first; the number handed over.
+        The paging of :func:`keyturn.activity.each_event_since` (which host code calls on a
+        store), asked as steps: none lost or repeated where a page ends among events of one
+        instant."""
+        written = 0
+        at_edge: set[str] = set()  # ids already written at the instant the next page starts
+        while True:  # bounded: each round writes at least one event, or ends, or grows the page
+            events: Sequence[KeyEvent] = yield EventsSince(since, page)
+            fresh = [event for event in events if event.event_id not in at_edge]
+            for event in fresh:
+                write(event)
+            written += len(fresh)
+            if len(events) < page:
+                return written
+            if not fresh:  # a whole page at one instant: read a larger one
+                page *= 2
+                continue
+            since = events[-1].at
+            at_edge = {event.event_id for event in events if event.at == since}
 
 
 class KeyManager(_Operations):

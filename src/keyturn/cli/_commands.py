@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Final
 from keyturn import _token
 from keyturn._decision import DEFAULT_ORGANIZATION, DEFAULT_ORGANIZATION_PATTERN
 from keyturn._model import KeyInfo, Organization, ScopeKind, Status
-from keyturn.activity import By, Channel, each_event_since, json_line
+from keyturn.activity import By, Channel, KeyEvent, json_line
 from keyturn.cli import _output as out
 from keyturn.cli._output import PROG, CommandError
 from keyturn.cli._store import driver_errors, open_store, store_url
@@ -122,10 +122,11 @@ def member_remove(db: Database, args: argparse.Namespace) -> None:
 
 def keys_list(db: Database, args: argparse.Namespace) -> None:
     kind = ScopeKind(args.scope) if args.scope in ("tenant", "organization") else None
-    infos = _manager(db).list(args.account, status=STATUSES.get(args.status), scope=kind)
+    manager = _manager(db)
+    infos = manager.list(args.account, status=STATUSES.get(args.status), scope=kind)
     if args.scope is not None and kind is None:  # one organization's id
         infos = [info for info in infos if info.scope.organization_id == args.scope]
-    usage = _last_week(db, args.account, infos)
+    usage = _last_week(manager, args.account, infos)
     if args.json:
         out.print_json([out.as_json(info, usage) for info in infos])
     elif not infos:
@@ -135,14 +136,14 @@ def keys_list(db: Database, args: argparse.Namespace) -> None:
 
 
 def _last_week(
-    db: Database, account_id: str, infos: Sequence[KeyInfo]
+    manager: KeyManager, account_id: str, infos: Sequence[KeyInfo]
 ) -> dict[str, KeyUsage] | None:
     """The keys' counts of the last seven UTC days, today included; ``None`` when the
     store keeps none."""
-    if not isinstance(db.keys, UsageStore) or not infos:
+    if not isinstance(manager.store, UsageStore) or not infos:
         return None
     today = datetime.now(UTC).date()
-    rows = db.keys.usage_of(account_id, today - timedelta(days=WEEK - 1))
+    rows = manager._run(manager._usage(account_id, today - timedelta(days=WEEK - 1)))
     return by_key(rows, last_day=today, days=WEEK, key_ids=[info.key_id for info in infos])
 
 
@@ -195,7 +196,9 @@ def keys_expiring(db: Database, args: argparse.Namespace) -> None:
 
 def keys_leaked(db: Database, args: argparse.Namespace) -> None:
     # Every account's keys: reported by a code host's secret scanning (keyturn.leaks).
-    leaks = [(key, key.leaked) for key in db.keys.leaked_keys() if key.leaked is not None]
+    manager = _manager(db)
+    leaked = manager._run(manager._leaked())
+    leaks = [(key, key.leaked) for key in leaked if key.leaked is not None]
     if args.json:
         fields = ("key_id", "hint", "name", "account_id")
         out.print_json(
@@ -263,9 +266,12 @@ def _export(db: Database, since: datetime | None, sink: Any) -> int:
     """Write the events from *since* on to *sink*, one JSON line each; the number written."""
     if hasattr(sink, "reconfigure"):
         sink.reconfigure(encoding="utf-8")
-    return each_event_since(
-        db.keys, since, lambda event: sink.write(json_line(event) + "\n"), EXPORT_PAGE
-    )
+
+    def write(event: KeyEvent) -> None:
+        sink.write(json_line(event) + "\n")
+
+    manager = _manager(db)
+    return manager._run(manager._events_since(since, write, EXPORT_PAGE))
 
 
 SMTP_PASSWORD: Final = "KEYTURN_SMTP_PASSWORD"  # noqa: S105 - the variable's name

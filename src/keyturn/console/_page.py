@@ -115,26 +115,8 @@ class _Awaited:
     def _now(self) -> datetime:
         return self.manager._now()
 
-    def organizations_of(self, account_id: str) -> Sequence[Organization]:
-        found: Sequence[Organization] = anyio.from_thread.run(
-            self.manager.membership.organizations_of, account_id
-        )
-        return found
-
-    def role_of(self, account_id: str, organization_id: str) -> str | None:
-        role: str | None = anyio.from_thread.run(
-            self.manager.membership.get_role, account_id, organization_id
-        )
-        return role
-
     def list(self, account_id: str) -> list[KeyInfo]:
         return anyio.from_thread.run(self.manager.list, account_id)
-
-    def usage_of(self, account_id: str, since: date) -> Sequence[DailyUsage]:
-        found: Sequence[DailyUsage] = anyio.from_thread.run(
-            self.manager.store.usage_of, account_id, since
-        )
-        return found
 
     def create(self, account_id: str, **options: Any) -> CreatedKey:
         return anyio.from_thread.run(partial(self.manager.create, account_id, **options))
@@ -269,23 +251,20 @@ class Console:
             )
         self.manager = manager
         self.membership: ConsoleMembership = manager.membership
-        # The pages call the manager in a worker thread: an async one through the loop.
+        # The pages call the manager in a worker thread: an async one through the loop. The
+        # questions that are no public operation go through its driver too (_ask): the
+        # manager owns every question put to the store and the membership provider.
         self._keys: KeyManager | _Awaited
-        self._organizations_of: Callable[[str], Sequence[Organization]]
-        self._role_of: Callable[[str, str], str | None]
+        self._ask: Callable[[Any], Any]
         if isinstance(manager, KeyManager):
-            self._keys, self._organizations_of = manager, self.membership.organizations_of
-            self._role_of = self.membership.get_role
+            self._keys, self._ask = manager, manager._run
         else:
             self._keys = _Awaited(manager)
-            self._organizations_of = self._keys.organizations_of
-            self._role_of = self._keys.role_of
+            self._ask = lambda flow: anyio.from_thread.run(manager._run, flow)
         # The usage charts, from a store that keeps counts (keyturn.protocols.UsageStore).
         self._usage_of: Callable[[str, date], Sequence[DailyUsage]] | None = None
         if callable(getattr(manager.store, "usage_of", None)):
-            self._usage_of = (
-                self._keys.usage_of if isinstance(self._keys, _Awaited) else manager.store.usage_of
-            )
+            self._usage_of = self._usage_rows
         self.signed_in = signed_in
         self.sign_in_url = sign_in_url
         self.start_on: StartOn = start_on
@@ -599,6 +578,18 @@ class Console:
             "limit": ACTIVITY_LIMIT,
         }
         return render(visit, "activity.html", 200, context)
+
+    def _organizations_of(self, account_id: str) -> Sequence[Organization]:
+        found: Sequence[Organization] = self._ask(self.manager._organizations_of(account_id))
+        return found
+
+    def _role_of(self, account_id: str, organization_id: str) -> str | None:
+        role: str | None = self._ask(self.manager._role_of(account_id, organization_id))
+        return role
+
+    def _usage_rows(self, account_id: str, since: date) -> Sequence[DailyUsage]:
+        rows: Sequence[DailyUsage] = self._ask(self.manager._usage(account_id, since))
+        return rows
 
     def _usage(
         self, account_id: str, now: datetime, key_ids: Sequence[str]

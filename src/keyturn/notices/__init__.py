@@ -41,7 +41,7 @@ from typing import Any, Final
 
 import attrs
 
-from keyturn.activity import LIBRARY, Action, By, KeyEvent, each_event_since, new_event, require
+from keyturn.activity import LIBRARY, Action, By, KeyEvent, new_event, require
 from keyturn.manager import KeyManager
 from keyturn.notices._compose import Due, Notice, NoticeKind, due
 from keyturn.notices._deliver import (
@@ -137,14 +137,16 @@ class Notifier:
 
     def run(self) -> RunReport:
         """Send every notice due now that no run sent before; what was done."""
-        now = self.manager.clock().astimezone(UTC)
+        manager = self.manager
+        ask = manager._run  # the store is asked through the manager, which owns its questions
+        now = manager.clock().astimezone(UTC)
         since = now - self.window
-        accounts = sorted({key.account_id for key in self.store.unrevoked_keys(since)})
-        infos = {account: self.manager.list(account) for account in accounts}
+        accounts = sorted({key.account_id for key in ask(manager._unrevoked(since))})
+        infos = {account: manager.list(account) for account in accounts}
         events: list[KeyEvent] = []
-        each_event_since(self.store, since, events.append)
+        ask(manager._events_since(since, events.append))
         counts = {"sent": 0, "already_sent": 0, "failed": 0, "no_address": 0}
-        for notice in due(infos, self.store.leaked_keys(), events, now, self.window):
+        for notice in due(infos, ask(manager._leaked()), events, now, self.window):
             counts[self._send(notice, now)] += 1
         return RunReport(**counts)
 
@@ -154,10 +156,12 @@ class Notifier:
         address = self.address_of(due_notice.account_id)
         if not address:
             return "no_address"
-        stored = self.store.get_key(key_id)
+        manager = self.manager
+        ask = manager._run
+        stored = ask(manager._get(key_id))
         if stored is None:  # gone from the host's store: nothing to name
             return "no_address"
-        if not self.store.claim_notice(key_id, kind.value, now):
+        if not ask(manager._claim_notice(key_id, kind.value, now)):
             return "already_sent"
         notice = Notice(
             kind=kind,
@@ -173,12 +177,12 @@ class Notifier:
         try:
             self.deliver(notice)
         except Exception as exc:
-            self.store.release_notice(key_id, kind.value)  # the next run tries again
+            ask(manager._release_notice(key_id, kind.value))  # the next run tries again
             log.warning("could not deliver the %s notice of key %s: %s", kind.value, key_id, exc)
             return "failed"
         try:
             event = new_event(stored, Action.NOTICE_SENT, now, self.by, detail=kind.value)
-            self.store.record_event(event)
+            ask(manager._record_event(event))
         except Exception:
             log.exception("could not record the %s notice of key %s", kind.value, key_id)
         return "sent"
