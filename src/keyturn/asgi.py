@@ -89,7 +89,7 @@ import functools
 import logging
 import operator
 import time
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
@@ -103,6 +103,11 @@ from keyturn._web import (
     ORGANIZATION_ID_HEADER,
     PRINCIPAL_KEY,
     RESERVED_HEADER_NAMES,
+    ASGIApp,
+    ASGIScope,
+    Message,
+    Receive,
+    Send,
     check_options,
     principal_in,
     rendered,
@@ -120,11 +125,6 @@ __all__ = ["ApiKeyMiddleware", "current_principal", "principal"]
 
 log: Final = logging.getLogger("keyturn")
 
-ASGIScope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[ASGIScope, Receive, Send], Awaitable[None]]
 Header = tuple[bytes, bytes]
 
 _AUTHENTICATED: Final = frozenset({"http", "websocket"})

@@ -101,6 +101,7 @@ from keyturn._web import (
     rendered,
     response_headers,
     unreadable,
+    wsgi_path,
 )
 from keyturn.authenticator import Authenticator
 from keyturn.errors import Refusal
@@ -165,12 +166,7 @@ class ApiKeyMiddleware:
         self.expiry_header = expiry_header
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        # PATH_INFO and SCRIPT_NAME hold the raw bytes as latin-1 (PEP 3333); apps route on
-        # UTF-8 text. The usual request's are ASCII: the same text either way.
-        root: str = environ.get("SCRIPT_NAME", "")
-        raw: str = environ.get("PATH_INFO", "")
-        if not (root.isascii() and raw.isascii()):
-            root, raw = _text(root), _text(raw)
+        root, raw = wsgi_path(environ)  # as the app routes on them
         path = self.paths.read(root, raw)
         if path is None:
             return self.app(environ, start_response)
@@ -252,10 +248,6 @@ def _refuse(error: Refusal, realm: str, method: str, start_response: StartRespon
 
 _name: Final = operator.itemgetter(0)
 _RESERVED_LENGTHS: Final = frozenset(map(len, RESERVED_HEADER_NAMES))
-
-
-def _text(raw: str) -> str:
-    return raw.encode("latin-1").decode("utf-8", "replace")
 
 
 def _credentials(environ: WSGIEnvironment, strip: bool) -> tuple[str, ...]:
