@@ -34,6 +34,7 @@ __all__ = [
     "DEFAULT_PREFIX",
     "DEFAULT_REALM",
     "KEY_EXPIRES_HEADER",
+    "OPTIONS",
     "ORGANIZATION_ID_HEADER",
     "PRINCIPAL_KEY",
     "RESERVED_HEADER_NAMES",
@@ -90,9 +91,37 @@ RESERVED_HEADER_NAMES: Final = SERVICE_HEADER_NAMES | {KEY_EXPIRES_HEADER}
 _REALM: Final = re.compile(r"[ !#-\[\]-~]+")
 
 
+# The options the three middlewares share, documented here once. The ASGI and WSGI
+# ApiKeyMiddleware take them as keywords, and their docstrings' :param lines show these
+# texts word for word (help(), editors and the docs site read each class's own docstring);
+# Django's reads them from settings.KEYTURN, upper-cased (the authenticator: AUTHENTICATOR or
+# STORE_URL). tests/web/test_options.py holds the copies to these texts.
+OPTIONS: Final[Mapping[str, str]] = {
+    "authenticator": (
+        "the :class:`~keyturn.Authenticator` that decides; its options carry the store, the "
+        "membership provider, the role policy and the audit hook."
+    ),
+    "prefix": "the path prefix to protect (the bare prefix without ``/`` included).",
+    "public_paths": "exact paths, or a predicate on the path, exempt under the prefix.",
+    "realm": 'the realm of ``WWW-Authenticate: Bearer realm="..."``.',
+    "strip_authorization": (
+        "remove the ``Authorization`` header before the app sees it, so the key cannot reach "
+        "its logs."
+    ),
+    "expiry_header": (
+        "add ``service-key-expires-at`` (when the key stops working) to every response to an "
+        "accepted request; never to a refusal."
+    ),
+    "payload_guard": (
+        "a :class:`~keyturn.payload.PayloadGuard`: refuse accepted requests whose body holds "
+        "a key, and record the key as leaked."
+    ),
+}
+
+
 def check_options(authenticator: Authenticator, realm: str) -> None:
-    """The options every middleware takes, checked at startup rather than as a 500 on the
-    first request.
+    """The options every middleware takes (:data:`OPTIONS`), checked at startup rather than
+    as a 500 on the first request.
     """
     if not isinstance(authenticator, Authenticator):
         raise TypeError(

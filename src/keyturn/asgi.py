@@ -151,7 +151,8 @@ class ApiKeyMiddleware:
     :param prefix: the path prefix to protect (the bare prefix without ``/`` included).
     :param public_paths: exact paths, or a predicate on the path, exempt under the prefix.
     :param realm: the realm of ``WWW-Authenticate: Bearer realm="..."``.
-    :param strip_authorization: remove the ``Authorization`` header before the app sees it.
+    :param strip_authorization: remove the ``Authorization`` header before the app sees it,
+        so the key cannot reach its logs.
     :param expiry_header: add ``service-key-expires-at`` (when the key stops working) to
         every response to an accepted request; never to a refusal.
     :param payload_guard: a :class:`~keyturn.payload.PayloadGuard`: refuse accepted requests
@@ -170,6 +171,7 @@ class ApiKeyMiddleware:
         expiry_header: bool = False,
         payload_guard: PayloadGuard | None = None,
     ) -> None:
+        # The options' texts above are _web.OPTIONS's, shared with the WSGI and Django ones.
         check_options(authenticator, realm)
         self.payload_guard = payload_guard and payload_guard.check(authenticator, prefix)
         self.app = app
