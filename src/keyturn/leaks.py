@@ -586,8 +586,8 @@ class ASGILeakEndpoint(_Endpoint[ASGIApp]):
                 (name.decode("latin-1"), value.decode("latin-1"))
                 for name, value in scope["headers"]
             )
-            read, _ = await read_asgi_body(scope, receive, self.responder.max_body)
-            body = None if read.over else read.data  # None: 413
+            found, _ = await read_asgi_body(scope, receive, self.responder.max_body)
+            body = None if found.over else found.data  # None: 413
             response = await self.responder.respond_async(scope["method"], headers, body)
         elif self.app is not None:
             await self.app(scope, receive, send)
@@ -622,9 +622,9 @@ class WSGILeakEndpoint(_Endpoint[WSGIApp]):
                 for name, value in environ.items()
                 if name.startswith("HTTP_")
             )
-            read = read_wsgi_body(environ, self.responder.max_body)
+            found = read_wsgi_body(environ, self.responder.max_body)
             # None: 413; a CONTENT_LENGTH that is not digits is read as no body
-            body = b"" if read is None else None if read.over else read.data
+            body = b"" if found is None else None if found.over else found.data
             response = self.responder.respond(environ.get("REQUEST_METHOD", "GET"), headers, body)
         start_response(f"{response.status} {HTTPStatus(response.status).phrase}", response.headers)
         return [response.body]
