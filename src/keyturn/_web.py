@@ -6,7 +6,7 @@ checks their options once, renders a refusal identically for each (once per dist
 refusal, not per request), and reads back the principal an adapter stored for the app.
 
 It is also the one home of the web plumbing every edge (the middlewares, the payload
-guard, the leak endpoint, the console) uses: the ASGI types, the three body readers (ASGI,
+guard, the leak endpoints, the console) uses: the ASGI types, the three body readers (ASGI,
 WSGI, Django), each bounded by a byte limit, the lifespan loop of an app with nothing to
 start, and the path an app routes on. No other module of keyturn awaits ``receive()`` or
 reads ``wsgi.input`` (``tests/hygiene/test_web.py`` counts).
@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any, Final, NamedTuple
@@ -299,7 +299,7 @@ async def read_asgi_body(scope: ASGIScope, receive: Receive, limit: int) -> tupl
     return Body(b"".join(chunks), over=True), receive  # a server sending empty messages forever
 
 
-def _asgi_length(headers: Any) -> int | None:
+def _asgi_length(headers: Iterable[tuple[bytes, bytes]]) -> int | None:
     """The ``Content-Length`` of a scope's header lines, when it is one number (the last
     line of that name counts)."""
     length: int | None = None

@@ -56,7 +56,7 @@ import copy
 import io
 import logging
 import time
-from collections.abc import Collection, Generator
+from collections.abc import Collection, Generator, Iterable
 from datetime import datetime
 from fnmatch import fnmatchcase
 from typing import Any, Final
@@ -492,9 +492,9 @@ def _unreadable(message: str, principal: Principal) -> Refusal:
     )
 
 
-def _content_type(headers: Any) -> str | None:
+def _content_type(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
     """The first ``Content-Type`` of a scope's header lines."""
     for name, value in headers:
         if len(name) == 12 and name.lower() == b"content-type":
-            return value.decode("latin-1")  # type: ignore[no-any-return]
+            return value.decode("latin-1")
     return None
