@@ -45,7 +45,16 @@ from urllib.parse import unquote
 
 from keyturn.errors import InvalidRequest, Reason
 
-__all__ = ["Paths", "PublicPaths", "Unreadable", "canonical", "decoded", "forms", "readings"]
+__all__ = [
+    "Paths",
+    "PublicPaths",
+    "Unreadable",
+    "below",
+    "canonical",
+    "decoded",
+    "forms",
+    "readings",
+]
 
 PublicPaths = Collection[str] | Callable[[str], bool]
 
@@ -204,8 +213,8 @@ class Paths:
             # A router may join the two with a slash, or read the path as a URI first.
             spellings.append(root + "/" + path)
             spellings += [root + reading for reading in readings(path)[1:]]
-        if _starts(path, root):
-            spellings.insert(0, path[len(root) :])
+        if (rest := below(root, path)) is not None:
+            spellings.insert(0, rest)
         guarded = None
         for spelling in spellings:
             verdict = self._verdict(spelling)
@@ -247,5 +256,9 @@ class Paths:
         return (path.startswith(self._under) or path == self._root) and not self._public(path)
 
 
-def _starts(path: str, root: str) -> bool:
-    return path.startswith(root) and path[len(root) : len(root) + 1] in ("/", "")
+def below(root: str, path: str) -> str | None:
+    """*path* without the mount prefix *root*, when *path* repeats it (whole segments); else
+    ``None``. The path an app routes on, when the server's ``path`` holds ``root_path``."""
+    if root and path.startswith(root) and path[len(root) : len(root) + 1] in ("/", ""):
+        return path[len(root) :]
+    return None

@@ -1,9 +1,15 @@
-"""What the ASGI, WSGI and Django middlewares share: options, header names, rendering.
+"""What keyturn's web edges share: options, header names, rendering, and the plumbing.
 
 Nothing here decides whether a request passes (that is ``_decision.py``) or which requests
 are guarded (``_target.py``): this module holds the one header vocabulary of the adapters,
 checks their options once, renders a refusal identically for each (once per distinct
 refusal, not per request), and reads back the principal an adapter stored for the app.
+
+It is also the one home of the web plumbing every edge (the middlewares, the payload
+guard, the leak endpoints, the console) uses: the ASGI types, the three body readers (ASGI,
+WSGI, Django), each bounded by a byte limit, the lifespan loop of an app with nothing to
+start, and the path an app routes on. No other module of keyturn awaits ``receive()`` or
+reads ``wsgi.input`` (``tests/hygiene/test_web.py`` counts).
 """
 
 from __future__ import annotations
@@ -11,14 +17,15 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any, Final, NamedTuple
+from wsgiref.types import WSGIEnvironment
 
 from keyturn._decision import AuthRequest
 from keyturn._model import Principal
-from keyturn._target import Paths, PublicPaths, Unreadable
+from keyturn._target import Paths, PublicPaths, Unreadable, below
 from keyturn.authenticator import Authenticator
 from keyturn.errors import MissingPrincipal, Refusal
 
@@ -27,23 +34,44 @@ __all__ = [
     "DEFAULT_PREFIX",
     "DEFAULT_REALM",
     "KEY_EXPIRES_HEADER",
+    "OPTIONS",
     "ORGANIZATION_ID_HEADER",
     "PRINCIPAL_KEY",
     "RESERVED_HEADER_NAMES",
     "SERVICE_HEADER_NAMES",
     "SERVICE_ORGANIZATION_HEADER",
     "SERVICE_TENANT_HEADER",
+    "ASGIApp",
+    "ASGIScope",
+    "Body",
+    "Message",
     "Paths",
     "PublicPaths",
+    "Receive",
     "Rendered",
+    "Send",
+    "asgi_path",
     "check_options",
     "expiry_headers",
+    "lifespan",
     "principal_in",
+    "read_asgi_body",
+    "read_django_body",
+    "read_wsgi_body",
     "rendered",
+    "replay",
     "response_headers",
     "service_headers",
     "unreadable",
+    "wsgi_path",
 ]
+
+# The ASGI types, declared once for every edge.
+ASGIScope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[ASGIScope, Receive, Send], Awaitable[None]]
 
 
 PRINCIPAL_KEY: Final = "keyturn.principal"
@@ -63,9 +91,37 @@ RESERVED_HEADER_NAMES: Final = SERVICE_HEADER_NAMES | {KEY_EXPIRES_HEADER}
 _REALM: Final = re.compile(r"[ !#-\[\]-~]+")
 
 
+# The options the three middlewares share, documented here once. The ASGI and WSGI
+# ApiKeyMiddleware take them as keywords, and their docstrings' :param lines show these
+# texts word for word (help(), editors and the docs site read each class's own docstring);
+# Django's reads them from settings.KEYTURN, upper-cased (the authenticator: AUTHENTICATOR or
+# STORE_URL). tests/web/test_options.py holds the copies to these texts.
+OPTIONS: Final[Mapping[str, str]] = {
+    "authenticator": (
+        "the :class:`~keyturn.Authenticator` that decides; its options carry the store, the "
+        "membership provider, the role policy and the audit hook."
+    ),
+    "prefix": "the path prefix to protect (the bare prefix without ``/`` included).",
+    "public_paths": "exact paths, or a predicate on the path, exempt under the prefix.",
+    "realm": 'the realm of ``WWW-Authenticate: Bearer realm="..."``.',
+    "strip_authorization": (
+        "remove the ``Authorization`` header before the app sees it, so the key cannot reach "
+        "its logs."
+    ),
+    "expiry_header": (
+        "add ``service-key-expires-at`` (when the key stops working) to every response to an "
+        "accepted request; never to a refusal."
+    ),
+    "payload_guard": (
+        "a :class:`~keyturn.payload.PayloadGuard`: refuse accepted requests whose body holds "
+        "a key, and record the key as leaked."
+    ),
+}
+
+
 def check_options(authenticator: Authenticator, realm: str) -> None:
-    """The options every middleware takes, checked at startup rather than as a 500 on the
-    first request.
+    """The options every middleware takes (:data:`OPTIONS`), checked at startup rather than
+    as a 500 on the first request.
     """
     if not isinstance(authenticator, Authenticator):
         raise TypeError(
@@ -193,3 +249,155 @@ def unreadable(
     other refusals are, with the target as sent.
     """
     return authenticator.record(AuthRequest((), (), method.upper(), root + path), why.refusal())
+
+
+# --- the plumbing: bodies, lifespan, paths ---------------------------------------------------
+
+_CHUNK: Final = 64 * 1024  # bytes read from wsgi.input at a time
+_DIGITS: Final = re.compile(r"[0-9]+", re.ASCII)  # a Content-Length as RFC 9110 writes it
+
+
+class Body(NamedTuple):
+    """At most *limit* bytes of a request's body, as a reader (:func:`read_asgi_body`,
+    :func:`read_wsgi_body`, :func:`read_django_body`) found it.
+    """
+
+    data: bytes
+    over: bool = False  # longer than the limit: its Content-Length said so, or its bytes did
+    read: bool = True  # False: nothing was read (said to be too long, or WSGI has no body)
+
+
+async def read_asgi_body(scope: ASGIScope, receive: Receive, limit: int) -> tuple[Body, Receive]:
+    """The body of an HTTP request, and the ``receive`` to hand the app after it.
+
+    A ``Content-Length`` over *limit* is believed without reading a byte; otherwise the body
+    is read until its last message (``more_body`` false), until a message would take it
+    past *limit* (the first *limit* bytes are kept, ``over`` is set), or until the client
+    goes away. The ``receive`` returned answers the whole body as one message, or first the
+    message that cut it short (a disconnect, which the app is owed), then whatever the
+    server sends next; for a body over the limit it is *receive* itself.
+    """
+    length = _asgi_length(scope.get("headers", ()))
+    if length is not None and length > limit:
+        return Body(b"", over=True, read=False), receive
+    chunks: list[bytes] = []
+    size = 0
+    for _ in range(limit + 2):  # each message but the last brings a byte, or is empty
+        message = await receive()
+        if message["type"] != "http.request":  # the client went away: the app is told
+            return Body(b"".join(chunks)), replay(message, receive)
+        chunk: bytes = message.get("body", b"")
+        if size + len(chunk) > limit:
+            chunks.append(chunk[: limit - size])
+            return Body(b"".join(chunks), over=True), receive
+        size += len(chunk)
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            data = b"".join(chunks)
+            whole = {"type": "http.request", "body": data, "more_body": False}
+            return Body(data), replay(whole, receive)
+    return Body(b"".join(chunks), over=True), receive  # a server sending empty messages forever
+
+
+def _asgi_length(headers: Iterable[tuple[bytes, bytes]]) -> int | None:
+    """The ``Content-Length`` of a scope's header lines, when it is one number (the last
+    line of that name counts)."""
+    length: int | None = None
+    for name, value in headers:
+        if len(name) == 14 and name.lower() == b"content-length":
+            text = value.decode("latin-1").strip()
+            length = int(text) if text.isascii() and text.isdigit() else None
+    return length
+
+
+def replay(first: Message, receive: Receive) -> Receive:
+    """A ``receive`` that answers *first*, then whatever the server sends next."""
+    pending = [first]
+
+    async def replayed() -> Message:
+        if pending:
+            return pending.pop()
+        return await receive()
+
+    return replayed
+
+
+def read_wsgi_body(environ: WSGIEnvironment, limit: int) -> Body | None:
+    """The body of a WSGI request, read from ``wsgi.input``; ``None`` when its
+    ``CONTENT_LENGTH`` is not plain digits (``int()`` reads ``"+59"``, ``" 59"``, ``"5_9"``
+    and ``"٥٩"``: servers and apps differ on them).
+
+    A ``CONTENT_LENGTH`` over *limit* is believed without reading a byte; a chunked body
+    (``wsgi.input_terminated``: the server ends the stream) is read up to a byte past
+    *limit*; a request with neither has no body the app may read (PEP 3333) and nothing is
+    read. The stream is read until its length, or its end.
+    """
+    declared = environ.get("CONTENT_LENGTH") or ""
+    if _DIGITS.fullmatch(declared):
+        left = int(declared)
+        if left > limit:
+            return Body(b"", over=True, read=False)
+    elif declared:
+        return None
+    elif environ.get("wsgi.input_terminated"):
+        left = limit + 1
+    else:
+        return Body(b"", read=False)
+    stream = environ["wsgi.input"]
+    chunks: list[bytes] = []
+    size = 0
+    while size < left:  # each pass reads at least a byte, or ends
+        chunk = stream.read(min(_CHUNK, left - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    data = b"".join(chunks)
+    return Body(data[:limit] if size > limit else data, over=size > limit)
+
+
+def read_django_body(request: Any, limit: int) -> Body:
+    """The body of a Django ``HttpRequest``, read through Django (``request.body``: its
+    handlers may hold it already, and the view reads it again from there). A
+    ``CONTENT_LENGTH`` over *limit* is believed without reading a byte.
+    """
+    declared = str(request.META.get("CONTENT_LENGTH") or "").strip()
+    if declared.isascii() and declared.isdigit() and int(declared) > limit:
+        return Body(b"", over=True, read=False)
+    body: bytes = request.body  # what Django read, whatever CONTENT_LENGTH said
+    return Body(body[:limit], over=True) if len(body) > limit else Body(body)
+
+
+async def lifespan(receive: Receive, send: Send) -> None:
+    """Answer a lifespan scope for an app with nothing to start or stop."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+def asgi_path(scope: ASGIScope) -> str:
+    """The path an ASGI app routes on: ``path`` without ``root_path`` when it repeats it
+    (servers differ on whether it does)."""
+    path: str = scope["path"]
+    rest = below(scope.get("root_path", ""), path)
+    return path if rest is None else rest
+
+
+def wsgi_path(environ: WSGIEnvironment) -> tuple[str, str]:
+    """``SCRIPT_NAME`` and ``PATH_INFO`` as the text apps route on: PEP 3333 hands their raw
+    bytes over as latin-1, apps read UTF-8. The usual request's are ASCII: the same either
+    way, and not decoded again.
+    """
+    root: str = environ.get("SCRIPT_NAME", "")
+    path: str = environ.get("PATH_INFO", "")
+    if root.isascii() and path.isascii():
+        return root, path
+    return _utf8(root), _utf8(path)
+
+
+def _utf8(raw: str) -> str:
+    return raw.encode("latin-1").decode("utf-8", "replace")

@@ -89,7 +89,7 @@ import functools
 import logging
 import operator
 import time
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
@@ -103,6 +103,11 @@ from keyturn._web import (
     ORGANIZATION_ID_HEADER,
     PRINCIPAL_KEY,
     RESERVED_HEADER_NAMES,
+    ASGIApp,
+    ASGIScope,
+    Message,
+    Receive,
+    Send,
     check_options,
     principal_in,
     rendered,
@@ -120,11 +125,6 @@ __all__ = ["ApiKeyMiddleware", "current_principal", "principal"]
 
 log: Final = logging.getLogger("keyturn")
 
-ASGIScope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[ASGIScope, Receive, Send], Awaitable[None]]
 Header = tuple[bytes, bytes]
 
 _AUTHENTICATED: Final = frozenset({"http", "websocket"})
@@ -151,7 +151,8 @@ class ApiKeyMiddleware:
     :param prefix: the path prefix to protect (the bare prefix without ``/`` included).
     :param public_paths: exact paths, or a predicate on the path, exempt under the prefix.
     :param realm: the realm of ``WWW-Authenticate: Bearer realm="..."``.
-    :param strip_authorization: remove the ``Authorization`` header before the app sees it.
+    :param strip_authorization: remove the ``Authorization`` header before the app sees it,
+        so the key cannot reach its logs.
     :param expiry_header: add ``service-key-expires-at`` (when the key stops working) to
         every response to an accepted request; never to a refusal.
     :param payload_guard: a :class:`~keyturn.payload.PayloadGuard`: refuse accepted requests
@@ -170,6 +171,7 @@ class ApiKeyMiddleware:
         expiry_header: bool = False,
         payload_guard: PayloadGuard | None = None,
     ) -> None:
+        # The options' texts above are _web.OPTIONS's, shared with the WSGI and Django ones.
         check_options(authenticator, realm)
         self.payload_guard = payload_guard and payload_guard.check(authenticator, prefix)
         self.app = app

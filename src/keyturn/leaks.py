@@ -50,7 +50,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, MutableMapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any, ClassVar, Final, Generic, NamedTuple, Protocol, TypeGuard, TypeVar
@@ -72,7 +72,19 @@ from keyturn._decision import credential
 from keyturn._leak import Finder, record_leak
 from keyturn._model import ApiKey, Scope
 from keyturn._steps import CALLBACK, STORE, NotifyLeak, PublicKeyOf, Step, WrongAnswer
-from keyturn._web import DEFAULT_PREFIX, Paths
+from keyturn._web import (
+    DEFAULT_PREFIX,
+    ASGIApp,
+    ASGIScope,
+    Paths,
+    Receive,
+    Send,
+    asgi_path,
+    lifespan,
+    read_asgi_body,
+    read_wsgi_body,
+    wsgi_path,
+)
 from keyturn.activity import By, Channel
 from keyturn.errors import Reason, loggable
 
@@ -491,11 +503,6 @@ def _header_lists(pairs: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
 _NOT_FOUND: Final = _error(404, "not_found", "Not found.")
 
 App = TypeVar("App")
-ASGIScope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[ASGIScope, Receive, Send], Awaitable[None]]
 WSGIApp = Callable[..., Iterable[bytes]]
 
 
@@ -531,18 +538,19 @@ class ASGILeakEndpoint(_Endpoint[ASGIApp]):
     """
 
     async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and _asgi_path(scope) == self.path:
+        if scope["type"] == "http" and asgi_path(scope) == self.path:
             headers = _header_lists(
                 (name.decode("latin-1"), value.decode("latin-1"))
                 for name, value in scope["headers"]
             )
-            body = await _read_body(receive, headers, self.responder.max_body)
+            found, _ = await read_asgi_body(scope, receive, self.responder.max_body)
+            body = None if found.over else found.data  # None: 413
             response = await self.responder.respond_async(scope["method"], headers, body)
         elif self.app is not None:
             await self.app(scope, receive, send)
             return
         elif scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await lifespan(receive, send)
             return
         elif scope["type"] == "http":
             response = _NOT_FOUND
@@ -553,42 +561,6 @@ class ASGILeakEndpoint(_Endpoint[ASGIApp]):
         await send({"type": "http.response.body", "body": response.body})
 
 
-def _asgi_path(scope: ASGIScope) -> str:
-    path: str = scope["path"]
-    root: str = scope.get("root_path", "")
-    if root and path.startswith(root) and path[len(root) : len(root) + 1] in ("/", ""):
-        return path[len(root) :]
-    return path
-
-
-async def _read_body(
-    receive: Receive, headers: Mapping[str, list[str]], limit: int
-) -> bytes | None:
-    """The whole body, or ``None`` as soon as it is known to exceed *limit* bytes."""
-    lengths = headers.get("content-length", [])
-    if lengths and lengths[0].isdigit() and int(lengths[0]) > limit:
-        return None
-    body = bytearray()
-    while len(body) <= limit:
-        message = await receive()
-        if message["type"] != "http.request":
-            break  # the client went away
-        body += message.get("body", b"")
-        if not message.get("more_body", False):
-            break
-    return None if len(body) > limit else bytes(body)
-
-
-async def _lifespan(receive: Receive, send: Send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
-
-
 class WSGILeakEndpoint(_Endpoint[WSGIApp]):
     """The WSGI twin of :class:`ASGILeakEndpoint`; an async store needs that one."""
 
@@ -597,7 +569,7 @@ class WSGILeakEndpoint(_Endpoint[WSGIApp]):
     def __call__(
         self, environ: dict[str, Any], start_response: Callable[..., Any]
     ) -> Iterable[bytes]:
-        if environ.get("PATH_INFO", "") != self.path:
+        if wsgi_path(environ)[1] != self.path:
             if self.app is not None:
                 return self.app(environ, start_response)
             response = _NOT_FOUND
@@ -607,19 +579,9 @@ class WSGILeakEndpoint(_Endpoint[WSGIApp]):
                 for name, value in environ.items()
                 if name.startswith("HTTP_")
             )
-            body = _wsgi_body(environ, self.responder.max_body)
+            found = read_wsgi_body(environ, self.responder.max_body)
+            # None: 413; a CONTENT_LENGTH that is not digits is read as no body
+            body = b"" if found is None else None if found.over else found.data
             response = self.responder.respond(environ.get("REQUEST_METHOD", "GET"), headers, body)
         start_response(f"{response.status} {HTTPStatus(response.status).phrase}", response.headers)
         return [response.body]
-
-
-def _wsgi_body(environ: Mapping[str, Any], limit: int) -> bytes | None:
-    length_text = environ.get("CONTENT_LENGTH") or ""
-    stream = environ["wsgi.input"]
-    if length_text.isdigit():
-        length = int(length_text)
-        return None if length > limit else bytes(stream.read(length))
-    if environ.get("wsgi.input_terminated"):  # chunked, and the server ends the stream
-        body = bytes(stream.read(limit + 1))
-        return None if len(body) > limit else body
-    return b""

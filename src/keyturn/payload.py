@@ -55,9 +55,8 @@ from __future__ import annotations
 import copy
 import io
 import logging
-import re
 import time
-from collections.abc import Awaitable, Callable, Collection, Generator, MutableMapping
+from collections.abc import Collection, Generator, Iterable
 from fnmatch import fnmatchcase
 from typing import Any, Final
 from wsgiref.types import WSGIEnvironment
@@ -69,6 +68,14 @@ from keyturn._model import Principal
 from keyturn._payload import BodyScanner
 from keyturn._steps import STORE, Step, WrongAnswer
 from keyturn._token import ParsedToken
+from keyturn._web import (
+    ASGIScope,
+    Body,
+    Receive,
+    read_asgi_body,
+    read_django_body,
+    read_wsgi_body,
+)
 from keyturn.activity import By, Channel
 from keyturn.authenticator import Authenticator
 from keyturn.errors import InvalidRequest, KeyInPayload, PayloadTooLarge, Reason, Refusal, loggable
@@ -80,15 +87,10 @@ log: Final = logging.getLogger("keyturn")
 DEFAULT_CONTENT_TYPES: Final = ("application/json", "application/*+json")
 DEFAULT_MAX_BYTES: Final = 1 << 20
 SOURCE_PREFIX: Final = "request-body:"  # the leak's recorded place: request-body:POST /path
-_CHUNK: Final = 64 * 1024  # bytes read from wsgi.input at a time
 # The methods a leak's recorded place names; any other is "OTHER".
 _METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "QUERY"})
-_DIGITS: Final = re.compile(r"[0-9]+", re.ASCII)  # a Content-Length as RFC 9110 writes it
 _LENGTH: Final = "The Content-Length header is not a number of bytes: send its digits only."
 _CHARSET: Final = "The charset of the request body is not one this API reads: send JSON in UTF-8."
-
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
 
 
 # Who records a key found in a body, in the record of key actions and the log.
@@ -173,7 +175,7 @@ class PayloadGuard:
 
     async def screen_asgi(
         self,
-        scope: MutableMapping[str, Any],
+        scope: ASGIScope,
         receive: Receive,
         path: str,
         principal: Principal,
@@ -196,54 +198,27 @@ class PayloadGuard:
 
     async def _read_asgi(
         self,
-        scope: MutableMapping[str, Any],
+        scope: ASGIScope,
         receive: Receive,
         method: str,
         path: str,
         principal: Principal,
         authenticator: Authenticator,
     ) -> Receive | Refusal:
-        content_type, length = _asgi_headers(scope.get("headers", ()))
+        content_type = _content_type(scope.get("headers", ()))
         if not self.scans(content_type):
             return receive
-        if length is not None and length > self.max_bytes:  # said before a byte is read
+        body, replayed = await read_asgi_body(scope, receive, self.max_bytes)
+        if not body.read:  # said to be too long, before a byte was read
             return self._too_large(principal)
-        scanner = _scanner(content_type)
-        if scanner is None:
-            return _unreadable(_CHARSET, principal)
-        chunks: list[bytes] = []
-        size, over = 0, False
-        message: Message = {"type": "http.request", "body": b"", "more_body": False}
-        for _ in range(self.max_bytes + 2):  # each message but the last brings a byte, or is empty
-            message = await receive()
-            if message["type"] != "http.request":  # the client went away: the app is told
-                break
-            chunk: bytes = message.get("body", b"")
-            more = bool(message.get("more_body", False))
-            if size + len(chunk) > self.max_bytes:
-                scanner.feed(chunk[: self.max_bytes - size], final=True)
-                over = True
-                break
-            size += len(chunk)
-            scanner.feed(chunk, final=not more)
-            chunks.append(chunk)
-            if not more:
-                break
-        else:
-            over = True  # a server that sends empty messages forever
-        scanner.end()
-        refused = self._refusal(scanner, over, principal)
+        scanner, refused = self._scan(body, content_type, principal)
         if refused is not None:
             # No frame of ours holds the body while the store is asked (tracebacks' locals).
-            chunks.clear()
-            chunk, message = b"", {}
+            del body, replayed
             if scanner.keys:
                 await self._record_async(scanner, method, path, authenticator)
             return refused
-        if message["type"] != "http.request":
-            return _replay(message, receive)
-        body = b"".join(chunks)
-        return _replay({"type": "http.request", "body": body, "more_body": False}, receive)
+        return replayed
 
     def screen_wsgi(
         self,
@@ -275,40 +250,18 @@ class PayloadGuard:
         content_type = environ.get("CONTENT_TYPE")
         if not self.scans(content_type):
             return None
-        declared = environ.get("CONTENT_LENGTH") or ""
-        if _DIGITS.fullmatch(declared):
-            left = int(declared)
-            if left > self.max_bytes:  # said before a byte is read
-                return self._too_large(principal)
-        elif declared:  # int() reads "+59", " 59", "5_9" and "٥٩": servers and apps differ
+        body = read_wsgi_body(environ, self.max_bytes)
+        if body is None:
             return _unreadable(_LENGTH, principal)
-        elif environ.get("wsgi.input_terminated"):  # chunked: the server ends the stream
-            left = self.max_bytes + 1
-        else:
-            return None  # no body the app may read (PEP 3333)
-        scanner = _scanner(content_type)
-        if scanner is None:
-            return _unreadable(_CHARSET, principal)
-        stream = environ["wsgi.input"]
-        chunks: list[bytes] = []
-        size = 0
-        while size < left:  # each pass reads at least a byte, or ends
-            chunk = stream.read(min(_CHUNK, left - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            scanner.feed(chunk[: max(0, self.max_bytes - size)])
-            size += len(chunk)
-        scanner.end()
-        over = size > self.max_bytes
-        refused = self._refusal(scanner, over, principal)
+        if not body.read:  # said to be too long, or no body the app may read (PEP 3333)
+            return self._too_large(principal) if body.over else None
+        scanner, refused = self._scan(body, content_type, principal)
         if refused is not None:
-            chunks.clear()  # no frame of ours holds the body while the store is asked
-            chunk = b""
+            del body  # no frame of ours holds the body while the store is asked
             if scanner.keys:
                 self._record(scanner, method, path, authenticator)
             return refused
-        environ["wsgi.input"] = io.BytesIO(b"".join(chunks))
+        environ["wsgi.input"] = io.BytesIO(body.data)  # the app reads what was scanned
         return None
 
     def screen_django(
@@ -346,19 +299,23 @@ class PayloadGuard:
     def _django_scan(
         self, request: Any, principal: Principal
     ) -> tuple[BodyScanner, Refusal | None]:
-        meta = request.META
-        content_type = meta.get("CONTENT_TYPE")
+        content_type = request.META.get("CONTENT_TYPE")
         if not self.scans(content_type):
             return BodyScanner(), None
-        declared = str(meta.get("CONTENT_LENGTH") or "").strip()
-        if declared.isascii() and declared.isdigit() and int(declared) > self.max_bytes:
-            return BodyScanner(), self._too_large(principal)  # said before a byte is read
+        body = read_django_body(request, self.max_bytes)
+        if not body.read:  # said to be too long, before a byte was read
+            return BodyScanner(), self._too_large(principal)
+        return self._scan(body, content_type, principal)
+
+    def _scan(
+        self, body: Body, content_type: str | None, principal: Principal
+    ) -> tuple[BodyScanner, Refusal | None]:
+        """Scan what a reader read, in the encodings its *content_type* says."""
         scanner = _scanner(content_type)
         if scanner is None:
             return BodyScanner(), _unreadable(_CHARSET, principal)
-        body: bytes = request.body  # what Django read, whatever CONTENT_LENGTH said
-        scanner.feed(body[: self.max_bytes], final=True)
-        return scanner, self._refusal(scanner, len(body) > self.max_bytes, principal)
+        scanner.feed(body.data, final=True)
+        return scanner, self._refusal(scanner, body.over, principal)
 
     @staticmethod
     def _django_end(
@@ -512,26 +469,9 @@ def _unreadable(message: str, principal: Principal) -> Refusal:
     )
 
 
-def _asgi_headers(headers: Any) -> tuple[str | None, int | None]:
-    """The ``Content-Type`` and the ``Content-Length`` (when it is one number) of a scope."""
-    content_type: str | None = None
-    length: int | None = None
+def _content_type(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+    """The first ``Content-Type`` of a scope's header lines."""
     for name, value in headers:
-        if len(name) == 12 and name.lower() == b"content-type" and content_type is None:
-            content_type = value.decode("latin-1")
-        elif len(name) == 14 and name.lower() == b"content-length":
-            text = value.decode("latin-1").strip()
-            length = int(text) if text.isascii() and text.isdigit() else None
-    return content_type, length
-
-
-def _replay(first: Message, receive: Receive) -> Receive:
-    """A ``receive`` that answers *first*, then whatever the server sends next."""
-    pending = [first]
-
-    async def replayed() -> Message:
-        if pending:
-            return pending.pop()
-        return await receive()
-
-    return replayed
+        if len(name) == 12 and name.lower() == b"content-type":
+            return value.decode("latin-1")
+    return None

@@ -101,6 +101,7 @@ from keyturn._web import (
     rendered,
     response_headers,
     unreadable,
+    wsgi_path,
 )
 from keyturn.authenticator import Authenticator
 from keyturn.errors import Refusal
@@ -136,7 +137,8 @@ class ApiKeyMiddleware:
     :param prefix: the path prefix to protect (the bare prefix without ``/`` included).
     :param public_paths: exact paths, or a predicate on the path, exempt under the prefix.
     :param realm: the realm of ``WWW-Authenticate: Bearer realm="..."``.
-    :param strip_authorization: remove ``HTTP_AUTHORIZATION`` before the app sees it.
+    :param strip_authorization: remove the ``Authorization`` header before the app sees it,
+        so the key cannot reach its logs.
     :param expiry_header: add ``service-key-expires-at`` (when the key stops working) to
         every response to an accepted request; never to a refusal.
     :param payload_guard: a :class:`~keyturn.payload.PayloadGuard`: refuse accepted requests
@@ -155,6 +157,7 @@ class ApiKeyMiddleware:
         expiry_header: bool = False,
         payload_guard: PayloadGuard | None = None,
     ) -> None:
+        # The options' texts above are _web.OPTIONS's, shared with the ASGI and Django ones.
         check_options(authenticator, realm)
         self.payload_guard = payload_guard and payload_guard.check(authenticator, prefix)
         self.app = app
@@ -165,12 +168,7 @@ class ApiKeyMiddleware:
         self.expiry_header = expiry_header
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        # PATH_INFO and SCRIPT_NAME hold the raw bytes as latin-1 (PEP 3333); apps route on
-        # UTF-8 text. The usual request's are ASCII: the same text either way.
-        root: str = environ.get("SCRIPT_NAME", "")
-        raw: str = environ.get("PATH_INFO", "")
-        if not (root.isascii() and raw.isascii()):
-            root, raw = _text(root), _text(raw)
+        root, raw = wsgi_path(environ)  # as the app routes on them
         path = self.paths.read(root, raw)
         if path is None:
             return self.app(environ, start_response)
@@ -252,10 +250,6 @@ def _refuse(error: Refusal, realm: str, method: str, start_response: StartRespon
 
 _name: Final = operator.itemgetter(0)
 _RESERVED_LENGTHS: Final = frozenset(map(len, RESERVED_HEADER_NAMES))
-
-
-def _text(raw: str) -> str:
-    return raw.encode("latin-1").decode("utf-8", "replace")
 
 
 def _credentials(environ: WSGIEnvironment, strip: bool) -> tuple[str, ...]:

@@ -71,7 +71,6 @@ from keyturn.console._forms import (
 from keyturn.console._render import message, paired, render, time_left
 from keyturn.console._visit import (
     HEADERS,
-    MAX_FORM_BYTES,
     ConsoleSetupError,
     Page,
     Visit,
@@ -333,7 +332,7 @@ class Console:
         if method == "POST":
             if not from_own_origin(visit.headers, visit.origin):
                 return message(visit, 403, "Refused: another site sent this form")
-            if len(visit.body) > MAX_FORM_BYTES:
+            if visit.too_large:
                 return message(visit, 413, "Form too large", account=None)
             content_type = visit.content_type.split(";")[0].strip().lower()
             if content_type != "application/x-www-form-urlencoded":

@@ -53,7 +53,8 @@ class Visit:
     base: str  # the mount point with a trailing slash, e.g. "/console/"
     origin: str  # this server as the browser names it: "http://127.0.0.1:8000"
     query: Mapping[str, str] = attrs.field(factory=dict)  # fields(raw query string)
-    body: bytes = b""  # read up to MAX_FORM_BYTES + 1 bytes
+    body: bytes = b""  # at most MAX_FORM_BYTES bytes of a POST's form
+    too_large: bool = False  # the form was longer than MAX_FORM_BYTES: refused with 413
     content_type: str = ""
     headers: Mapping[str, str] = attrs.field(factory=dict)  # lower-case names
     account_id: str | None = None

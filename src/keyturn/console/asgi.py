@@ -17,9 +17,17 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.types import Receive, Scope, Send
 
-from keyturn._web import PRINCIPAL_KEY
+from keyturn._web import (
+    PRINCIPAL_KEY,
+    ASGIScope,
+    Body,
+    Receive,
+    Send,
+    asgi_path,
+    lifespan,
+    read_asgi_body,
+)
 from keyturn.console._visit import HEADERS, MAX_FORM_BYTES, Page, Pages, Visit, fields
 
 __all__ = ["ConsoleASGI"]
@@ -34,23 +42,22 @@ class ConsoleASGI:
     def __repr__(self) -> str:
         return f"ConsoleASGI({self.console!r})"
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+            await lifespan(receive, send)
             return
         if scope["type"] != "http":
             return  # a WebSocket handshake gets no accept: the server closes it
-        request = Request(scope, receive)
-        root = scope.get("root_path", "")
-        path = scope["path"]
-        if root and path.startswith(root):
-            path = path[len(root) :]
+        path = asgi_path(scope)
         if path == "":
-            page = Page(308, (*HEADERS, ("Location", root + "/")), b"")
+            page = Page(308, (*HEADERS, ("Location", scope.get("root_path", "") + "/")), b"")
         else:
-            page = await run_in_threadpool(self.console.handle, await _visit(self, request, path))
+            form = Body(b"")
+            if scope["method"] == "POST":
+                # The host's functions get a request that still answers the form read here.
+                form, receive = await read_asgi_body(scope, receive, MAX_FORM_BYTES)
+            visit = await _visit(self, Request(scope, receive), path, form)
+            page = await run_in_threadpool(self.console.handle, visit)
         await send(
             {
                 "type": "http.response.start",
@@ -65,13 +72,7 @@ class ConsoleASGI:
         await send({"type": "http.response.body", "body": body})
 
 
-async def _visit(edge: ConsoleASGI, request: Request, path: str) -> Visit:
-    body = b""
-    if request.method == "POST":
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > MAX_FORM_BYTES:
-                break
+async def _visit(edge: ConsoleASGI, request: Request, path: str, body: Body) -> Visit:
     account = await _ask(edge.console.signed_in, request)
     account = account if isinstance(account, str) and account else None
     hook = edge.console.current_organization
@@ -85,7 +86,8 @@ async def _visit(edge: ConsoleASGI, request: Request, path: str) -> Visit:
         base=request.scope.get("root_path", "") + "/",
         origin=f"{request.url.scheme}://{headers.get('host', '')}",
         query=fields(request.scope.get("query_string", b"")),
-        body=body,
+        body=body.data,
+        too_large=body.over,
         content_type=headers.get("content-type", ""),
         headers={
             name: headers[name]

@@ -49,7 +49,7 @@ except ImportError as exc:
         "keyturn.console.django needs Django: pip install 'keyturn[console,django]'"
     ) from exc
 
-from keyturn._web import PRINCIPAL_KEY
+from keyturn._web import PRINCIPAL_KEY, Body, read_django_body
 from keyturn.console._page import Console
 from keyturn.console._visit import MAX_FORM_BYTES, ConsoleSetupError, Page, Visit, fields
 from keyturn.manager import AsyncKeyManager
@@ -125,12 +125,12 @@ def _visit(console: Console, request: HttpRequest, rest: str) -> Visit:
         # another tab fails once any other page loads.
         _CSRF.process_request(request)
     csrf_refused = _CSRF.process_view(request, None, (), {}) is not None
-    body = b""
+    body = Body(b"")
     if request.method == "POST":
         try:
-            body = request.body[: MAX_FORM_BYTES + 1]
+            body = read_django_body(request, MAX_FORM_BYTES)
         except RawPostDataException:  # Django streamed a multipart body: not a console form
-            body = b""
+            body = Body(b"")
     account = console.signed_in(request)
     account = account if isinstance(account, str) and account else None
     hook = console.current_organization
@@ -145,7 +145,8 @@ def _visit(console: Console, request: HttpRequest, rest: str) -> Visit:
         base=path[: len(path) - len(rest)],
         origin=f"{request.scheme}://{request.get_host()}",
         query=fields(_raw(meta.get("QUERY_STRING", ""))),
-        body=body,
+        body=body.data,
+        too_large=body.over,
         content_type=meta.get("CONTENT_TYPE", ""),
         headers={
             name: value

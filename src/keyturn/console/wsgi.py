@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from werkzeug.wrappers import Request
 
-from keyturn._web import PRINCIPAL_KEY
+from keyturn._web import PRINCIPAL_KEY, Body, read_wsgi_body
 from keyturn.console._visit import (
     HEADERS,
     MAX_FORM_BYTES,
@@ -68,9 +68,10 @@ class ConsoleWSGI:
 
 
 def _visit(edge: ConsoleWSGI, request: Request) -> Visit:
-    body = b""
+    body = Body(b"")
     if request.method == "POST":
-        body = request.stream.read(MAX_FORM_BYTES + 1)
+        # None: a CONTENT_LENGTH that is not digits, read as no body (as Werkzeug reads it)
+        body = read_wsgi_body(request.environ, MAX_FORM_BYTES) or body
     account = edge.console.signed_in(request)
     account = account if isinstance(account, str) and account else None
     hook = edge.console.current_organization
@@ -84,7 +85,8 @@ def _visit(edge: ConsoleWSGI, request: Request) -> Visit:
         base=request.script_root + "/",
         origin=f"{request.scheme}://{request.host}",
         query=fields(request.query_string),
-        body=body,
+        body=body.data,
+        too_large=body.over,
         content_type=request.content_type or "",
         headers={
             name: value
