@@ -32,15 +32,14 @@ from typing import Any, Final, NamedTuple, Self
 import attrs
 
 from keyturn._model import ApiKey, Found, Leaked, Organization, Scope
-from keyturn.activity import Action, By, Channel, KeyEvent, new_event
-from keyturn.errors import KeyAlreadyReplaced, NotAKeyDatabase, OrganizationConflict, SchemaTooNew
+from keyturn.activity import Action, Channel, KeyEvent
+from keyturn.errors import NotAKeyDatabase, SchemaTooNew
 from keyturn.usage import KEPT_DAYS, DailyUsage
 
 __all__ = [
     "SCHEMA_VERSION",
     "Dialect",
     "Statements",
-    "auto_revoked",
     "event",
     "event_params",
     "found",
@@ -928,48 +927,4 @@ def found(row: Sequence[Any] | None, organization: str | None) -> Found:
         default=default,
         roles={place: role for place, role in zip(places, roles, strict=True) if place},
         reaches=bool(reaches),
-    )
-
-
-def auto_revoked(old: ApiKey, at: datetime, replacement_id: str) -> KeyEvent:
-    """The event of *old*'s revoke at its replacement's first use (``mark_used``)."""
-    return new_event(
-        old,
-        Action.AUTO_REVOKED,
-        at,
-        By(actor="keyturn (rotation)"),
-        detail=f"its replacement, key {replacement_id}, was first used",
-    )
-
-
-# --- the refusals both store twins raise -------------------------------------------------------
-
-
-def replaced(key: ApiKey, live_id: str) -> KeyAlreadyReplaced:
-    return KeyAlreadyReplaced(
-        f"key {key.replaces} already has a replacement that works, key {live_id}: deploy "
-        "that one and revoke the old key, or revoke the replacement to rotate again",
-        replacement_id=live_id,
-    )
-
-
-def refuse_organization(wanted: Organization, known: Organization | None) -> None:
-    """Why adding *wanted* inserted nothing, given the organization *known* by its id."""
-    if known is None:
-        if wanted.is_default:
-            raise OrganizationConflict(
-                f"tenant {wanted.tenant_id!r} already has a default organization"
-            )
-        raise OrganizationConflict(
-            f"tenant {wanted.tenant_id!r} has no default organization yet: add that one "
-            f"first (default=True), then {wanted.id!r}"
-        )
-    if known != wanted:
-        raise OrganizationConflict(f"organization {wanted.id!r} already exists differently")
-
-
-def default_stays(organization: Organization) -> OrganizationConflict:
-    return OrganizationConflict(
-        f"organization {organization.id!r} is the default organization of tenant "
-        f"{organization.tenant_id!r}, which has others: remove those first"
     )
