@@ -11,7 +11,6 @@ the questions.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping, Sequence
 from datetime import date, datetime
 from types import NoneType
@@ -19,6 +18,7 @@ from typing import Any, ClassVar, Final
 
 from keyturn._model import ApiKey, Found, Organization
 from keyturn.activity import KeyEvent
+from keyturn.errors import WrongAnswer
 
 __all__ = [
     "CALLBACK",
@@ -79,18 +79,6 @@ class Step:
         """The answer *target* already holds, without blocking, or ``None``: a caller that
         would wait for a thread or a coroutine to ask a blocking target tries this first."""
         return None
-
-
-class WrongAnswer(TypeError):
-    """A store or provider answered a step with a value of the wrong type."""
-
-    def __init__(self, step: Step, answer: object) -> None:
-        if inspect.iscoroutine(answer):
-            answer.close()  # never awaited, on purpose: no warning about it
-        expected = " or ".join(t.__name__ for t in step.answers)
-        super().__init__(f"{step.method}() answered {type(answer).__name__}, not {expected}")
-        self.method = step.method
-        self.answered = type(answer).__name__
 
 
 # --- the key store ------------------------------------------------------------------------

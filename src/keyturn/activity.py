@@ -32,7 +32,7 @@ import attrs
 
 from keyturn._fork import renew_in_child
 from keyturn._model import ApiKey
-from keyturn.errors import KeyturnError
+from keyturn.errors import ActivityNotKept
 
 __all__ = [
     "Action",
@@ -185,9 +185,15 @@ def emit(hook: EventHook | None, event: KeyEvent) -> None:
         log.exception("the on_event hook failed on %s of key %s", event.action.value, event.key_id)
 
 
-class ActivityNotKept(KeyturnError, TypeError):
-    """The key store keeps no record of key actions (``record_event``, ``events_of`` and
-    ``events_since``): use one of keyturn's stores, or add those methods to yours."""
+def auto_revoked(old: ApiKey, at: datetime, replacement_id: str) -> KeyEvent:
+    """The event of *old*'s revoke at its replacement's first use (a store's ``mark_used``)."""
+    return new_event(
+        old,
+        Action.AUTO_REVOKED,
+        at,
+        By(actor="keyturn (rotation)"),
+        detail=f"its replacement, key {replacement_id}, was first used",
+    )
 
 
 def as_json(event: KeyEvent) -> dict[str, Any]:

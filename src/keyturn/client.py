@@ -51,7 +51,7 @@ except ImportError as exc:
 
 from keyturn import _token
 from keyturn._fork import renew_in_child
-from keyturn.errors import KeyturnError, Reason
+from keyturn.errors import InvalidCredentials, KeyExpiryWarning, Reason
 
 __all__ = ["ApiKeyAuth", "InvalidCredentials", "KeyExpiryWarning"]
 
@@ -61,14 +61,6 @@ EXPIRES_AT_HEADER: Final = "service-key-expires-at"
 _ORGANIZATION_HEADER: Final = "x-organization-id"
 _ASCII_WHITESPACE: Final = " \t\r\n\f\v"
 _RETRIED_STATUSES: Final = frozenset({429, 503})
-
-
-class KeyExpiryWarning(UserWarning):
-    """The key the client sends expires soon: create its replacement and rotate."""
-
-
-class InvalidCredentials(KeyturnError, ValueError):
-    """The key or organization given to :class:`ApiKeyAuth` cannot be sent as it is."""
 
 
 def _bearer(key: object) -> tuple[str, str] | str:

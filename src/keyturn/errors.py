@@ -16,7 +16,14 @@ Two families, and only the second are exceptions:
   the builtin a caller would naturally catch (``ValueError``, ``LookupError``,
   ``PermissionError``, ``RuntimeError``, ``ConnectionError``, ``TimeoutError``): the console
   errors raised by :class:`~keyturn.KeyManager`, the store errors raised by
-  :mod:`keyturn.stores`, and :class:`MissingPrincipal` from the principal accessors.
+  :mod:`keyturn.stores`, the notices', the console's and the client's errors, and
+  :class:`MissingPrincipal` from the principal accessors.
+
+Three exceptions stand apart from :class:`KeyturnError`, each for its reader:
+:class:`WrongAnswer` is a ``TypeError`` (a store or provider that answered with the wrong
+type has a bug of its own), :class:`CommandError` stops the ``keyturn`` command with its
+exit status, and :class:`KeyExpiryWarning` is a warning, not an error. Each is also
+importable from the module that raises it.
 
 No message ever contains a secret or text taken from a request; a log line quotes such
 text with :func:`loggable`.
@@ -25,16 +32,24 @@ text with :func:`loggable`.
 from __future__ import annotations
 
 import enum
+import inspect
 from typing import ClassVar, Protocol
 
 __all__ = [
+    "ActivityNotKept",
+    "Asked",
+    "CommandError",
     "Conflict",
+    "ConsoleSetupError",
+    "DeliveryFailed",
     "DuplicateKey",
+    "InvalidCredentials",
     "InvalidExpiry",
     "InvalidKeyName",
     "InvalidRequest",
     "InvalidStoreURL",
     "KeyAlreadyReplaced",
+    "KeyExpiryWarning",
     "KeyInPayload",
     "KeyNotFound",
     "KeyNotRevocable",
@@ -58,6 +73,8 @@ __all__ = [
     "StoreUnreachable",
     "Unauthorized",
     "UnknownOrganization",
+    "WebhookRejected",
+    "WrongAnswer",
 ]
 
 
@@ -95,6 +112,17 @@ class Reason(enum.Enum):
 
 class KeyturnError(Exception):
     """Base of every exception keyturn raises (a :class:`Refusal` is returned, not raised)."""
+
+
+class Asked(Protocol):
+    """A question put to a store or provider (``keyturn._steps.Step``), typed by what
+    :class:`WrongAnswer` reads of it."""
+
+    @property
+    def method(self) -> str: ...
+
+    @property
+    def answers(self) -> tuple[type, ...]: ...
 
 
 class Reached(Protocol):
@@ -319,6 +347,24 @@ class KeyAlreadyReplaced(KeyNotRotatable):
         super().__init__(message)
         self.replacement_id = replacement_id
 
+    @classmethod
+    def in_store(cls, key_id: str, replacement_id: str) -> KeyAlreadyReplaced:
+        """A store's refusal of a second live replacement of *key_id*."""
+        return cls(
+            f"key {key_id} already has a replacement that works, key {replacement_id}: deploy "
+            "that one and revoke the old key, or revoke the replacement to rotate again",
+            replacement_id=replacement_id,
+        )
+
+
+class ActivityNotKept(KeyturnError, TypeError):
+    """The key store keeps no record of key actions (``record_event``, ``events_of`` and
+    ``events_since``): use one of keyturn's stores, or add those methods to yours."""
+
+
+class ConsoleSetupError(KeyturnError, TypeError):
+    """The console was built with something it cannot work with; the message says what."""
+
 
 # --- store errors -----------------------------------------------------------------------
 
@@ -333,6 +379,29 @@ class DuplicateKey(Conflict):
 
 class OrganizationConflict(Conflict):
     """The organization exists with other values, or its tenant already has a default."""
+
+    @classmethod
+    def adding(
+        cls, organization_id: str, tenant_id: str, *, default: bool, exists: bool
+    ) -> OrganizationConflict:
+        """Why an organization was not added: it *exists* differently; or its tenant has a
+        default organization already (*default*, it was to be one) or none yet."""
+        if exists:
+            return cls(f"organization {organization_id!r} already exists differently")
+        if default:
+            return cls(f"tenant {tenant_id!r} already has a default organization")
+        return cls(
+            f"tenant {tenant_id!r} has no default organization yet: add that one "
+            f"first (default=True), then {organization_id!r}"
+        )
+
+    @classmethod
+    def removing_default(cls, organization_id: str, tenant_id: str) -> OrganizationConflict:
+        """Why a tenant's default organization was not removed: the tenant has others."""
+        return cls(
+            f"organization {organization_id!r} is the default organization of tenant "
+            f"{tenant_id!r}, which has others: remove those first"
+        )
 
 
 class UnknownOrganization(KeyturnError, LookupError):
@@ -368,6 +437,49 @@ class NotAKeyDatabase(KeyturnError, ValueError):
 
 class InvalidStoreURL(KeyturnError, ValueError):
     """The store URL names no store keyturn can open (see :func:`keyturn.stores.open_database`)."""
+
+
+class WrongAnswer(TypeError):
+    """A store or provider answered a step with a value of the wrong type."""
+
+    def __init__(self, step: Asked, answer: object) -> None:
+        if inspect.iscoroutine(answer):
+            answer.close()  # never awaited, on purpose: no warning about it
+        expected = " or ".join(t.__name__ for t in step.answers)
+        super().__init__(f"{step.method}() answered {type(answer).__name__}, not {expected}")
+        self.method = step.method
+        self.answered = type(answer).__name__
+
+
+# --- notices ----------------------------------------------------------------------------
+
+
+class DeliveryFailed(KeyturnError, ConnectionError):
+    """A notice could not be delivered; the notifier gives its claim back."""
+
+
+class WebhookRejected(KeyturnError, ValueError):
+    """A webhook's signature or timestamp does not check out; the message says which."""
+
+
+# --- the client and the command ---------------------------------------------------------
+
+
+class InvalidCredentials(KeyturnError, ValueError):
+    """The key or organization given to :class:`~keyturn.client.ApiKeyAuth` cannot be sent
+    as it is."""
+
+
+class KeyExpiryWarning(UserWarning):
+    """The key the client sends expires soon: create its replacement and rotate."""
+
+
+class CommandError(Exception):
+    """A failure the ``keyturn`` command reports in one line, with its exit status."""
+
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 # --- application errors -----------------------------------------------------------------

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from keyturn import KeyManager, Lifetime, OrganizationConflict, Scope
 from keyturn.cli import main
 from keyturn.stores import open_database, redact_url
-from keyturn.stores._sql import SCHEMA_VERSION
+from keyturn.stores._schema import SCHEMA_VERSION
 from keyturn.stores.memory import MemoryMembership
 from keyturn.stores.sqlite import SQLiteDatabase
 

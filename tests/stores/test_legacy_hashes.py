@@ -24,12 +24,12 @@ import pytest
 
 from keyturn import Authenticator, AuthRequest, Principal, Reason, Refusal, _token
 from keyturn._hashing import hash_secret
-from keyturn.stores import _sql
+from keyturn.stores import _schema
 from keyturn.stores.sqlite import SQLiteDatabase
 from tests.legacy import legacy_hash, legacy_runs
 from tests.stores.test_migrations import POSTGRES, SQLITE
 
-VERSIONS = range(1, _sql.SCHEMA_VERSION + 1)
+VERSIONS = range(1, _schema.SCHEMA_VERSION + 1)
 CREATED = datetime.now(UTC).replace(microsecond=0) - timedelta(days=1)
 # The key columns of version 1, which every later version keeps.
 KEY_COLUMNS = (
@@ -54,12 +54,12 @@ class OldKey:
         return cls(new.token, new.key_id, new.secret, new.hint, legacy_hash(new.secret))
 
 
-def build(connection: Any, dialect: _sql.Dialect, version: int, keys: list[OldKey]) -> None:
+def build(connection: Any, dialect: _schema.Dialect, version: int, keys: list[OldKey]) -> None:
     """The schema as *version* left it, holding a tenant, its default organization, alice
     (admin there) and *keys* (alice's, organization-scoped), with argon2id hashes."""
-    connection.execute(_sql.CREATE_VERSION_TABLE)
+    connection.execute(_schema.CREATE_VERSION_TABLE)
     for step in range(1, version + 1):
-        for statement in _sql.migration(step, dialect):
+        for statement in _schema.migration(step, dialect):
             connection.execute(statement)
         connection.execute(f"INSERT INTO keyturn_schema_version VALUES ({step})")  # noqa: S608
     text = dialect.placeholder == "?"
@@ -223,7 +223,7 @@ def test_an_old_database_keeps_its_keys_working_and_upgrades_each_hash_at_first_
     argon2 ran once per key, across requests and a second authenticator."""
     keys = [OldKey.make(), OldKey.make()]
     db = open_old(version, keys)
-    assert db.version() == _sql.SCHEMA_VERSION
+    assert db.version() == _schema.SCHEMA_VERSION
     for key in keys:
         stored = db.keys.get_key(key.key_id)
         assert stored is not None and stored.secret_hash == key.stored  # kept as it was
@@ -245,7 +245,7 @@ def test_an_old_database_keeps_its_keys_working_and_upgrades_each_hash_at_first_
     assert legacy_runs() == runs + len(keys)
 
 
-@pytest.mark.parametrize("version", [1, _sql.SCHEMA_VERSION])
+@pytest.mark.parametrize("version", [1, _schema.SCHEMA_VERSION])
 def test_a_revoke_between_verification_and_upgrade_wins(
     open_old: Callable[[int, list[OldKey]], Opened], backend: str, version: int
 ) -> None:

@@ -9,22 +9,24 @@ from typing import Any
 import pytest
 
 from keyturn import KeyAlreadyReplaced
-from keyturn.stores import _sql
+from keyturn.stores import _schema, _sql
 from keyturn.stores.sqlite import SQLiteDatabase
 from tests.stores.test_contract import NOW, make_key
 
-SQLITE = _sql.Dialect("TEXT", "", None, _sql.SQLITE_CHANGE_FEED, "?", _sql.SQLITE_EVERY_WRITE_HEARD)
-POSTGRES = _sql.Dialect(
-    "timestamptz", "", None, _sql.POSTGRES_CHANGE_FEED, "%s", _sql.POSTGRES_EVERY_WRITE_HEARD
+SQLITE = _schema.Dialect(
+    "TEXT", "", None, _schema.SQLITE_CHANGE_FEED, "?", _schema.SQLITE_EVERY_WRITE_HEARD
+)
+POSTGRES = _schema.Dialect(
+    "timestamptz", "", None, _schema.POSTGRES_CHANGE_FEED, "%s", _schema.POSTGRES_EVERY_WRITE_HEARD
 )
 
 
-def version_3(connection: Any, dialect: _sql.Dialect) -> None:
+def version_3(connection: Any, dialect: _schema.Dialect) -> None:
     """The schema as version 3 left it, holding what version 3 let in: two live
     replacements of one key, and a tenant without a default organization."""
-    connection.execute(_sql.CREATE_VERSION_TABLE)
+    connection.execute(_schema.CREATE_VERSION_TABLE)
     for version in (1, 2, 3):
-        for statement in _sql.migration(version, dialect):
+        for statement in _schema.migration(version, dialect):
             connection.execute(statement)
         connection.execute(f"INSERT INTO keyturn_schema_version VALUES ({version})")  # noqa: S608
     insert = _sql.Statements.with_placeholder(dialect.placeholder).add_key
@@ -90,7 +92,7 @@ def test_the_newest_live_replacement_stays_and_the_others_stand_alone(
     """Version 4 keeps the newest of several live replacements as the replacement; the
     others keep working as keys of their own; and a third is refused from then on."""
     db, query = upgraded
-    assert db.schema_version() == _sql.SCHEMA_VERSION
+    assert db.schema_version() == _schema.SCHEMA_VERSION
     rows = query("SELECT key_id, replaces, revoked_at FROM keyturn_keys ORDER BY key_id")
     assert rows == [
         ("OldKey000001", None, None),

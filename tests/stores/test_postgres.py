@@ -22,7 +22,7 @@ from keyturn import (
     _token,
 )
 from keyturn.stores import open_database
-from keyturn.stores._sql import SCHEMA_VERSION
+from keyturn.stores._schema import SCHEMA_VERSION
 from keyturn.stores.memory import MemoryMembership
 from keyturn.stores.postgres import AsyncPostgresDatabase, PostgresDatabase
 

@@ -13,7 +13,7 @@ from keyturn import (
     NotAKeyDatabase,
     SchemaTooNew,
 )
-from keyturn.stores import _sql, open_database
+from keyturn.stores import _schema, open_database
 from keyturn.stores.sqlite import SQLiteDatabase
 from tests.stores.test_contract import make_key
 
@@ -24,7 +24,7 @@ def pragma(db: SQLiteDatabase, name: str) -> object:
     return value
 
 
-VERSIONS = [(version,) for version in range(1, _sql.SCHEMA_VERSION + 1)]
+VERSIONS = [(version,) for version in range(1, _schema.SCHEMA_VERSION + 1)]
 
 
 def test_the_file_and_schema_appear_on_first_use(sqlite_path: Path) -> None:
@@ -33,7 +33,7 @@ def test_the_file_and_schema_appear_on_first_use(sqlite_path: Path) -> None:
         assert not sqlite_path.exists()
         assert db.keys.get_key("NoSuchKey123") is None
         assert sqlite_path.exists()
-        assert db.schema_version() == _sql.SCHEMA_VERSION == 8
+        assert db.schema_version() == _schema.SCHEMA_VERSION == 8
         assert db.create_schema() == 8  # idempotent
     raw = sqlite3.connect(sqlite_path)
     try:
@@ -129,7 +129,7 @@ def test_two_processes_worth_of_first_use_migrate_once(sqlite_path: Path) -> Non
         thread.join(30)
     for db in databases:
         db.close()
-    assert versions == [_sql.SCHEMA_VERSION] * 4
+    assert versions == [_schema.SCHEMA_VERSION] * 4
     raw = sqlite3.connect(sqlite_path)
     try:
         assert raw.execute("SELECT version FROM keyturn_schema_version").fetchall() == VERSIONS
@@ -180,8 +180,8 @@ def test_a_sqlite_url_with_too_few_slashes_says_how_many(url: str) -> None:
 def test_a_version_1_file_is_upgraded_with_its_keys(sqlite_path: Path) -> None:
     """A file made by the first schema gains the leak columns and keeps every key it held."""
     raw = sqlite3.connect(sqlite_path)
-    raw.execute(_sql.CREATE_VERSION_TABLE)
-    for statement in _sql.MIGRATIONS[0]:
+    raw.execute(_schema.CREATE_VERSION_TABLE)
+    for statement in _schema.MIGRATIONS[0]:
         raw.execute(statement.format(timestamp="TEXT"))
     raw.execute("INSERT INTO keyturn_schema_version (version) VALUES (1)")
     raw.execute(
@@ -192,7 +192,7 @@ def test_a_version_1_file_is_upgraded_with_its_keys(sqlite_path: Path) -> None:
     raw.commit()
     raw.close()
     with SQLiteDatabase(sqlite_path) as db:
-        assert db.create_schema() == _sql.SCHEMA_VERSION
+        assert db.create_schema() == _schema.SCHEMA_VERSION
         key = db.keys.get_key("OldKeyId1234")
         assert key is not None and key.name == "old" and key.leaked is None
         assert db.keys.leaked_keys() == []

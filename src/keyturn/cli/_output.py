@@ -14,19 +14,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from keyturn._model import KeyInfo
+from keyturn.errors import CommandError as CommandError  # raised by the commands
 from keyturn.usage import BLOCKS, NONE, KeyUsage, sparkline
 
 # How the command is called: "keyturn", or "manage.py keyturn" in a Django project; every
 # message that names a command names it so.
 PROG: ContextVar[str] = ContextVar("prog", default="keyturn")
-
-
-class CommandError(Exception):
-    """A failure the command reports in one line, with its exit status."""
-
-    def __init__(self, message: str, status: int = 1) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def warn(message: str) -> None:

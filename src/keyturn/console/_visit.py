@@ -13,7 +13,7 @@ from urllib.parse import parse_qsl
 
 import attrs
 
-from keyturn.errors import KeyturnError
+from keyturn.errors import ConsoleSetupError
 
 __all__ = [
     "CSP",
@@ -77,10 +77,6 @@ class Page:
     status: int
     headers: tuple[tuple[str, str], ...]
     body: bytes
-
-
-class ConsoleSetupError(KeyturnError, TypeError):
-    """The console was built with something it cannot work with; the message says what."""
 
 
 class Pages(Protocol):

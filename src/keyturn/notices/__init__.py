@@ -42,16 +42,15 @@ from typing import Any, Final
 import attrs
 
 from keyturn.activity import LIBRARY, Action, By, KeyEvent, new_event, require
+from keyturn.errors import DeliveryFailed, WebhookRejected
 from keyturn.manager import KeyManager
 from keyturn.notices._compose import Due, Notice, NoticeKind, due
 from keyturn.notices._deliver import (
     REPLAY_WINDOW,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
-    DeliveryFailed,
     SMTPDelivery,
     WebhookDelivery,
-    WebhookRejected,
     verify_webhook,
 )
 from keyturn.notices._deliver import sign as sign  # what verify_webhook checks

@@ -26,17 +26,13 @@ from collections.abc import Callable
 from email.message import EmailMessage
 from typing import Any, Final
 
-from keyturn.errors import KeyturnError
+from keyturn.errors import DeliveryFailed, WebhookRejected
 from keyturn.notices._compose import Notice
 
 TIMESTAMP_HEADER: Final = "keyturn-timestamp"
 SIGNATURE_HEADER: Final = "keyturn-signature"
 REPLAY_WINDOW: Final = 300  # seconds: a webhook older or newer than this is refused
 _SECONDS: Final = re.compile(r"[0-9]{1,12}", re.ASCII)  # Unix seconds, until the year 33658
-
-
-class DeliveryFailed(KeyturnError, ConnectionError):
-    """A notice could not be delivered; the notifier gives its claim back."""
 
 
 class SMTPDelivery:
@@ -258,10 +254,6 @@ class _HTTPSHandler(urllib.request.HTTPSHandler):
 def sign(secret: bytes, timestamp: str, body: bytes) -> str:
     """The hex HMAC-SHA256 of ``timestamp + "." + body`` under *secret*."""
     return hmac.new(secret, timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
-
-
-class WebhookRejected(KeyturnError, ValueError):
-    """A webhook's signature or timestamp does not check out; the message says which."""
 
 
 def verify_webhook(

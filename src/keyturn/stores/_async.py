@@ -1,8 +1,22 @@
-"""The awaited twin of ``_sync.py``, over an asynchronous database (PostgreSQL's).
+"""The key store and membership over a SQL database, written once: this module's
+:class:`AsyncSQLKeyStore` and :class:`AsyncSQLMembership` (PostgreSQL's async database),
+and ``_sync.py``'s :class:`SQLKeyStore` and :class:`SQLMembership` (SQLite's and
+PostgreSQL's), generated from them by ``tools/async_to_sync.py``: the same methods without
+their awaits.
 
-Line for line the same methods, statements and decoding, each database call awaited;
-``tests/stores/test_twins.py`` keeps the two in step. The replica is read without an
-await: a warm lookup never leaves the event loop's turn.
+Plain methods: each borrows a connection from its database, runs statements of
+``_sql.py`` and decodes the rows there, so a store call reaches the driver from the
+store's own frame. A write that the decision could see drops what it touches from the
+process's replica before it returns (``replica.changed``), so this process never reads its
+own write late. The replica is read without an await: a warm lookup never leaves the event
+loop's turn.
+
+What a database gives its stores: ``sql`` (its :class:`~keyturn.stores._sql.Statements`),
+``instant`` (an instant as its driver takes one), ``connection(lock=None)`` (a connection
+lent for a ``with`` block, each statement committed on its own; with *lock*, one
+transaction serialized with every other taking that lock), ``replica`` (the process's
+:class:`~keyturn.stores._replica.Replica` of it: one never current when replicas are off)
+and ``lookup_cached`` (the replica's answer, once its feed has caught up, or ``None``).
 """
 
 from __future__ import annotations
@@ -12,10 +26,15 @@ from datetime import date, datetime
 from typing import Any
 
 from keyturn._model import ApiKey, Found, Organization
-from keyturn.activity import KeyEvent, emit
-from keyturn.errors import Conflict, DuplicateKey, UnknownOrganization
+from keyturn.activity import KeyEvent, auto_revoked, emit
+from keyturn.errors import (
+    Conflict,
+    DuplicateKey,
+    KeyAlreadyReplaced,
+    OrganizationConflict,
+    UnknownOrganization,
+)
 from keyturn.stores import _sql
-from keyturn.stores._sync import _organization_gone
 from keyturn.stores._versions import Versions
 from keyturn.usage import DailyUsage
 
@@ -23,10 +42,11 @@ __all__ = ["AsyncSQLKeyStore", "AsyncSQLMembership"]
 
 
 class AsyncSQLKeyStore:
-    """The async twin of :class:`~keyturn.stores._sync.SQLKeyStore`: ``adb.keys``."""
+    """A :class:`~keyturn.protocols.AsyncKeyStore` in a SQL database: ``adb.keys``."""
 
     def __init__(self, database: Any) -> None:
         self.database = database
+        # SQLite bounds its own calls (busy timeout): no watchdog thread around them.
         self.enforces_timeout: bool = database.enforces_timeout
         self._sql: _sql.Statements = database.sql
 
@@ -55,8 +75,9 @@ class AsyncSQLKeyStore:
         replica = self.database.replica  # the one to keep what is read in, if current
         epoch = replica.epoch
         async with self.database.connection() as connection:
-            cursor = await connection.execute(self._sql.lookup, (organization, key_id))
-            row = await cursor.fetchone()
+            row = await (
+                await connection.execute(self._sql.lookup, (organization, key_id))
+            ).fetchone()
         found = _sql.found(row, organization)
         replica.keep(key_id, found, epoch)
         return found
@@ -67,13 +88,13 @@ class AsyncSQLKeyStore:
             for _ in range(3):  # a conflict that is gone when asked about: try again
                 if (await connection.execute(self._sql.add_key, params)).rowcount:
                     break
-                cursor = await connection.execute(self._sql.get_key, (key.key_id,))
-                if await cursor.fetchone():
+                if await (await connection.execute(self._sql.get_key, (key.key_id,))).fetchone():
                     raise DuplicateKey(f"a key with id {key.key_id!r} already exists")
-                cursor = await connection.execute(self._sql.live_replacement, (key.replaces,))
-                live = await cursor.fetchone()
+                live = await (
+                    await connection.execute(self._sql.live_replacement, (key.replaces,))
+                ).fetchone()
                 if live is not None:
-                    raise _sql.replaced(key, live[0])
+                    raise KeyAlreadyReplaced.in_store(str(key.replaces), live[0])
             else:
                 raise Conflict(f"key {key.key_id!r} could not be stored: try again")
         self.database.replica.changed(_sql.KEY, key.key_id)
@@ -85,28 +106,31 @@ class AsyncSQLKeyStore:
 
     async def revoke_key(self, key_id: str, at: datetime) -> bool:
         async with self.database.connection() as connection:
-            cursor = await connection.execute(
-                self._sql.revoke_key, (self.database.instant(at), key_id)
-            )
+            revoked = (
+                await connection.execute(self._sql.revoke_key, (self.database.instant(at), key_id))
+            ).rowcount
         self.database.replica.changed(_sql.KEY, key_id)
-        return bool(cursor.rowcount == 1)
+        return bool(revoked == 1)
 
     async def upgrade_hash(self, key_id: str, old_hash: str, new_hash: str) -> bool:
         """Replace the key's hash *old_hash* by *new_hash*, only if it still holds it;
         ``True`` if this call replaced it (a legacy hash's upgrade at first use, D2)."""
         async with self.database.connection() as connection:
-            cursor = await connection.execute(self._sql.upgrade_hash, (new_hash, key_id, old_hash))
+            upgraded = (
+                await connection.execute(self._sql.upgrade_hash, (new_hash, key_id, old_hash))
+            ).rowcount
         self.database.replica.changed(_sql.KEY, key_id)
-        return bool(cursor.rowcount == 1)
+        return bool(upgraded == 1)
 
     async def mark_used(self, key_id: str, at: datetime) -> None:
         utc = self.database.instant(at)
         async with self.database.connection() as connection:
-            cursor = await connection.execute(
-                self._sql.mark_used,
-                (key_id, utc, key_id, utc, key_id, utc, key_id, utc, utc, key_id),
-            )
-            changed = await cursor.fetchall()
+            changed = await (
+                await connection.execute(
+                    self._sql.mark_used,
+                    (key_id, utc, key_id, utc, key_id, utc, key_id, utc, utc, key_id),
+                )
+            ).fetchall()
         # A first use (the decision reads it) and the old key it revoked at rotation's
         # request: both dropped from the replica before this returns, so this process's next
         # request with either is decided afresh.
@@ -117,15 +141,17 @@ class AsyncSQLKeyStore:
             if changed_id != key_id:
                 old = await self.get_key(changed_id)
                 if old is not None:
-                    await self.record_event(_sql.auto_revoked(old, at, key_id))
+                    await self.record_event(auto_revoked(old, at, key_id))
 
     async def report_leak(self, key_id: str, url: str, at: datetime) -> bool:
         """Record that the key was found in public at *url*; ``False`` if already recorded."""
         async with self.database.connection() as connection:
-            cursor = await connection.execute(
-                self._sql.report_leak, (self.database.instant(at), url, key_id)
-            )
-        return bool(cursor.rowcount == 1)
+            reported = (
+                await connection.execute(
+                    self._sql.report_leak, (self.database.instant(at), url, key_id)
+                )
+            ).rowcount
+        return bool(reported == 1)
 
     async def leaked_keys(self) -> list[ApiKey]:
         """Every key reported leaked, most recently reported first."""
@@ -143,24 +169,25 @@ class AsyncSQLKeyStore:
     async def events_of(self, account_id: str, limit: int = 100) -> list[KeyEvent]:
         """The events of the account's keys, newest first, at most *limit*."""
         async with self.database.connection() as connection:
-            cursor = await connection.execute(self._sql.events_of, (account_id, limit))
-            rows = await cursor.fetchall()
+            rows = await (
+                await connection.execute(self._sql.events_of, (account_id, limit))
+            ).fetchall()
         return [_sql.event(row) for row in rows]
 
     async def events_since(self, since: datetime | None, limit: int = 1000) -> list[KeyEvent]:
         """Every account's events at or after *since* (all when ``None``), oldest first."""
         start = self.database.instant(since or _sql.EPOCH)
         async with self.database.connection() as connection:
-            cursor = await connection.execute(self._sql.events_since, (start, limit))
-            rows = await cursor.fetchall()
+            rows = await (
+                await connection.execute(self._sql.events_since, (start, limit))
+            ).fetchall()
         return [_sql.event(row) for row in rows]
 
     async def unrevoked_keys(self, expired_after: datetime) -> list[ApiKey]:
         """Every account's keys that are not revoked and expire after *expired_after*."""
         after = self.database.instant(expired_after)
         async with self.database.connection() as connection:
-            cursor = await connection.execute(self._sql.unrevoked_keys, (after,))
-            rows = await cursor.fetchall()
+            rows = await (await connection.execute(self._sql.unrevoked_keys, (after,))).fetchall()
         return [_sql.key(row) for row in rows]
 
     async def claim_notice(self, key_id: str, notice: str, at: datetime) -> bool:
@@ -185,13 +212,22 @@ class AsyncSQLKeyStore:
     async def usage_of(self, account_id: str, since: date) -> list[DailyUsage]:
         """The counts of the account's keys from the day *since* on."""
         async with self.database.connection() as connection:
-            cursor = await connection.execute(self._sql.usage_of, (account_id, since.isoformat()))
-            rows = await cursor.fetchall()
+            rows = await (
+                await connection.execute(self._sql.usage_of, (account_id, since.isoformat()))
+            ).fetchall()
         return [_sql.daily_usage(row) for row in rows]
 
 
 class AsyncSQLMembership:
-    """The async twin of :class:`~keyturn.stores._sync.SQLMembership`: ``adb.membership``."""
+    """A writable :class:`~keyturn.protocols.AsyncMembershipProvider` in a SQL database:
+    ``adb.membership``.
+
+    Tables ``keyturn_organizations`` (``id``, ``tenant_id``, ``is_default``; exactly one
+    default per tenant, its first organization, removed last) and ``keyturn_memberships``
+    (``account_id``, ``organization_id``, ``role``). A reference implementation: replace
+    it with a provider over your own tables whenever your application already knows who
+    belongs where.
+    """
 
     def __init__(self, database: Any) -> None:
         self.database = database
@@ -207,26 +243,30 @@ class AsyncSQLMembership:
 
     async def get_organization(self, organization_id: str) -> Organization | None:
         async with self.database.connection() as connection:
-            cursor = await connection.execute(self._sql.get_organization, (organization_id,))
-            row = await cursor.fetchone()
+            row = await (
+                await connection.execute(self._sql.get_organization, (organization_id,))
+            ).fetchone()
         return None if row is None else _sql.organization(row)
 
     async def get_default_organization(self, tenant_id: str) -> Organization | None:
         async with self.database.connection() as connection:
-            cursor = await connection.execute(self._sql.get_default_organization, (tenant_id,))
-            row = await cursor.fetchone()
+            row = await (
+                await connection.execute(self._sql.get_default_organization, (tenant_id,))
+            ).fetchone()
         return None if row is None else _sql.organization(row)
 
     async def get_role(self, account_id: str, organization_id: str) -> str | None:
         async with self.database.connection() as connection:
-            cursor = await connection.execute(self._sql.get_role, (account_id, organization_id))
-            row = await cursor.fetchone()
+            row = await (
+                await connection.execute(self._sql.get_role, (account_id, organization_id))
+            ).fetchone()
         return None if row is None else str(row[0])
 
     async def reaches_tenant(self, account_id: str, tenant_id: str) -> bool:
         async with self.database.connection() as connection:
-            cursor = await connection.execute(self._sql.reaches_tenant, (account_id, tenant_id))
-            row = await cursor.fetchone()
+            row = await (
+                await connection.execute(self._sql.reaches_tenant, (account_id, tenant_id))
+            ).fetchone()
         return row is not None
 
     async def add_organization(
@@ -245,11 +285,13 @@ class AsyncSQLMembership:
         async with self.database.connection(lock=wanted.tenant_id) as connection:
             inserted = (await connection.execute(self._sql.add_organization, params)).rowcount
             if not inserted:
-                cursor = await connection.execute(self._sql.get_organization, (wanted.id,))
-                row = await cursor.fetchone()
+                row = await (
+                    await connection.execute(self._sql.get_organization, (wanted.id,))
+                ).fetchone()
                 known = None if row is None else _sql.organization(row)
-        if not inserted:
-            _sql.refuse_organization(wanted, known)
+        if not inserted and known != wanted:
+            exists = known is not None
+            raise OrganizationConflict.adding(wanted.id, tenant_id, default=default, exists=exists)
         # What the feed will name too (schema version 8): this process sees it at once.
         self.database.replica.changed(_sql.ORGANIZATION, wanted.id)
         self.database.replica.changed(_sql.TENANT, wanted.tenant_id)
@@ -266,11 +308,18 @@ class AsyncSQLMembership:
             return False
         members = await self.members_of(known.id)  # their reach goes with it
         async with self.database.connection(lock=known.tenant_id) as connection:
-            cursor = await connection.execute(self._sql.remove_organization, (known.id,))
-        _organization_gone(self.database.replica, known, members)
-        if not cursor.rowcount and await self.get_organization(organization_id) is not None:
-            raise _sql.default_stays(known)
-        return bool(cursor.rowcount)
+            removed = (
+                await connection.execute(self._sql.remove_organization, (known.id,))
+            ).rowcount
+        # What the feed will name too (schema version 8): this process sees it at once,
+        # before the feed's changes come in.
+        self.database.replica.changed(_sql.ORGANIZATION, known.id)
+        self.database.replica.changed(_sql.TENANT, known.tenant_id)
+        for account, _ in members:
+            self.database.replica.changed(_sql.MEMBERSHIP, account)
+        if not removed and await self.get_organization(organization_id) is not None:
+            raise OrganizationConflict.removing_default(known.id, known.tenant_id)
+        return bool(removed)
 
     async def add_member(self, account_id: str, organization_id: str, *, role: str) -> None:
         """Give *account_id* a *role* in the organization (replacing any previous role).
@@ -280,10 +329,10 @@ class AsyncSQLMembership:
         if not isinstance(role, str) or not role:
             raise ValueError("role must be a non-empty string")
         async with self.database.connection() as connection:
-            cursor = await connection.execute(
-                self._sql.add_member, (account_id, role, organization_id)
-            )
-        if not cursor.rowcount:
+            added = (
+                await connection.execute(self._sql.add_member, (account_id, role, organization_id))
+            ).rowcount
+        if not added:
             raise UnknownOrganization(f"no organization {organization_id!r}: add it first")
         self.database.replica.changed(_sql.MEMBERSHIP, account_id)
 
@@ -302,13 +351,15 @@ class AsyncSQLMembership:
     async def members_of(self, organization_id: str) -> list[tuple[str, str]]:
         """The ``(account_id, role)`` pairs of the organization, by account."""
         async with self.database.connection() as connection:
-            cursor = await connection.execute(self._sql.members_of, (organization_id,))
-            rows = await cursor.fetchall()
+            rows = await (
+                await connection.execute(self._sql.members_of, (organization_id,))
+            ).fetchall()
         return [(str(account), str(role)) for account, role in rows]
 
     async def organizations_of(self, account_id: str) -> list[Organization]:
         """Every organization in which the account holds a role, by tenant, default first."""
         async with self.database.connection() as connection:
-            cursor = await connection.execute(self._sql.organizations_of, (account_id,))
-            rows = await cursor.fetchall()
+            rows = await (
+                await connection.execute(self._sql.organizations_of, (account_id,))
+            ).fetchall()
         return [_sql.organization(row) for row in rows]

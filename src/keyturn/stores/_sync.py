@@ -1,16 +1,8 @@
+# Generated from _async.py by tools/async_to_sync.py: edit that file, not this one.
 """The key store and membership over a synchronous SQL database: SQLite's and PostgreSQL's.
 
-Plain methods: each borrows a connection from its database, runs statements of
-``_sql.py`` and decodes the rows there; ``_async.py`` is the awaited twin, line for line.
-A write that the decision could see drops what it touches from the process's replica
-before it returns (``replica.changed``), so this process never reads its own write late.
-
-What a database gives its stores: ``sql`` (its :class:`~keyturn.stores._sql.Statements`),
-``instant`` (an instant as its driver takes one), ``connection(lock=None)`` (a connection
-lent for a ``with`` block, each statement committed on its own; with *lock*, one
-transaction serialized with every other taking that lock), ``replica`` (the process's
-:class:`~keyturn.stores._replica.Replica` of it: one never current when replicas are off)
-and ``lookup_cached`` (the replica's answer, once its feed has caught up, or ``None``).
+:class:`SQLKeyStore` and :class:`SQLMembership` are ``_async.py`` without its awaits,
+method for method: see that module for what they do and what a database gives them.
 """
 
 from __future__ import annotations
@@ -20,8 +12,14 @@ from datetime import date, datetime
 from typing import Any
 
 from keyturn._model import ApiKey, Found, Organization
-from keyturn.activity import KeyEvent, emit
-from keyturn.errors import Conflict, DuplicateKey, UnknownOrganization
+from keyturn.activity import KeyEvent, auto_revoked, emit
+from keyturn.errors import (
+    Conflict,
+    DuplicateKey,
+    KeyAlreadyReplaced,
+    OrganizationConflict,
+    UnknownOrganization,
+)
 from keyturn.stores import _sql
 from keyturn.stores._versions import Versions
 from keyturn.usage import DailyUsage
@@ -78,7 +76,7 @@ class SQLKeyStore:
                     raise DuplicateKey(f"a key with id {key.key_id!r} already exists")
                 live = connection.execute(self._sql.live_replacement, (key.replaces,)).fetchone()
                 if live is not None:
-                    raise _sql.replaced(key, live[0])
+                    raise KeyAlreadyReplaced.in_store(str(key.replaces), live[0])
             else:
                 raise Conflict(f"key {key.key_id!r} could not be stored: try again")
         self.database.replica.changed(_sql.KEY, key.key_id)
@@ -123,7 +121,7 @@ class SQLKeyStore:
             if changed_id != key_id:
                 old = self.get_key(changed_id)
                 if old is not None:
-                    self.record_event(_sql.auto_revoked(old, at, key_id))
+                    self.record_event(auto_revoked(old, at, key_id))
 
     def report_leak(self, key_id: str, url: str, at: datetime) -> bool:
         """Record that the key was found in public at *url*; ``False`` if already recorded."""
@@ -195,7 +193,8 @@ class SQLKeyStore:
 
 
 class SQLMembership:
-    """A :class:`~keyturn.protocols.WritableMembership` in a SQL database: ``db.membership``.
+    """A writable :class:`~keyturn.protocols.MembershipProvider` in a SQL database:
+    ``db.membership``.
 
     Tables ``keyturn_organizations`` (``id``, ``tenant_id``, ``is_default``; exactly one
     default per tenant, its first organization, removed last) and ``keyturn_memberships``
@@ -254,8 +253,9 @@ class SQLMembership:
             if not inserted:
                 row = connection.execute(self._sql.get_organization, (wanted.id,)).fetchone()
                 known = None if row is None else _sql.organization(row)
-        if not inserted:
-            _sql.refuse_organization(wanted, known)
+        if not inserted and known != wanted:
+            exists = known is not None
+            raise OrganizationConflict.adding(wanted.id, tenant_id, default=default, exists=exists)
         # What the feed will name too (schema version 8): this process sees it at once.
         self.database.replica.changed(_sql.ORGANIZATION, wanted.id)
         self.database.replica.changed(_sql.TENANT, wanted.tenant_id)
@@ -273,9 +273,14 @@ class SQLMembership:
         members = self.members_of(known.id)  # their reach goes with it
         with self.database.connection(lock=known.tenant_id) as connection:
             removed = connection.execute(self._sql.remove_organization, (known.id,)).rowcount
-        _organization_gone(self.database.replica, known, members)
+        # What the feed will name too (schema version 8): this process sees it at once,
+        # before the feed's changes come in.
+        self.database.replica.changed(_sql.ORGANIZATION, known.id)
+        self.database.replica.changed(_sql.TENANT, known.tenant_id)
+        for account, _ in members:
+            self.database.replica.changed(_sql.MEMBERSHIP, account)
         if not removed and self.get_organization(organization_id) is not None:
-            raise _sql.default_stays(known)
+            raise OrganizationConflict.removing_default(known.id, known.tenant_id)
         return bool(removed)
 
     def add_member(self, account_id: str, organization_id: str, *, role: str) -> None:
@@ -316,12 +321,3 @@ class SQLMembership:
         with self.database.connection() as connection:
             rows = connection.execute(self._sql.organizations_of, (account_id,)).fetchall()
         return [_sql.organization(row) for row in rows]
-
-
-def _organization_gone(replica: Any, organization: Organization, members: list[Any]) -> None:
-    """Drop what removing *organization* touches, as the feed will name it (schema version
-    8): this process sees its own write at once, before the feed's changes come in."""
-    replica.changed(_sql.ORGANIZATION, organization.id)
-    replica.changed(_sql.TENANT, organization.tenant_id)
-    for account, _ in members:
-        replica.changed(_sql.MEMBERSHIP, account)

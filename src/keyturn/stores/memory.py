@@ -21,18 +21,14 @@ import attrs
 
 from keyturn._lifecycle import revoked_by_use
 from keyturn._model import ApiKey, Leaked, Organization
-from keyturn.activity import EventHook, KeyEvent, emit
-from keyturn.errors import DuplicateKey, OrganizationConflict, UnknownOrganization
-from keyturn.stores._sql import (
-    KEY,
-    MEMBERSHIP,
-    ORGANIZATION,
-    TENANT,
-    auto_revoked,
-    default_stays,
-    refuse_organization,
-    replaced,
+from keyturn.activity import EventHook, KeyEvent, auto_revoked, emit
+from keyturn.errors import (
+    DuplicateKey,
+    KeyAlreadyReplaced,
+    OrganizationConflict,
+    UnknownOrganization,
 )
+from keyturn.stores._sql import KEY, MEMBERSHIP, ORGANIZATION, TENANT
 from keyturn.stores._versions import Versions
 from keyturn.usage import KEPT_DAYS, DailyUsage
 
@@ -78,7 +74,7 @@ class MemoryKeyStore:
             if key.replaces is not None and key.revoked_at is None:
                 for other in self._keys.values():  # one live replacement per key
                     if other.replaces == key.replaces and other.revoked_at is None:
-                        raise replaced(key, other.key_id)
+                        raise KeyAlreadyReplaced.in_store(key.replaces, other.key_id)
             self._keys[key.key_id] = key
             self._versions.moved(((KEY, key.key_id),))
 
@@ -240,13 +236,13 @@ class MemoryMembership:
         organization = Organization(id=organization_id, tenant_id=tenant_id, is_default=default)
         with self._lock:
             known = self._organizations.get(organization_id)
-            if known is not None and known != organization:
-                raise OrganizationConflict(
-                    f"organization {organization_id!r} already exists differently"
-                )
             # A tenant's first organization is its default one, and it has one default only.
-            if known is None and default == (tenant_id in self._defaults):
-                refuse_organization(organization, None)
+            if known != organization and (
+                known is not None or default == (tenant_id in self._defaults)
+            ):
+                raise OrganizationConflict.adding(
+                    organization_id, tenant_id, default=default, exists=known is not None
+                )
             self._organizations[organization_id] = organization
             if default:
                 self._defaults[tenant_id] = organization
@@ -303,7 +299,7 @@ class MemoryMembership:
                 other.tenant_id == organization.tenant_id and other.id != organization_id
                 for other in self._organizations.values()
             ):
-                raise default_stays(organization)
+                raise OrganizationConflict.removing_default(organization_id, organization.tenant_id)
             del self._organizations[organization_id]
             if self._defaults.get(organization.tenant_id) == organization:
                 del self._defaults[organization.tenant_id]

@@ -52,7 +52,7 @@ from keyturn._fork import renew_in_child
 from keyturn._model import Found
 from keyturn.activity import EventHook
 from keyturn.errors import StoreTimeout, StoreUnreachable
-from keyturn.stores import _replica, _sql
+from keyturn.stores import _replica, _schema, _sql
 from keyturn.stores._async import AsyncSQLKeyStore, AsyncSQLMembership
 from keyturn.stores._sync import SQLKeyStore, SQLMembership
 from keyturn.stores._versions import Versions
@@ -61,13 +61,13 @@ __all__ = ["AsyncPostgresDatabase", "PostgresDatabase"]
 
 log: Final = logging.getLogger("keyturn")
 
-_DIALECT: Final = _sql.Dialect(
+_DIALECT: Final = _schema.Dialect(
     timestamp="timestamptz",
     has_version_table="SELECT to_regclass('keyturn_schema_version') IS NOT NULL",
     has_foreign_tables=None,
-    change_feed=_sql.POSTGRES_CHANGE_FEED,
-    every_write_heard=_sql.POSTGRES_EVERY_WRITE_HEARD,
-    organizations_placed=_sql.POSTGRES_ORGANIZATIONS_PLACED,
+    change_feed=_schema.POSTGRES_CHANGE_FEED,
+    every_write_heard=_schema.POSTGRES_EVERY_WRITE_HEARD,
+    organizations_placed=_schema.POSTGRES_ORGANIZATIONS_PLACED,
     placeholder="%s",
 )
 _STATEMENTS: Final = _sql.Statements()
@@ -395,12 +395,12 @@ class AsyncPostgresDatabase(_Replicated):
 def _create_schema(pool: ConnectionPool[Any] | AsyncConnectionPool[Any], owns_pool: bool) -> int:
     with _admin(pool, owns_pool) as connection, connection.transaction():
         connection.execute(_MIGRATION_LOCK)
-        return _sql.migrate(connection, _DIALECT)
+        return _schema.migrate(connection, _DIALECT)
 
 
 def _schema_version(pool: ConnectionPool[Any] | AsyncConnectionPool[Any], owns_pool: bool) -> int:
     with _admin(pool, owns_pool) as connection:
-        return _sql.schema_version(connection, _DIALECT)
+        return _schema.schema_version(connection, _DIALECT)
 
 
 def _admin(
@@ -476,7 +476,7 @@ class _Listener:
     The replica answers (:meth:`answers`) only while all of this holds: the listener's
     connection reaches the server and database the pool's does (asked of each, never
     read from a URL); the schema's triggers name what each change touches (version 8:
-    ``_sql.PLACED_FROM``); it has LISTENed since the replica was last emptied; a heartbeat sent
+    ``_schema.PLACED_FROM``); it has LISTENed since the replica was last emptied; a heartbeat sent
     less than ``PROVEN_FOR`` seconds ago was answered (every notice committed before
     it was sent has then been read); and nothing waits unread on its socket. Notices are
     those of the schema keyturn's tables resolve to on the pool's connections.
@@ -600,12 +600,12 @@ class _Listener:
                     "pass listener_conninfo for the pool's database"
                 )
             (version,) = self._exchange(pgconn, poll, _version_of(self.identity[2]))
-            if int(version or 0) < _sql.PLACED_FROM:
+            if int(version or 0) < _schema.PLACED_FROM:
                 raise _Outdated(
-                    f"schema version {version}, the replica needs {_sql.PLACED_FROM}: "
+                    f"schema version {version}, the replica needs {_schema.PLACED_FROM}: "
                     "requests read the database until then"
                 )
-            self._exchange(pgconn, poll, f"LISTEN {_sql.NOTIFY_CHANNEL}")
+            self._exchange(pgconn, poll, f"LISTEN {_schema.NOTIFY_CHANNEL}")
             self.backend_pid = pgconn.backend_pid
             self.replica.reset(current=True)
             while not stop.is_set():

@@ -46,13 +46,13 @@ from typing import Final
 from keyturn._model import Found
 from keyturn.activity import EventHook
 from keyturn.errors import NotAKeyDatabase
-from keyturn.stores import _replica, _sql
+from keyturn.stores import _replica, _schema, _sql
 from keyturn.stores._sync import SQLKeyStore, SQLMembership
 from keyturn.stores._versions import Versions
 
 __all__ = ["SQLiteDatabase"]
 
-_DIALECT: Final = _sql.Dialect(
+_DIALECT: Final = _schema.Dialect(
     timestamp="TEXT",
     has_version_table=(
         "SELECT count(*) FROM sqlite_master "
@@ -62,9 +62,9 @@ _DIALECT: Final = _sql.Dialect(
         "SELECT count(*) FROM sqlite_master WHERE type = 'table' "
         "AND name NOT LIKE 'keyturn\\_%' ESCAPE '\\' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"
     ),
-    change_feed=_sql.SQLITE_CHANGE_FEED,
-    every_write_heard=_sql.SQLITE_EVERY_WRITE_HEARD,
-    organizations_placed=_sql.SQLITE_ORGANIZATIONS_PLACED,
+    change_feed=_schema.SQLITE_CHANGE_FEED,
+    every_write_heard=_schema.SQLITE_EVERY_WRITE_HEARD,
+    organizations_placed=_schema.SQLITE_ORGANIZATIONS_PLACED,
     placeholder="?",
 )
 _STATEMENTS: Final = _sql.Statements.with_placeholder("?")
@@ -143,7 +143,7 @@ class SQLiteDatabase(_sql.ClosedOnExit):
     def schema_version(self) -> int:
         """The schema version in the file (created on first use, so never 0 here)."""
         with self.connection() as connection:
-            return _sql.schema_version(connection, _DIALECT)
+            return _schema.schema_version(connection, _DIALECT)
 
     def close(self) -> None:
         """Close every connection; the database cannot be used afterwards.
@@ -270,7 +270,7 @@ def _migrate(connection: sqlite3.Connection) -> int:
     # BEGIN IMMEDIATE takes the write lock first, so two processes never migrate at once.
     connection.execute("BEGIN IMMEDIATE")
     try:
-        version = _sql.migrate(connection, _DIALECT)
+        version = _schema.migrate(connection, _DIALECT)
     except BaseException:
         connection.execute("ROLLBACK")
         raise
