@@ -3,7 +3,7 @@
 A step is a small object that says whom it asks (``via``), how (:meth:`Step.ask`), and
 what its answer may be (``answers``). The decision (``_decision.py``), the managers'
 operations (``manager.py``), the leak responder's flow (``leaks.py``) and the usage write
-(``_lifecycle.record_use``) yield them; the callers of ``_calls.py`` answer them. This
+(``_usage.py``) yield them; the callers of ``_run/capabilities.py`` answer them. This
 module decides nothing and does no I/O: it only names the questions.
 """
 

@@ -282,7 +282,7 @@ class Console:
             self._role_of = self._keys.role_of
         # The usage charts, from a store that keeps counts (keyturn.protocols.UsageStore).
         self._usage_of: Callable[[str, date], Sequence[DailyUsage]] | None = None
-        if callable(getattr(manager.store, "usage_of", None)):
+        if manager.store_capabilities.has("usage_of"):
             self._usage_of = (
                 self._keys.usage_of if isinstance(self._keys, _Awaited) else manager.store.usage_of
             )
