@@ -5,7 +5,8 @@ optional methods it has, and whether keyturn may take a shortcut past asking it 
 step: each is read here, once, into a frozen :class:`Capabilities` its owner (the
 :class:`~keyturn.Authenticator`, the managers, the leak responder, the usage recorder)
 computes when it is built and hands on to what it builds (the payload guard, the usage
-recorder, the notifier, the console). Nothing else in keyturn asks an object what it is.
+recorder, the notifier, the console). Nothing else in keyturn asks a store, a provider or
+a hook what it is (``tests/hygiene/test_capabilities.py`` holds it).
 
 How a step is asked follows from it, with one caller per store or provider
 (:meth:`Capabilities.caller`):
@@ -68,7 +69,7 @@ __all__ = [
 ]
 
 # Every method keyturn may ask of a key store or a membership provider.
-METHODS: Final = (
+_METHODS: Final = (
     "get_key",
     "lookup",
     "lookup_cached",
@@ -136,15 +137,16 @@ class Capabilities:
     is_async: bool  # its methods are ``async def``
     nonblocking: bool  # a sync object that says it never blocks
     enforces_timeout: bool  # it bounds its own calls
-    methods: frozenset[str]  # which of keyturn's METHODS it has
-    # keyturn's own store or provider, answering with its own methods (none overridden in a
-    # subclass, none set on the object): only then are its shortcuts taken.
-    own: type | None  # that class of keyturn's, else None
+    methods: frozenset[str]  # which of the methods keyturn may ask it has
+    # The class of keyturn's it is, if it answers with that class's own methods (none
+    # overridden in a subclass, none set on the object): only then are shortcuts taken.
+    own: type | None
     database: object | None  # the database it answers from, if it says
     whole_database: bool  # a database (its .keys and .membership), not one of them
 
     @property
     def name(self) -> str:
+        """Its class's name, for messages."""
         return type(self.target).__name__
 
     def has(self, method: str) -> bool:
@@ -186,7 +188,7 @@ def capabilities(target: object) -> Capabilities:
         is_async=probe is not None and inspect.iscoroutinefunction(getattr(target, probe)),
         nonblocking=bool(getattr(target, "nonblocking", False)),
         enforces_timeout=bool(getattr(target, "enforces_timeout", False)),
-        methods=frozenset(m for m in METHODS if callable(getattr(target, m, None))),
+        methods=frozenset(m for m in _METHODS if callable(getattr(target, m, None))),
         own=_own(target, _STORES, _STORE_READS) or _own(target, _MEMBERSHIPS, _MEMBERSHIP_READS),
         database=getattr(target, "database", None),
         whole_database=hasattr(target, "keys") and hasattr(target, "membership"),
