@@ -17,7 +17,7 @@ Rules of this file (keep them):
      ``_hashing.py``: whether a secret matches its hash, and whether that hash is a legacy
      argon2id one to replace.
 
-   ``authenticator.py`` drives it, and the callers of ``_calls.py`` answer its steps;
+   ``authenticator.py`` drives it, and the callers of ``_run/capabilities.py`` answer its steps;
    the adapters ``_web.py``, ``asgi.py``, ``wsgi.py``, ``django.py`` and ``fastapi.py``
    translate a request into an :class:`AuthRequest` and the outcome into a response;
    ``_memo.py`` gives back this decision's last answer while nothing it read has changed.

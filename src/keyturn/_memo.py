@@ -34,7 +34,7 @@ Rules of this file (keep them):
    afresh: a flood of bad keys costs the memo nothing and evicts nothing.
 3. Used only where both the store and the provider have a change feed keyturn can trust:
    keyturn's own classes, answering the decision's questions with their own methods
-   (:func:`~keyturn._shortcuts.shortcuts`, the one rule, decides). A subclass that answers
+   (:func:`~keyturn._run.capabilities.shortcuts`, the one rule, decides). A subclass that answers
    one its own way (a host's rule, a test double) or a host provider: every request is
    decided, since its answers can change unseen.
 4. Bounded: past its size, the least recently used answer goes, by a second chance (the
@@ -62,7 +62,7 @@ from typing import Any, Final
 from keyturn._decision import DEFAULT_ORGANIZATION, AuthRequest
 from keyturn._fork import renew_in_child
 from keyturn._model import Clock, Principal, utc_now
-from keyturn._shortcuts import Changes
+from keyturn._run.capabilities import Changes
 from keyturn.errors import PermissionDenied, Reason, Refusal
 from keyturn.stores._sql import KEY, MEMBERSHIP, ORGANIZATION, TENANT
 from keyturn.stores._versions import Name, Versions
@@ -127,7 +127,7 @@ class Memo:
         self._wall = clock is utc_now
         self._now: Callable[[], float | datetime] = time.time if self._wall else clock
         # The store's feed, and the membership's when another database answers for it
-        # (``_shortcuts.py`` says which feeds may be trusted; none: the memo is off).
+        # (``_run/capabilities.py`` says which feeds may be trusted; none: the memo is off).
         self.enabled = feeds is not None
         self._store, self._membership = feeds if feeds is not None else (_unknown, None)
         # Keyed once per process: the digests name no secret.

@@ -3,10 +3,9 @@
 A step is a small object that says whom it asks (``via``), how (:meth:`Step.ask`), and
 what its answer may be (``answers``). The decision (``_decision.py``), the managers'
 operations (``manager.py``), the leak responder's flow (``leaks.py``), the payload guard's
-recording (``payload.py``) and the leak they share (``_leak.py``) yield them; the usage
-write (``_usage.py``) asks :class:`MarkUsed` and :class:`CountUsage` itself. The callers
-of ``_calls.py`` answer them. This module decides nothing and does no I/O: it only names
-the questions.
+recording (``payload.py``), the leak they share (``_leak.py``) and the usage write
+(``_usage.py``) yield them; the callers of ``_run/capabilities.py`` answer them, driven by
+``_run/drive.py``. This module decides nothing and does no I/O: it only names the questions.
 """
 
 from __future__ import annotations

@@ -12,8 +12,9 @@ write (:meth:`count_usage`, added to what other processes counted), and it goes:
   and ``max_in_flight`` in all, so writes never take every pooled connection from requests;
 - straight to the store, for one that says it never blocks (``nonblocking = True``).
 
-Which of the three is read once, from the store's caller (``_calls.caller_for``), and each
-write is the :class:`~keyturn._steps.MarkUsed` step asked through it.
+Which of the three is read once, from what the store can do (``_run/capabilities.py``),
+and each write is a short flow of steps (:class:`~keyturn._steps.MarkUsed`, then
+:class:`~keyturn._steps.CountUsage`) run by the drivers of ``_run/drive.py``.
 
 The write is best effort: a failure is logged and forgotten, never raised into a request,
 and the key is still considered written so a failing database is not asked again at once.
@@ -44,15 +45,16 @@ import threading
 import time
 import weakref
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from datetime import UTC, date, datetime, timedelta
 from datetime import time as midnight
 from typing import Any, Final
 
-from keyturn._calls import InPlace, caller_for
 from keyturn._fork import renew_in_child
 from keyturn._model import utc_now
-from keyturn._steps import CountUsage, MarkUsed
+from keyturn._run.capabilities import Capabilities, InPlace, capabilities
+from keyturn._run.drive import Conduct, drive, drive_async
+from keyturn._steps import STORE, CountUsage, MarkUsed, Step
 from keyturn.errors import Reason
 from keyturn.usage import ACCEPTED
 
@@ -78,6 +80,20 @@ Counts = dict[tuple[str, str], int]  # (key id, outcome) -> requests
 _Write = tuple[str | None, datetime, date, Counts]
 
 
+def _failed(step: Step, exc: Exception) -> None:
+    # A write's counts are one key's (named by either step), or a batch's (up to five named).
+    if isinstance(step, MarkUsed):
+        named = step.key_id
+    else:
+        assert isinstance(step, CountUsage)
+        named = ", ".join(sorted({key for key, _ in step.counts})[:5])
+    log.warning("could not record the use of key %s: %s", named, type(exc).__name__)
+
+
+# A write that fails is logged and forgotten, never raised into a request.
+_BEST_EFFORT: Final[Conduct[None]] = Conduct(fail=_failed)
+
+
 class UsageRecorder:
     """Throttles and forwards ``store.mark_used(key_id, at)`` and ``store.count_usage``.
 
@@ -90,6 +106,7 @@ class UsageRecorder:
     :param max_pending: writes queued for the background thread at most; more wait for
         the key's next write (their ``last_used_at`` is dropped, their counts kept).
     :param max_in_flight: an async store's writes running at once at most; likewise.
+    :param store_capabilities: what *store* can do, when its owner read it already.
     """
 
     def __init__(
@@ -102,6 +119,7 @@ class UsageRecorder:
         max_keys: int = 100_000,
         max_pending: int = 10_000,
         max_in_flight: int = 4,
+        store_capabilities: Capabilities | None = None,
     ) -> None:
         if interval < 0:
             raise ValueError(f"interval must be zero or positive seconds, got {interval!r}")
@@ -110,7 +128,8 @@ class UsageRecorder:
         self.clock = clock
         self.timer = timer
         self.max_keys = max_keys
-        self.counting = callable(getattr(store, "count_usage", None))
+        can = store_capabilities or capabilities(store)
+        self.counting = can.has("count_usage")
         if not self.counting:
             log.info(
                 "the key store %s has no count_usage(): requests per key and day are not "
@@ -126,9 +145,9 @@ class UsageRecorder:
         self._refused: dict[str, dict[str, int]] = {}  # key id -> reason -> n; under _lock
         self._lock = threading.Lock()
         self._day, self._day_ends = self._today(timer())
-        self._caller = caller_for(store, "mark_used")
-        self._async = self._caller.is_async
-        self._inline = isinstance(self._caller, InPlace)  # it never blocks
+        self._callers = {STORE: can.caller()}
+        self._async = can.is_async
+        self._inline = isinstance(self._callers[STORE], InPlace)  # it never blocks
         self._queue: queue.Queue[_Write | None] = queue.Queue(max_pending)
         self._thread: threading.Thread | None = None
         self.max_in_flight = max_in_flight
@@ -315,29 +334,23 @@ class UsageRecorder:
         else:
             self._enqueue((None, self.clock(), day, counts))
 
+    def _writes(
+        self, key_id: str | None, at: datetime, day: date, counts: Counts
+    ) -> Generator[Step, Any, None]:
+        """One write: the key's use (unless *key_id* is ``None``), then its counts."""
+        if key_id is not None:
+            yield MarkUsed(key_id, at)
+        if counts and self.counting:
+            yield CountUsage(day, counts)
+
     def _apply(self, key_id: str | None, at: datetime, day: date, counts: Counts) -> None:
-        try:
-            if key_id is not None:
-                self._caller.call(MarkUsed(key_id, at), None)
-            if counts and self.counting:
-                self._caller.call(CountUsage(day, counts), None)
-        except Exception as exc:
-            self._failed(key_id, counts, exc)
+        drive(self._writes(key_id, at, day, counts), self._callers, _BEST_EFFORT, None)
 
     async def _apply_async(
         self, key_id: str | None, at: datetime, day: date, counts: Counts
     ) -> None:
-        try:
-            if key_id is not None:
-                await self._caller.call_async(MarkUsed(key_id, at), None)
-            if counts and self.counting:
-                await self._caller.call_async(CountUsage(day, counts), None)
-        except Exception as exc:
-            self._failed(key_id, counts, exc)
-
-    def _failed(self, key_id: str | None, counts: Counts, exc: Exception) -> None:
-        named = key_id or ", ".join(sorted({key for key, _ in counts})[:5])
-        log.warning("could not record the use of key %s: %s", named, type(exc).__name__)
+        flow = self._writes(key_id, at, day, counts)
+        await drive_async(flow, self._callers, _BEST_EFFORT, None)
 
     def _enqueue(self, write: _Write) -> None:
         with self._lock:

@@ -243,16 +243,3 @@ def each_event_since(
             continue
         since = events[-1].at
         at_edge = {event.event_id for event in events if event.at == since}
-
-
-def require(store: object, what: str) -> None:
-    """Raise :class:`ActivityNotKept` if *store* keeps no record (*what* needs one)."""
-    missing = [
-        name for name in ("record_event", "events_of", "events_since") if not hasattr(store, name)
-    ]
-    if missing:
-        raise ActivityNotKept(
-            f"{what} needs a key store that keeps the record of key actions; "
-            f"{type(store).__name__} has no {', '.join(missing)}: use one of keyturn's stores, "
-            "or add those methods to yours (see keyturn.protocols.RecordKeepingStore)"
-        )

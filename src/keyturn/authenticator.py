@@ -4,8 +4,8 @@ It holds what lives as long as the process (the memo, the rules, the usage recor
 two drivers for the one decision in ``_decision.py``: :meth:`~Authenticator.authenticate`
 (sync, for WSGI and scripts) and :meth:`~Authenticator.authenticate_async` (for ASGI).
 Neither driver decides anything: each is a loop that sends the decision the answers to its
-steps. *How* a step is answered is chosen once, at construction: one caller (``_calls.py``)
-for the store, one for the provider:
+steps (``_run/drive.py``). *How* a step is answered is chosen once, at construction, from
+what the store and the provider can do (``_run/capabilities.py``): one caller each:
 
 - a store or provider that says it never blocks (``nonblocking = True``) is called in place;
 - an async one is awaited; a sync one that may block runs on a pool of threads of our own
@@ -32,7 +32,6 @@ Usage, without any web framework::
 
 from __future__ import annotations
 
-import inspect
 import logging
 import time
 from collections.abc import Callable, Generator, Sequence
@@ -42,7 +41,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
-from keyturn._calls import InPlace, caller_for, is_async
 from keyturn._decision import (
     DEFAULT_ORGANIZATION_PATTERN,
     AuthRequest,
@@ -55,7 +53,8 @@ from keyturn._decision import (
 from keyturn._fork import renew_in_child
 from keyturn._memo import Memo, Ticket
 from keyturn._model import Clock, Principal, utc_now
-from keyturn._shortcuts import shortcuts
+from keyturn._run.capabilities import Capabilities, InPlace, capabilities, is_async_hook, shortcuts
+from keyturn._run.drive import Conduct, drive, drive_async
 from keyturn._steps import Step, WrongAnswer
 from keyturn._usage import UsageRecorder
 from keyturn.errors import RateLimited, Reason, Refusal, ServiceUnavailable, loggable
@@ -90,15 +89,15 @@ class AuditEvent:
 AuditHook = Callable[[AuditEvent], None]
 
 
-def _require(obj: object, name: str, kind: str, methods: tuple[str, ...]) -> None:
+def _require(can: Capabilities, name: str, kind: str, methods: tuple[str, ...]) -> None:
     # Said now, not as a 503 on every request later.
-    missing = [method for method in methods if not callable(getattr(obj, method, None))]
+    missing = can.missing(methods)
     if missing:
         hint = ""
-        if hasattr(obj, "keys") and hasattr(obj, "membership"):  # a whole database
+        if can.whole_database:
             hint = "; pass db.keys as the store and db.membership as the membership"
         raise TypeError(
-            f"{name} must be {kind} (see keyturn.protocols); {type(obj).__name__} "
+            f"{name} must be {kind} (see keyturn.protocols); {can.name} "
             f"lacks {', '.join(missing)}{hint}"
         )
 
@@ -106,7 +105,7 @@ def _require(obj: object, name: str, kind: str, methods: tuple[str, ...]) -> Non
 def _require_sync(hook: object, name: str) -> None:
     # An async hook returns a coroutine: truthy for a policy (every request allowed), and
     # never run for an audit hook. Said now, at startup.
-    if hook is not None and (inspect.iscoroutinefunction(hook) or is_async(hook, "__call__")):
+    if hook is not None and is_async_hook(hook):
         raise TypeError(f"{name} must be a plain function, not an async one: it is called inline")
 
 
@@ -205,9 +204,11 @@ class Authenticator:
     ) -> None:
         if timeout is not None and timeout <= 0:
             raise ValueError(f"timeout must be positive seconds or None, got {timeout!r}")
-        _require(store, "store", "a KeyStore", ("get_key",))
+        self.store_capabilities = capabilities(store)
+        self._membership_capabilities = capabilities(membership)
+        _require(self.store_capabilities, "store", "a KeyStore", ("get_key",))
         _require(
-            membership,
+            self._membership_capabilities,
             "membership",
             "a MembershipProvider",
             ("get_organization", "get_default_organization", "get_role", "reaches_tenant"),
@@ -217,16 +218,16 @@ class Authenticator:
         self.store = store
         self.membership = membership
         # A store without mark_used (a read-only double) simply has no usage recorded.
-        records_use = usage_interval is not None and hasattr(store, "mark_used")
+        records_use = usage_interval is not None and self.store_capabilities.has("mark_used")
         # The combined read and the memo only for keyturn's own classes: a host's code is
-        # asked step by step (_shortcuts.py).
-        taken = shortcuts(store, membership)
+        # asked step by step.
+        taken = shortcuts(self.store_capabilities, self._membership_capabilities)
         self.rules = Rules(
             organization_pattern=organization_pattern,
             policy=policy,
             lookup=taken.lookup,
             records_use=records_use,
-            upgrades=callable(getattr(store, "upgrade_hash", None)),
+            upgrades=self.store_capabilities.has("upgrade_hash"),
         )
         self.audit = audit
         self.timeout = timeout
@@ -239,12 +240,20 @@ class Authenticator:
         self._timeout = timeout if blocks else None
         self.memo = Memo(taken.feeds, clock)  # the decision's answers, while they hold
         self.usage = (
-            UsageRecorder(store, interval=usage_interval, clock=clock)
+            UsageRecorder(
+                store,
+                interval=usage_interval,
+                clock=clock,
+                store_capabilities=self.store_capabilities,
+            )
             if records_use and usage_interval is not None
             else None
         )
         self.rate_limiter = _check_limiter(rate_limiter)
         self._allowed = _allowed_outcome() if rate_limiter is not None else None
+        # A failed step: the flow is closed (never raised into: its frame holds the key), and
+        # the request gets 503.
+        self._conduct: Conduct[Principal | Refusal] = Conduct(fail=self._unavailable)
         self.closed = False
         renew_in_child(self)
 
@@ -257,8 +266,8 @@ class Authenticator:
         self._calls = ThreadPoolExecutor(16, thread_name_prefix="keyturn-call")
         # Indexed by Step.via: MEMBERSHIP, STORE.
         self._callers = (
-            caller_for(self.membership, "get_role", self._calls, self.timeout),
-            caller_for(self.store, "get_key", self._calls, self.timeout),
+            self._membership_capabilities.caller(self._calls, self.timeout),
+            self.store_capabilities.caller(self._calls, self.timeout),
         )
 
     def _after_fork(self) -> None:
@@ -296,16 +305,8 @@ class Authenticator:
         if isinstance(run, tuple):
             outcome, method, path, started = self._recalled(run)
         else:
-            answer: Any = None
-            try:
-                while True:
-                    step = run.flow.send(answer)
-                    try:
-                        answer = self._callers[step.via].call(step, run.deadline)
-                    except Exception as exc:
-                        return self._fail(run, exc), _NO_HEADERS
-            except StopIteration as done:
-                outcome, method, path, started = self._decided(run, done.value)
+            decided = drive(run.flow, self._callers, self._conduct, run.deadline)
+            outcome, method, path, started = self._decided(run, decided)
         # After the decision and the memo, on every request: a remembered answer never
         # skips the limit.
         limiter = self.rate_limiter
@@ -326,16 +327,8 @@ class Authenticator:
         if isinstance(run, tuple):
             outcome, method, path, started = self._recalled(run)
         else:
-            answer: Any = None
-            try:
-                while True:
-                    step = run.flow.send(answer)
-                    try:
-                        answer = await self._callers[step.via].call_async(step, run.deadline)
-                    except Exception as exc:
-                        return self._fail(run, exc), _NO_HEADERS
-            except StopIteration as done:
-                outcome, method, path, started = self._decided(run, done.value)
+            decided = await drive_async(run.flow, self._callers, self._conduct, run.deadline)
+            outcome, method, path, started = self._decided(run, decided)
         limiter = self.rate_limiter
         if limiter is None or not isinstance(outcome, Principal):
             return self._close(outcome, method, path, started, final), _NO_HEADERS
@@ -380,7 +373,8 @@ class Authenticator:
     def _decided(
         self, run: _Run, outcome: Principal | Refusal
     ) -> tuple[Principal | Refusal, str, str, float | None]:
-        self.memo.keep(run.ticket, outcome)  # the decision's answer, before any limit
+        # The decision's answer, before any limit (a 503 of a failed step is not kept).
+        self.memo.keep(run.ticket, outcome)
         return outcome, run.method, run.path, run.started
 
     def _close(
@@ -430,16 +424,11 @@ class Authenticator:
             )
         return self._finish(method, path, refusal, started), _NO_HEADERS
 
-    def _fail(self, run: _Run, exc: Exception) -> Refusal:
-        run.flow.close()
-        self._finish(run.method, run.path, outcome := self._unavailable(exc), run.started)
-        return outcome
-
     def _shutting_down(self) -> ServiceUnavailable:
         # Requests still arriving during a graceful shutdown: retry, on another instance.
         return ServiceUnavailable(Reason.CLOSED, retry_after=self.retry_after)
 
-    def _unavailable(self, exc: Exception) -> ServiceUnavailable:
+    def _unavailable(self, step: Step, exc: Exception) -> ServiceUnavailable:
         outcome = unavailable(exc, self.retry_after)
         if outcome.reason is Reason.BACKEND_TIMEOUT:
             log.warning("key store or membership provider timed out after %ss", self.timeout)

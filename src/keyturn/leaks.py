@@ -45,11 +45,9 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import inspect
 import json
 import logging
 import re
-import time
 from collections.abc import Callable, Generator, Iterable, Mapping
 from datetime import UTC, datetime
 from http import HTTPStatus
@@ -67,10 +65,11 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     ) from exc
 
 from keyturn import _token
-from keyturn._calls import Blocking, caller_for
 from keyturn._decision import credential
 from keyturn._leak import Finder, record_leak
 from keyturn._model import ApiKey, Scope
+from keyturn._run.capabilities import Blocking, capabilities, is_coroutine_function
+from keyturn._run.drive import Conduct, drive, drive_async
 from keyturn._steps import CALLBACK, STORE, NotifyLeak, PublicKeyOf, Step, WrongAnswer
 from keyturn._web import (
     DEFAULT_PREFIX,
@@ -279,11 +278,11 @@ class LeakResponder:
         timeout: float = 5.0,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
-        methods = ("get_key", "report_leak", "revoke_key")
-        missing = [name for name in methods if not callable(getattr(store, name, None))]
+        can = capabilities(store)
+        missing = can.missing(("get_key", "report_leak", "revoke_key"))
         if missing:
             raise TypeError(f"store must be a key store with {', '.join(missing)} (db.keys)")
-        if inspect.iscoroutinefunction(on_leak):
+        if is_coroutine_function(on_leak):
             raise TypeError("on_leak must be a plain function; it runs in a worker thread")
         self._loaded = isinstance(public_keys, Mapping)
         if isinstance(public_keys, Mapping):
@@ -302,12 +301,15 @@ class LeakResponder:
         self.clock = clock
         # Indexed by Step.via: STORE, and CALLBACK (this object's public_key and notify, in a
         # thread under the async driver: the user's code may block).
-        store_caller = caller_for(store, "get_key")
         self._callers = {
-            STORE: store_caller,
+            STORE: can.caller(),
             CALLBACK: Blocking(_Callbacks(self._public_key, self._notify), None, bounded=False),
         }
-        self.is_async = store_caller.is_async
+        self.is_async = can.is_async
+        self._records_events = can.has("record_event")  # keyturn.activity
+        # A failed step: 503, and the host sends the batch again. Each store answer within
+        # the timeout (under the async driver); the user's callbacks unbounded.
+        self._conduct = Conduct(fail=_failure, timeouts={STORE: timeout})
 
     def __repr__(self) -> str:
         return f"LeakResponder(store={self.store!r}, revoke={self.revoke})"
@@ -390,7 +392,7 @@ class LeakResponder:
             now,
             _FINDER,
             revoke=self.revoke,
-            events=hasattr(self.store, "record_event"),  # the record of key actions
+            events=self._records_events,  # the record of key actions
         )
         if self.on_leak is not None:
             report = LeakReport(
@@ -428,37 +430,14 @@ class LeakResponder:
         """
         if self.is_async:
             raise TypeError("this responder has an async store: use respond_async()")
-        flow = self._flow(method, headers, body)
-        answer: Any = None
-        try:
-            while True:
-                step = flow.send(answer)
-                try:
-                    answer = self._callers[step.via].call(step, None)
-                except Exception as exc:
-                    flow.close()
-                    return _failure(exc)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+        return drive(self._flow(method, headers, body), self._callers, self._conduct, None)
 
     async def respond_async(
         self, method: str, headers: Mapping[str, list[str]], body: bytes | None
     ) -> Response:
         """:meth:`respond` without blocking the event loop (sync stores in threads)."""
         flow = self._flow(method, headers, body)
-        answer: Any = None
-        try:
-            while True:
-                step = flow.send(answer)
-                # Each store answer within the timeout; the user's callbacks unbounded.
-                deadline = time.monotonic() + self.timeout if step.via == STORE else None
-                try:
-                    answer = await self._callers[step.via].call_async(step, deadline)
-                except Exception as exc:
-                    flow.close()
-                    return _failure(exc)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+        return await drive_async(flow, self._callers, self._conduct, None)
 
 
 class _Callbacks(NamedTuple):
@@ -477,7 +456,7 @@ _ASKED: Final = {
 }
 
 
-def _failure(exc: Exception) -> Response:
+def _failure(step: Step, exc: Exception) -> Response:
     if isinstance(exc, TimeoutError):
         log.warning("the key store timed out answering a secret-scanning report")
     else:

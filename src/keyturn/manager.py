@@ -20,9 +20,10 @@ never on a request's path. A store that drops the link is refused at rotation.
 
 Each operation decides, so it is written once, as a generator that yields its steps
 (``_steps.py``, the decision's own vocabulary) and receives their answers. The two managers
-write out the same methods, each a call of the operation and of its runner:
-:class:`KeyManager` answers every step in place, :class:`AsyncKeyManager` awaits it (the
-two clients of httpx are written the same way).
+write out the same methods, each a call of the operation and of its driver
+(``_run/drive.py``): :class:`KeyManager` answers every step in place,
+:class:`AsyncKeyManager` awaits it (the two clients of httpx are written the same way). A
+store's error is raised into the operation where it asked.
 """
 
 from __future__ import annotations
@@ -32,10 +33,9 @@ import functools
 import logging
 from collections.abc import Callable, Generator, Iterable, Sequence
 from datetime import UTC, date, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, Final, Never, TypeVar
 
 from keyturn import _token
-from keyturn._calls import caller_for, is_async
 from keyturn._decision import reach_question
 from keyturn._hashing import hash_secret
 from keyturn._lifecycle import (
@@ -58,6 +58,8 @@ from keyturn._model import (
     Status,
     utc_now,
 )
+from keyturn._run.capabilities import Capabilities, capabilities
+from keyturn._run.drive import Conduct, drive, drive_async
 from keyturn._steps import (
     MEMBERSHIP,
     STORE,
@@ -78,7 +80,7 @@ from keyturn._steps import (
     UnrevokedKeys,
     UsageOf,
 )
-from keyturn.activity import LIBRARY, PAGE, Action, By, KeyEvent, new_event, require
+from keyturn.activity import LIBRARY, PAGE, Action, By, KeyEvent, new_event
 from keyturn.errors import (
     DuplicateKey,
     KeyAlreadyReplaced,
@@ -101,6 +103,7 @@ log = logging.getLogger("keyturn.activity")
 T = TypeVar("T")
 
 _Op = Generator[Step, Any, T]
+_RAISED: Final[Conduct[Never]] = Conduct()  # a store's error is raised where it asked
 
 
 class _Operations:
@@ -108,8 +111,17 @@ class _Operations:
 
     def __init__(self, store: Any, membership: Any, clock: Clock) -> None:
         self.clock = clock
+        # What each can do, read once: the notifier and the console read the store's.
+        self.store_capabilities = capabilities(store)
+        self._membership_capabilities = capabilities(membership)
         # Indexed by Step.via: MEMBERSHIP, STORE. No deadline: a console waits for its store.
-        self._callers = (caller_for(membership, "get_role"), caller_for(store, "add_key"))
+        self._callers = (
+            self._membership_capabilities.caller(),
+            self.store_capabilities.caller(),
+        )
+
+    def _named(self) -> tuple[tuple[str, Capabilities], ...]:
+        return (("store", self.store_capabilities), ("membership", self._membership_capabilities))
 
     @property
     def store(self) -> Any:
@@ -283,7 +295,7 @@ class _Operations:
     def _activity(self, account_id: str, limit: int) -> _Op[list[KeyEvent]]:
         """The operation behind :meth:`KeyManager.activity`."""
         account_id = _account(account_id)
-        require(self.store, "KeyManager.activity")
+        self.store_capabilities.require_record("KeyManager.activity")
         if not isinstance(limit, int) or limit < 1:
             raise ValueError(f"limit must be a positive int, got {limit!r}")
         events: list[KeyEvent] = yield EventsOf(account_id, limit)
@@ -294,7 +306,7 @@ class _Operations:
     ) -> _Op[None]:
         """Append the action to the record, if the store keeps one. It is done: a record
         that fails is logged, never raised, so a new key's secret is never lost to it."""
-        if not hasattr(self.store, "record_event"):
+        if not self.store_capabilities.has("record_event"):
             return
         event = new_event(key, action, self._now(), by or LIBRARY, detail=detail)
         try:
@@ -389,19 +401,16 @@ class KeyManager(_Operations):
     def __init__(
         self, store: KeyStore, membership: MembershipProvider, *, clock: Clock = utc_now
     ) -> None:
+        super().__init__(store, membership, clock)
         # Called synchronously, an async store's answer would be a coroutine never awaited:
         # a secret returned for a key never stored, a truthy membership answer.
-        for name, obj, methods in (
-            ("store", store, ("get_key", "add_key", "keys_of", "revoke_key")),
-            ("membership", membership, ("get_organization", "get_role", "reaches_tenant")),
-        ):
-            if any(is_async(obj, method) for method in methods):
+        for name, can in self._named():
+            if can.is_async:
                 raise TypeError(
-                    f"KeyManager needs a sync {name}, got the async {type(obj).__name__}: "
+                    f"KeyManager needs a sync {name}, got the async {can.name}: "
                     "use AsyncKeyManager, or the sync twin (PostgresDatabase rather than "
                     "AsyncPostgresDatabase)"
                 )
-        super().__init__(store, membership, clock)
 
     def create(
         self,
@@ -502,17 +511,7 @@ class KeyManager(_Operations):
 
     def _run(self, flow: _Op[T]) -> T:
         """Answer each step of *flow* in place; a store's error is raised where it asked."""
-        answer: Any = None
-        error: Exception | None = None
-        while True:
-            try:
-                step = flow.send(answer) if error is None else flow.throw(error)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-            try:
-                answer, error = self._callers[step.via].call(step, None), None
-            except Exception as exc:
-                answer, error = None, exc
+        return drive(flow, self._callers, _RAISED, None)
 
 
 class AsyncKeyManager(_Operations):
@@ -527,16 +526,13 @@ class AsyncKeyManager(_Operations):
         *,
         clock: Clock = utc_now,
     ) -> None:
-        for name, obj, method in (
-            ("store", store, "add_key"),
-            ("membership", membership, "get_role"),
-        ):
-            if not is_async(obj, method):
+        super().__init__(store, membership, clock)
+        for name, can in self._named():
+            if not can.is_async:
                 raise TypeError(
-                    f"AsyncKeyManager needs an async {name}, got {type(obj).__name__}: "
+                    f"AsyncKeyManager needs an async {name}, got {can.name}: "
                     "use KeyManager for a sync one"
                 )
-        super().__init__(store, membership, clock)
 
     async def create(
         self,
@@ -597,17 +593,7 @@ class AsyncKeyManager(_Operations):
 
     async def _run(self, flow: _Op[T]) -> T:
         """:meth:`KeyManager._run` with each step awaited."""
-        answer: Any = None
-        error: Exception | None = None
-        while True:
-            try:
-                step = flow.send(answer) if error is None else flow.throw(error)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-            try:
-                answer, error = await self._callers[step.via].call_async(step, None), None
-            except Exception as exc:
-                answer, error = None, exc
+        return await drive_async(flow, self._callers, _RAISED, None)
 
 
 def _account(account_id: object) -> str:

@@ -40,7 +40,6 @@ event returning extra attributes.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping
 from typing import Final
 
@@ -53,6 +52,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     ) from exc
 
 from keyturn import _hashing
+from keyturn._run.capabilities import is_coroutine_function
 from keyturn.authenticator import AuditEvent, AuditHook
 from keyturn.errors import Reason
 
@@ -107,7 +107,7 @@ class MetricsAudit:
         then: AuditHook | None = None,
         attributes: Callable[[AuditEvent], Attributes] | None = None,
     ) -> None:
-        if inspect.iscoroutinefunction(then):
+        if is_coroutine_function(then):
             raise TypeError("then must be a plain function: audit hooks are called synchronously")
         self.meter = meter if meter is not None else metrics.get_meter("keyturn")
         self.then = then

@@ -61,12 +61,17 @@ from fnmatch import fnmatchcase
 from typing import Any, Final
 from wsgiref.types import WSGIEnvironment
 
-from keyturn._calls import Caller, caller_for
 from keyturn._decision import AuthRequest, credential
 from keyturn._leak import Finder, record_leak
 from keyturn._model import Principal
 from keyturn._payload import BodyScanner
-from keyturn._steps import STORE, Step, WrongAnswer
+from keyturn._run.capabilities import Caller
+from keyturn._run.drive import Conduct, drive, drive_async
+from keyturn._steps import (
+    STORE,
+    Step,
+    WrongAnswer,
+)
 from keyturn._token import ParsedToken
 from keyturn._web import (
     ASGIScope,
@@ -147,20 +152,16 @@ class PayloadGuard:
         """A copy of this guard bound to *authenticator*'s store, once the store
         can record leaks (said at startup, by the middleware). *route*: the prefix the
         middleware guards, the place a leak is recorded at."""
-        missing = [
-            name
-            for name in ("get_key", "report_leak") + (("revoke_key",) if self.revoke else ())
-            if not callable(getattr(authenticator.store, name, None))
-        ]
+        can = authenticator.store_capabilities
+        missing = can.missing(("get_key", "report_leak") + (("revoke_key",) if self.revoke else ()))
         if missing:
             raise TypeError(
                 f"the payload guard records leaks in the key store, which lacks "
                 f"{', '.join(missing)} (every store keyturn ships has them)"
             )
         bound = copy.copy(self)
-        store = authenticator.store
-        bound._callers = {STORE: caller_for(store, "get_key")}
-        bound._records_events = hasattr(store, "record_event")
+        bound._callers = {STORE: can.caller()}
+        bound._records_events = can.has("record_event")
         bound._route = route
         return bound
 
@@ -351,7 +352,7 @@ class PayloadGuard:
             principal=principal,
         )
 
-    # --- recording: a flow of questions, and a sync and an async driver ----------------------
+    # --- recording: a flow of questions, driven sync or async ----------------------------------
 
     def _source(self, method: str) -> str:
         """Where a key was found, as recorded on it and named in its creator's notice: the
@@ -389,19 +390,7 @@ class PayloadGuard:
         flow = self._leaks(
             scanner.keys, self._source(method), _loggable(method, path), authenticator
         )
-        deadline = _deadline(authenticator)
-        answer: Any = None
-        try:
-            while True:
-                step = flow.send(answer)
-                try:
-                    answer = self._callers[step.via].call(step, deadline)
-                except Exception as exc:  # the refusal stands; the leak is not recorded
-                    flow.close()
-                    _failed(step, exc)
-                    return
-        except StopIteration:
-            return
+        drive(flow, self._callers, _RECORDING, _deadline(authenticator))
 
     async def _record_async(
         self, scanner: BodyScanner, method: str, path: str, authenticator: Authenticator
@@ -409,19 +398,7 @@ class PayloadGuard:
         flow = self._leaks(
             scanner.keys, self._source(method), _loggable(method, path), authenticator
         )
-        deadline = _deadline(authenticator)
-        answer: Any = None
-        try:
-            while True:
-                step = flow.send(answer)
-                try:
-                    answer = await self._callers[step.via].call_async(step, deadline)
-                except Exception as exc:  # the refusal stands; the leak is not recorded
-                    flow.close()
-                    _failed(step, exc)
-                    return
-        except StopIteration:
-            return
+        await drive_async(flow, self._callers, _RECORDING, _deadline(authenticator))
 
 
 def _deadline(authenticator: Authenticator) -> float | None:
@@ -439,6 +416,10 @@ def _failed(step: Step, exc: Exception) -> None:
         type(exc).__name__,
         detail,
     )
+
+
+# A failed step: the refusal stands, the leak is not recorded (said in the log).
+_RECORDING: Final[Conduct[None]] = Conduct(fail=_failed)
 
 
 def _loggable(method: str, path: str) -> str:

@@ -23,7 +23,7 @@ import pytest
 
 from keyturn import Authenticator, AuthRequest, KeyManager, Organization, Principal, Scope
 from keyturn._model import ApiKey
-from keyturn._shortcuts import Shortcuts, shortcuts
+from keyturn._run.capabilities import Shortcuts, shortcuts
 from keyturn.stores._async import AsyncSQLKeyStore, AsyncSQLMembership
 from keyturn.stores._sync import SQLKeyStore, SQLMembership
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership

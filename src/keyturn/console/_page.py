@@ -262,7 +262,7 @@ class Console:
             self._ask = lambda flow: anyio.from_thread.run(manager._run, flow)
         # The usage charts, from a store that keeps counts (keyturn.protocols.UsageStore).
         self._usage_of: Callable[[str, date], Sequence[DailyUsage]] | None = None
-        if callable(getattr(manager.store, "usage_of", None)):
+        if manager.store_capabilities.has("usage_of"):
             self._usage_of = self._usage_rows
         self.signed_in = signed_in
         self.sign_in_url = sign_in_url

@@ -18,6 +18,7 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
+from keyturn._run.capabilities import is_coroutine_function
 from keyturn._web import (
     PRINCIPAL_KEY,
     ASGIScope,
@@ -107,7 +108,7 @@ async def _visit(edge: ConsoleASGI, request: Request, path: str, body: Body) -> 
 async def _ask(host: Callable[[Request], Any], request: Request) -> Any:
     """A host function's answer: a coroutine function awaited, a plain one (it may read a
     database) run off the event loop."""
-    if inspect.iscoroutinefunction(host):
+    if is_coroutine_function(host):
         return await host(request)
     answer = await run_in_threadpool(host, request)
     return await answer if inspect.isawaitable(answer) else answer

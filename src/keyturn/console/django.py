@@ -35,8 +35,6 @@ ASGI handler, so the manager's pool lives on one event loop.
 
 from __future__ import annotations
 
-import inspect
-
 try:
     import anyio.to_thread
     from asgiref.sync import sync_to_async
@@ -49,6 +47,7 @@ except ImportError as exc:
         "keyturn.console.django needs Django: pip install 'keyturn[console,django]'"
     ) from exc
 
+from keyturn._run.capabilities import is_coroutine_function
 from keyturn._web import PRINCIPAL_KEY, Body, read_django_body
 from keyturn.console._page import Console
 from keyturn.console._visit import MAX_FORM_BYTES, ConsoleSetupError, Page, Visit, fields
@@ -90,7 +89,7 @@ def console_urls(console: Console) -> tuple[list[URLPattern], str]:
     if not isinstance(console, Console):
         raise ConsoleSetupError(f"console must be a keyturn Console, got {type(console).__name__}")
     hooks = (console.signed_in, console.current_organization, console.recently_authenticated)
-    if any(inspect.iscoroutinefunction(hook) for hook in hooks):
+    if any(is_coroutine_function(hook) for hook in hooks):
         raise ConsoleSetupError(
             "the Django edge calls signed_in, current_organization and recently_authenticated "
             "as plain functions (Django's request.user is read in Django's own thread): pass "

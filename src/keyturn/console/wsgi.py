@@ -9,13 +9,13 @@ only: a WSGI server has no event loop for an async one.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Iterable
 from http import HTTPStatus
 from typing import TYPE_CHECKING
 
 from werkzeug.wrappers import Request
 
+from keyturn._run.capabilities import is_coroutine_function
 from keyturn._web import PRINCIPAL_KEY, Body, read_wsgi_body
 from keyturn.console._visit import (
     HEADERS,
@@ -44,7 +44,7 @@ class ConsoleWSGI:
                 "with console.asgi(), or give it a KeyManager"
             )
         hooks = (console.signed_in, console.current_organization, console.recently_authenticated)
-        if any(inspect.iscoroutinefunction(hook) for hook in hooks):
+        if any(is_coroutine_function(hook) for hook in hooks):
             raise ConsoleSetupError(
                 "a WSGI server has no event loop to await signed_in, current_organization or "
                 "recently_authenticated: pass plain functions, or serve this console with "

@@ -41,7 +41,7 @@ from typing import Any, Final
 
 import attrs
 
-from keyturn.activity import LIBRARY, Action, By, KeyEvent, new_event, require
+from keyturn.activity import LIBRARY, Action, By, KeyEvent, new_event
 from keyturn.errors import DeliveryFailed, WebhookRejected
 from keyturn.manager import KeyManager
 from keyturn.notices._compose import Due, Notice, NoticeKind, due
@@ -115,10 +115,9 @@ class Notifier:
             raise TypeError(
                 f"manager must be a keyturn.KeyManager (a sync one), got {type(manager).__name__}"
             )
-        require(manager.store, "a Notifier")
-        for name in ("unrevoked_keys", "claim_notice", "release_notice", "leaked_keys"):
-            if not hasattr(manager.store, name):
-                require(object(), f"a Notifier (the store has no {name})")
+        manager.store_capabilities.require_record(
+            "a Notifier", also=("unrevoked_keys", "claim_notice", "release_notice", "leaked_keys")
+        )
         if not callable(deliver) or not callable(address_of):
             raise TypeError("deliver and address_of must be functions")
         if not isinstance(console_url, str) or not console_url.startswith(("https://", "http://")):

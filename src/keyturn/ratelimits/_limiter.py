@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import inspect
 import logging
 import math
 import threading
@@ -38,6 +37,7 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 import attrs
 
 from keyturn._fork import renew_in_child
+from keyturn._run.capabilities import is_coroutine_function
 from keyturn.ratelimits._counts import ROUNDING, Grant, RateEngine, weight_at
 from keyturn.ratelimits.inprocess import InProcessEngine
 
@@ -268,7 +268,7 @@ class RateLimiter:
     ) -> None:
         if limits is not None and not isinstance(limits, RateLimits) and not callable(limits):
             raise TypeError("limits must be a RateLimits, a function of the principal, or None")
-        if inspect.iscoroutinefunction(limits):
+        if is_coroutine_function(limits):
             raise TypeError("limits must be a plain function: it runs on every request")
         if not isinstance(faults, FaultPolicy):
             raise TypeError("faults must be FaultPolicy.OPEN or FaultPolicy.CLOSED")
