@@ -47,11 +47,11 @@ __all__ = [
 
 # Hashing functions counted besides argon2's own, as (module, attribute), each with the
 # arguments of one call for measuring its cost; missing ones are skipped.
-HASHERS: Final = (("keyturn._hashing", "check_secret"),)
+HASHERS: Final = (("keyturn._core.hashing", "check_secret"),)
 _SAMPLE_SECRET: Final = "a" * 28  # the length of a key's secret
 _CALIBRATION_CALLS: Final = 20_000
 # Classes whose clear() empties a cache whole, as (module, class); missing ones skipped.
-CLEARS: Final = (("keyturn._hashing", "VerifiedTokenCache"),)
+CLEARS: Final = (("keyturn._core.hashing", "VerifiedTokenCache"),)
 
 
 @dataclass
@@ -142,7 +142,7 @@ def _counted(counts: Counts, function: Callable[..., Any]) -> Callable[..., Any]
 
 def _cost_of(check: Callable[[str, str], object]) -> float:
     """CPU nanoseconds of one call of *check* on a SHA-256 hash and a key-sized secret."""
-    from keyturn._hashing import hash_secret
+    from keyturn._core.hashing import hash_secret
 
     stored = hash_secret(_SAMPLE_SECRET)
     start = time.thread_time_ns()

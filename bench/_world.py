@@ -13,8 +13,9 @@ from typing import Any, Final
 
 from argon2 import PasswordHasher, Type
 
-from keyturn import ApiKey, KeyManager, Scope, _token
-from keyturn._hashing import hash_secret
+from keyturn import ApiKey, KeyManager, Scope
+from keyturn._core import token as _token
+from keyturn._core.hashing import hash_secret
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 
 __all__ = [

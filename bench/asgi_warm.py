@@ -16,7 +16,7 @@ from typing import Any, Final
 from bench._apps import asgi_batch, asgi_call
 from bench._core import Batch, Paired, Report, Settings, Table, Target, paired, times, us
 from bench._variants import LABELS, Variant, base_of, build, world
-from keyturn import _hashing
+from keyturn._core import hashing as _hashing
 
 __all__ = ["check", "measure", "overhead_table", "run", "timed"]
 

@@ -129,7 +129,7 @@ def pieces() -> tuple[dict[str, Loop], list[str], Callable[[], None]]:
     )
 
     def decision() -> Loop:
-        decide = _internal("keyturn._decision", "decide")
+        decide = _internal("keyturn._core.decision", "decide")
         store, membership = authenticator.store, authenticator.membership
         clock, rules = authenticator.clock, authenticator.rules
         targets = (membership, store)  # indexed by Step.via
@@ -149,7 +149,7 @@ def pieces() -> tuple[dict[str, Loop], list[str], Callable[[], None]]:
     add("decide() driven inline (no driver, no _finish)", decision)
 
     def bearer() -> Loop:
-        parse = _internal("keyturn._decision", "bearer_token")
+        parse = _internal("keyturn._core.decision", "bearer_token")
         return _repeat(lambda: parse(request.authorization))
 
     add("bearer_token", bearer)
@@ -158,8 +158,8 @@ def pieces() -> tuple[dict[str, Loop], list[str], Callable[[], None]]:
         lambda: _repeat(lambda: authenticator.memo.recall(request)),
     )
 
-    check_secret = _internal("keyturn._hashing", "check_secret")
-    token_key_id, token_secret = _internal("keyturn._token", "split")(token)
+    check_secret = _internal("keyturn._core.hashing", "check_secret")
+    token_key_id, token_secret = _internal("keyturn._core.token", "split")(token)
     stored: Any = authenticator.store.get_key(token_key_id)  # the memory store: sync
     add(
         "check_secret (one SHA-256, constant-time comparison)",
@@ -167,8 +167,8 @@ def pieces() -> tuple[dict[str, Loop], list[str], Callable[[], None]]:
     )
     add("clock (datetime.now(UTC))", lambda: _repeat(authenticator.clock))
     prefix, id_length = (
-        _internal("keyturn._token", "PREFIX"),
-        _internal("keyturn._token", "ID_LENGTH"),
+        _internal("keyturn._core.token", "PREFIX"),
+        _internal("keyturn._core.token", "ID_LENGTH"),
     )
     key_id = token[len(prefix) : len(prefix) + id_length]
     store: Any = authenticator.store  # the memory store and membership: sync
@@ -181,7 +181,7 @@ def pieces() -> tuple[dict[str, Loop], list[str], Callable[[], None]]:
     )
 
     def status() -> Loop:
-        derive = _internal("keyturn._lifecycle", "derive_status")
+        derive = _internal("keyturn._core.lifecycle", "derive_status")
         now = authenticator.clock()
         return _repeat(lambda: derive(key, now, reaches_scope=True))
 
@@ -189,7 +189,7 @@ def pieces() -> tuple[dict[str, Loop], list[str], Callable[[], None]]:
 
     def organization(values: tuple[str, ...]) -> Callable[[], Loop]:
         def make() -> Loop:
-            header = _internal("keyturn._decision", "organization_header")
+            header = _internal("keyturn._core.decision", "organization_header")
             pattern = authenticator.rules.organization_pattern
             return _repeat(lambda: header(values, pattern))
 
@@ -200,7 +200,7 @@ def pieces() -> tuple[dict[str, Loop], list[str], Callable[[], None]]:
     principal = authenticator.authenticate(request)
 
     def police() -> Loop:
-        run = _internal("keyturn._decision", "police")
+        run = _internal("keyturn._core.decision", "police")
         rules = authenticator.rules
         return _repeat(lambda: run(principal, (), request.method, request.path, rules))
 

@@ -5,7 +5,7 @@ read and one hash, and runs no argon2; nothing is cached, nothing waits on a poo
 made before SHA-256 holds an argon2id hash: its first request runs argon2 once and replaces
 the hash, its next ones none, and concurrent first requests with it share that one run
 (through the ASGI middleware, ``asyncio.gather``, and the WSGI middleware, threads). Argon2
-runs are counted (``keyturn._hashing.legacy_verifications``), not inferred from times.
+runs are counted (``keyturn._core.hashing.legacy_verifications``), not inferred from times.
 """
 
 from __future__ import annotations
@@ -32,7 +32,9 @@ from bench._apps import (
 )
 from bench._core import Report, Settings, Table, us
 from bench._world import legacy_key, memory_world, new_key
-from keyturn import Authenticator, AuthRequest, Principal, _hashing, _token
+from keyturn import Authenticator, AuthRequest, Principal
+from keyturn._core import hashing as _hashing
+from keyturn._core import token as _token
 from keyturn.asgi import ApiKeyMiddleware
 from keyturn.wsgi import ApiKeyMiddleware as WSGIApiKeyMiddleware
 

@@ -36,8 +36,9 @@ from bench._apps import Message
 from bench._core import Batch, Report, Settings, Table, paired, us
 from bench._world import memory_world, new_key
 from bench.instructions import callgrind, valgrind_missing
-from keyturn import Authenticator, _hashing
-from keyturn._payload import BodyScanner
+from keyturn import Authenticator
+from keyturn._core import hashing as _hashing
+from keyturn._core.scanner import BodyScanner
 from keyturn.asgi import ApiKeyMiddleware as AsgiMiddleware
 from keyturn.payload import PayloadGuard
 from keyturn.wsgi import ApiKeyMiddleware as WsgiMiddleware

@@ -28,7 +28,8 @@ from bench._world import (
     unknown_token,
     wrong_secret,
 )
-from keyturn import Authenticator, AuthRequest, Principal, Refusal, _hashing
+from keyturn import Authenticator, AuthRequest, Principal, Refusal
+from keyturn._core import hashing as _hashing
 from keyturn.asgi import ApiKeyMiddleware
 
 __all__ = ["run"]

@@ -65,7 +65,7 @@ from bench._apps import MODELS
 from bench._core import Report, Settings, Table, Target
 from bench._databases import postgres_schema, postgres_unavailable
 from bench._world import FakeKeys, fake_keys, fake_records, key_ids
-from keyturn import _token
+from keyturn._core import token as _token
 
 __all__ = ["PROFILES", "Profile", "lru_misses", "run", "zipf_trace"]
 

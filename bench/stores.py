@@ -46,7 +46,7 @@ from bench._core import Batch, Report, Settings, Table, Target, paired, run_modu
 from bench._databases import postgres_schema, postgres_unavailable
 from bench._world import memory_world, seed
 from keyturn import Authenticator, AuthRequest, Principal
-from keyturn._token import split
+from keyturn._core.token import split
 
 __all__ = ["async_batch", "counting_classes", "run", "sync_batch"]
 

@@ -13,7 +13,7 @@ from bench._apps import wsgi_batch, wsgi_call
 from bench._core import Batch, Report, Settings, Target, paired, us
 from bench._variants import LABELS, build, world
 from bench.asgi_warm import check, timed
-from keyturn import _hashing
+from keyturn._core import hashing as _hashing
 
 __all__ = ["measure", "run"]
 

@@ -10,7 +10,7 @@ from typing import Final
 
 from argon2 import PasswordHasher, Type
 
-from keyturn import _hashing
+from keyturn._core import hashing as _hashing
 
 __all__ = ["OLD_PROFILE", "legacy_hash", "legacy_runs"]
 

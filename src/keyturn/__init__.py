@@ -4,9 +4,9 @@ Importing this package pulls in no web framework: the middleware lives in
 :mod:`keyturn.asgi` and :mod:`keyturn.wsgi`, the stores in :mod:`keyturn.stores`.
 """
 
-from keyturn._decision import AuthRequest, Policy
-from keyturn._lifecycle import custom_date_bounds, expiry_for
-from keyturn._model import (
+from keyturn._core.decision import AuthRequest, Policy
+from keyturn._core.lifecycle import custom_date_bounds, expiry_for
+from keyturn._core.model import (
     ApiKey,
     Clock,
     CreatedKey,
@@ -21,7 +21,7 @@ from keyturn._model import (
     ScopeKind,
     Status,
 )
-from keyturn._token import SecretInfo, describe_secret
+from keyturn._core.token import SecretInfo, describe_secret
 from keyturn.authenticator import AuditEvent, AuditHook, Authenticator
 from keyturn.errors import (
     Conflict,

@@ -1,7 +1,7 @@
 """What keyturn's web edges share: options, header names, rendering, and the plumbing.
 
-Nothing here decides whether a request passes (that is ``_decision.py``) or which requests
-are guarded (``_target.py``): this module holds the one header vocabulary of the adapters,
+Nothing here decides whether a request passes (that is ``_core/decision.py``) or which requests
+are guarded (``_core/target.py``): this module holds the one header vocabulary of the adapters,
 checks their options once, renders a refusal identically for each (once per distinct
 refusal, not per request), and reads back the principal an adapter stored for the app.
 
@@ -23,9 +23,9 @@ from http import HTTPStatus
 from typing import Any, Final, NamedTuple
 from wsgiref.types import WSGIEnvironment
 
-from keyturn._decision import AuthRequest
-from keyturn._model import Principal
-from keyturn._target import Paths, PublicPaths, Unreadable, below
+from keyturn._core.decision import AuthRequest
+from keyturn._core.model import Principal
+from keyturn._core.target import Paths, PublicPaths, Unreadable, below
 from keyturn.authenticator import Authenticator
 from keyturn.errors import MissingPrincipal, Refusal
 
@@ -245,7 +245,7 @@ def unreadable(
     authenticator: Authenticator, why: Unreadable, method: str, root: str, path: str
 ) -> Refusal:
     """The decision's 400 for a target routers may read as different paths under the prefix
-    (:meth:`~keyturn._target.Unreadable.refusal`), logged and audited as the decision's
+    (:meth:`~keyturn._core.target.Unreadable.refusal`), logged and audited as the decision's
     other refusals are, with the target as sent.
     """
     return authenticator.record(AuthRequest((), (), method.upper(), root + path), why.refusal())

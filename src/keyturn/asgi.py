@@ -37,7 +37,7 @@ What it does, precisely:
 -   Which paths: every path under *prefix* (default ``/managed-agents/v1/``), and the
     prefix without its trailing slash, so a missing slash never opens the API. Paths
     listed in *public_paths* (or for which it returns true, if it is a function) are not
-    authenticated. The target is read the way any router might (``_target.py``): a
+    authenticated. The target is read the way any router might (``_core/target.py``): a
     request is guarded when its full path (``root_path`` included) or the path the app
     routes on is under the prefix once read canonically (absolute form dropped, slashes
     collapsed, dot segments resolved, escapes decoded). A path that routers may read as
@@ -93,9 +93,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
-from keyturn._decision import AuthRequest
-from keyturn._model import Principal
-from keyturn._target import Paths, PublicPaths, Unreadable
+from keyturn._core.decision import AuthRequest
+from keyturn._core.model import Principal
+from keyturn._core.target import Paths, PublicPaths, Unreadable
 from keyturn._web import (
     AUTHORIZATION_HEADER,
     DEFAULT_PREFIX,

@@ -1,7 +1,7 @@
 """The :class:`Authenticator`: runs the decision against your store and provider.
 
 It holds what lives as long as the process (the memo, the rules, the usage recorder) and
-two drivers for the one decision in ``_decision.py``: :meth:`~Authenticator.authenticate`
+two drivers for the one decision in ``_core/decision.py``: :meth:`~Authenticator.authenticate`
 (sync, for WSGI and scripts) and :meth:`~Authenticator.authenticate_async` (for ASGI).
 Neither driver decides anything: each is a loop that sends the decision the answers to its
 steps (``_run/drive.py``). *How* a step is answered is chosen once, at construction, from
@@ -13,7 +13,7 @@ what the store and the provider can do (``_run/capabilities.py``): one caller ea
   the timeout must be enforced for it (it does not say ``enforces_timeout = True``).
 
 A secret is checked in the decision itself, with one SHA-256 (D2): no thread, no cache of
-verified tokens. A request the memo can answer (``_memo.py``: the decision's last answer for
+verified tokens. A request the memo can answer (``_run/memo.py``: the decision's last answer for
 it, while every input it read is unchanged) runs no loop at all; only the policy runs anew.
 ``timeout`` is a deadline per request: the store and provider together must answer within
 that many seconds, or the request gets 503; a failing one gets 503 too (D15), never 401.
@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
-from keyturn._decision import (
+from keyturn._core.decision import (
     DEFAULT_ORGANIZATION_PATTERN,
     AuthRequest,
     Policy,
@@ -50,13 +50,13 @@ from keyturn._decision import (
     police,
     unavailable,
 )
-from keyturn._fork import renew_in_child
-from keyturn._memo import Memo, Ticket
-from keyturn._model import Clock, Principal, utc_now
+from keyturn._core.fork import renew_in_child
+from keyturn._core.model import Clock, Principal, utc_now
+from keyturn._core.steps import Step, WrongAnswer
 from keyturn._run.capabilities import Capabilities, InPlace, capabilities, is_async_hook, shortcuts
 from keyturn._run.drive import Conduct, drive, drive_async
-from keyturn._steps import Step, WrongAnswer
-from keyturn._usage import UsageRecorder
+from keyturn._run.memo import Memo, Ticket
+from keyturn._run.usage import UsageRecorder
 from keyturn.errors import RateLimited, Reason, Refusal, ServiceUnavailable, loggable
 from keyturn.protocols import AsyncKeyStore, AsyncMembershipProvider, KeyStore, MembershipProvider
 

@@ -49,8 +49,8 @@ try:
 except ImportError as exc:
     raise ImportError("keyturn.client needs httpx: pip install 'keyturn[client]'") from exc
 
-from keyturn import _token
-from keyturn._fork import renew_in_child
+from keyturn._core import token as _token
+from keyturn._core.fork import renew_in_child
 from keyturn.errors import InvalidCredentials, KeyExpiryWarning, Reason
 
 __all__ = ["ApiKeyAuth", "InvalidCredentials", "KeyExpiryWarning"]

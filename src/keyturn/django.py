@@ -64,9 +64,9 @@ try:
 except ImportError as exc:
     raise ImportError("keyturn.django needs Django: pip install 'keyturn[django]'") from exc
 
-from keyturn._decision import AuthRequest
-from keyturn._model import Principal
-from keyturn._target import Paths, Unreadable
+from keyturn._core.decision import AuthRequest
+from keyturn._core.model import Principal
+from keyturn._core.target import Paths, Unreadable
 from keyturn._web import (
     DEFAULT_PREFIX,
     DEFAULT_REALM,

@@ -115,7 +115,7 @@ class KeyturnError(Exception):
 
 
 class Asked(Protocol):
-    """A question put to a store or provider (``keyturn._steps.Step``), typed by what
+    """A question put to a store or provider (``keyturn._core.steps.Step``), typed by what
     :class:`WrongAnswer` reads of it."""
 
     @property

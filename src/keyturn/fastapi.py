@@ -52,8 +52,8 @@ try:
 except ImportError as exc:
     raise ImportError("keyturn.fastapi needs FastAPI: pip install 'keyturn[fastapi]'") from exc
 
-from keyturn._decision import DEFAULT_ORGANIZATION_PATTERN
-from keyturn._model import Principal
+from keyturn._core.decision import DEFAULT_ORGANIZATION_PATTERN
+from keyturn._core.model import Principal
 from keyturn._web import principal_in
 
 __all__ = ["ERROR_RESPONSES", "Caller", "api_key", "current_principal", "document"]

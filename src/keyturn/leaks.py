@@ -64,13 +64,13 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
         "keyturn.leaks needs the cryptography library: pip install 'keyturn[leaks]'"
     ) from exc
 
-from keyturn import _token
-from keyturn._decision import credential
-from keyturn._leak import Finder, record_leak
-from keyturn._model import ApiKey, Scope
+from keyturn._core import token as _token
+from keyturn._core.decision import credential
+from keyturn._core.leak import Finder, record_leak
+from keyturn._core.model import ApiKey, Scope
+from keyturn._core.steps import CALLBACK, STORE, NotifyLeak, PublicKeyOf, Step, WrongAnswer
 from keyturn._run.capabilities import Blocking, capabilities, is_coroutine_function
 from keyturn._run.drive import Conduct, drive, drive_async
-from keyturn._steps import CALLBACK, STORE, NotifyLeak, PublicKeyOf, Step, WrongAnswer
 from keyturn._web import (
     DEFAULT_PREFIX,
     ASGIApp,
@@ -188,7 +188,7 @@ def _load(pem: str | bytes) -> ec.EllipticCurvePublicKey:
     return key
 
 
-# --- the flow decides: a generator of steps, like keyturn._decision ----------------------------
+# --- the flow decides: a generator of steps, like keyturn._core.decision ---------------------
 
 
 _Flow = Generator[Step, Any, Response]

@@ -19,7 +19,7 @@ store's usage write (``KeyStore.mark_used``, by the rule ``_lifecycle.revoked_by
 never on a request's path. A store that drops the link is refused at rotation.
 
 Each operation decides, so it is written once, as a generator that yields its steps
-(``_steps.py``, the decision's own vocabulary) and receives their answers. The two managers
+(``_core/steps.py``, the decision's own vocabulary) and receives their answers. The two managers
 write out the same methods, each a call of the operation and of its driver
 (``_run/drive.py``): :class:`KeyManager` answers every step in place,
 :class:`AsyncKeyManager` awaits it (the two clients of httpx are written the same way). A
@@ -35,17 +35,18 @@ from collections.abc import Callable, Generator, Iterable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, Final, Never, TypeVar
 
-from keyturn import _token
-from keyturn._decision import reach_question
-from keyturn._hashing import hash_secret
-from keyturn._lifecycle import (
+from keyturn._core import token as _token
+from keyturn._core.decision import reach_question
+from keyturn._core.events import LIBRARY, Action, By, KeyEvent, new_event
+from keyturn._core.hashing import hash_secret
+from keyturn._core.lifecycle import (
     DEFAULT_LIFETIME,
     MAX_LIFETIME,
     derive_status,
     expiry_for,
     validate_name,
 )
-from keyturn._model import (
+from keyturn._core.model import (
     ApiKey,
     Clock,
     CreatedKey,
@@ -58,9 +59,7 @@ from keyturn._model import (
     Status,
     utc_now,
 )
-from keyturn._run.capabilities import Capabilities, capabilities
-from keyturn._run.drive import Conduct, drive, drive_async
-from keyturn._steps import (
+from keyturn._core.steps import (
     MEMBERSHIP,
     STORE,
     AddKey,
@@ -80,7 +79,9 @@ from keyturn._steps import (
     UnrevokedKeys,
     UsageOf,
 )
-from keyturn.activity import LIBRARY, PAGE, Action, By, KeyEvent, new_event
+from keyturn._run.capabilities import Capabilities, capabilities
+from keyturn._run.drive import Conduct, drive, drive_async
+from keyturn.activity import PAGE
 from keyturn.errors import (
     DuplicateKey,
     KeyAlreadyReplaced,

@@ -51,7 +51,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
         "keyturn.metrics needs the OpenTelemetry API: pip install 'keyturn[otel]'"
     ) from exc
 
-from keyturn import _hashing
+from keyturn._core import hashing as _hashing
 from keyturn._run.capabilities import is_coroutine_function
 from keyturn.authenticator import AuditEvent, AuditHook
 from keyturn.errors import Reason

@@ -31,7 +31,7 @@ What it decides, in order:
 -   What is a key: ``rma_`` and 46 letters and digits whose checksum holds, written plainly
     or with JSON escapes (``\\u0072ma_...``), anywhere in the body, in every encoding a
     JSON parser reads it in: its bytes, UTF-16 or UTF-32 as its first bytes say, and its
-    declared ``charset`` (``_payload.py`` says exactly how it reads). A body the guard
+    declared ``charset`` (``_core/scanner.py`` says exactly how it reads). A body the guard
     cannot read as the app may (a ``charset`` no decoder reads, two of them, a WSGI
     ``Content-Length`` that is not plain digits) is refused with 400 ``invalid_request``.
     Keys are refused whether or not they are real: a forged one looks the same to an
@@ -61,18 +61,18 @@ from fnmatch import fnmatchcase
 from typing import Any, Final
 from wsgiref.types import WSGIEnvironment
 
-from keyturn._decision import AuthRequest, credential
-from keyturn._leak import Finder, record_leak
-from keyturn._model import Principal
-from keyturn._payload import BodyScanner
-from keyturn._run.capabilities import Caller
-from keyturn._run.drive import Conduct, drive, drive_async
-from keyturn._steps import (
+from keyturn._core.decision import AuthRequest, credential
+from keyturn._core.leak import Finder, record_leak
+from keyturn._core.model import Principal
+from keyturn._core.scanner import BodyScanner
+from keyturn._core.steps import (
     STORE,
     Step,
     WrongAnswer,
 )
-from keyturn._token import ParsedToken
+from keyturn._core.token import ParsedToken
+from keyturn._run.capabilities import Caller
+from keyturn._run.drive import Conduct, drive, drive_async
 from keyturn._web import (
     ASGIScope,
     Body,

@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from datetime import date, datetime
 from typing import Protocol, runtime_checkable
 
-from keyturn._model import ApiKey, Organization
+from keyturn._core.model import ApiKey, Organization
 from keyturn.activity import KeyEvent
 from keyturn.usage import DailyUsage
 
@@ -81,7 +81,7 @@ class KeyStore(Protocol):
         write and never changes after. If the key has ``revoke_old_on_first_use``,
         the same write also sets ``revoked_at = at`` on the key it ``replaces``, unless that
         one is already revoked or expired at *at*: the creator's choice at rotation (the
-        rule is ``keyturn._lifecycle.revoked_by_use``; the memory store applies it).
+        rule is ``keyturn._core.lifecycle.revoked_by_use``; the memory store applies it).
         """
 
 

@@ -40,7 +40,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from keyturn import _token
+from keyturn._core import token as _token
 
 __all__ = ["RedactKeys", "redact"]
 

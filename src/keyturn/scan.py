@@ -40,7 +40,7 @@ from typing import Final
 
 import attrs
 
-from keyturn import _token
+from keyturn._core import token as _token
 
 __all__ = [
     "CHUNK_BYTES",

@@ -2,7 +2,7 @@
 
 The :class:`~keyturn.Authenticator` counts every request it decides for a key of your store
 in its own process (one dict increment) and adds the counts to the store with its throttled
-``last_used_at`` write (``_usage.py``): no store write per request. keyturn's stores keep
+``last_used_at`` write (``_run/usage.py``): no store write per request. keyturn's stores keep
 them 90 days (:data:`KEPT_DAYS`); the console draws them as a chart per key, and
 ``keyturn keys list`` as a sparkline of the last seven days.
 

@@ -31,7 +31,7 @@ What it does, precisely:
 -   Which paths: every path under *prefix* (default ``/managed-agents/v1/``), and the
     prefix without its trailing slash, so a missing slash never opens the API. Paths
     listed in *public_paths* (or for which it returns true, if it is a function) are not
-    authenticated. The target is read the way any router might (``_target.py``): a
+    authenticated. The target is read the way any router might (``_core/target.py``): a
     request is guarded when ``SCRIPT_NAME + PATH_INFO`` or ``PATH_INFO`` alone is under the
     prefix once read canonically (absolute form dropped, a missing leading slash added,
     slashes collapsed, dot segments resolved, escapes decoded), so neither Werkzeug's
@@ -86,9 +86,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Protocol
 from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
-from keyturn._decision import AuthRequest
-from keyturn._model import Principal
-from keyturn._target import Paths, PublicPaths, Unreadable
+from keyturn._core.decision import AuthRequest
+from keyturn._core.model import Principal
+from keyturn._core.target import Paths, PublicPaths, Unreadable
 from keyturn._web import (
     AUTHORIZATION_HEADER,
     DEFAULT_PREFIX,

@@ -19,7 +19,8 @@ from typing import Any
 
 import attrs
 
-from keyturn import ApiKey, _token
+from keyturn import ApiKey
+from keyturn._core import token as _token
 from keyturn._web import SERVICE_HEADER_NAMES
 from tests.web.web_support import MODELS, Client, Reply
 from tests.world import World

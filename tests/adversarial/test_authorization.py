@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from keyturn import Reason, _token
+from keyturn import Reason
+from keyturn._core import token as _token
 from tests.adversarial.support import (
     SpyStore,
     Target,

@@ -15,7 +15,7 @@ import pytest
 from argon2 import PasswordHasher, Type
 
 from keyturn import AuditEvent, Reason
-from keyturn._hashing import HASH_LIMITS
+from keyturn._core.hashing import HASH_LIMITS
 from tests.adversarial.support import (
     AsyncHangingStore,
     Canary,

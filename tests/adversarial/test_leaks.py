@@ -19,7 +19,7 @@ from keyturn import (
     Principal,
     Scope,
 )
-from keyturn._token import parse
+from keyturn._core.token import parse
 from tests.adversarial.support import SECRET, Canary, Target, bearer
 from tests.web.web_support import MODELS, Reply, admins_only_on_admin
 from tests.world import World

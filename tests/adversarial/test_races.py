@@ -12,7 +12,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from keyturn import _hashing, _token
+from keyturn._core import hashing as _hashing
+from keyturn._core import token as _token
 from tests.adversarial.support import WORKERS, SpyStore, Target, assert_refused, bearer
 from tests.legacy import legacy_hash
 from tests.web.web_support import Reply

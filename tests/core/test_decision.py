@@ -26,9 +26,9 @@ from keyturn import (
     Refusal,
     ServiceUnavailable,
     Unauthorized,
-    _token,
 )
-from keyturn._hashing import hash_secret
+from keyturn._core import token as _token
+from keyturn._core.hashing import hash_secret
 from tests.core.conftest import Decide
 from tests.legacy import legacy_hash, legacy_runs
 from tests.world import MAIN_SCOPE, RESEARCH_SCOPE, TENANT_SCOPE, World, bearer

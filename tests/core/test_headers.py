@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from keyturn import Reason
-from keyturn._decision import DEFAULT_ORGANIZATION_PATTERN, bearer_token, organization_header
+from keyturn._core.decision import DEFAULT_ORGANIZATION_PATTERN, bearer_token, organization_header
 
 PATTERN = re.compile(DEFAULT_ORGANIZATION_PATTERN, re.ASCII)
 TOKEN = "rma_" + "A" * 46

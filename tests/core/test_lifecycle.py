@@ -12,7 +12,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from keyturn import ApiKey, CustomDate, InvalidExpiry, InvalidKeyName, Lifetime, Scope, Status
-from keyturn._lifecycle import custom_date_bounds, derive_status, expiry_for, validate_name
+from keyturn._core.lifecycle import custom_date_bounds, derive_status, expiry_for, validate_name
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 # Zones chosen for their quirks: DST on both hemispheres, midnight inside a DST gap

@@ -19,9 +19,9 @@ from keyturn import (
     ScopeKind,
     ScopeNotReachable,
     Status,
-    _token,
 )
-from keyturn._hashing import check_secret
+from keyturn._core import token as _token
+from keyturn._core.hashing import check_secret
 from tests.world import RESEARCH_SCOPE, TENANT_SCOPE, World
 
 

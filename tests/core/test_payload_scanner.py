@@ -1,4 +1,4 @@
-"""The payload guard's scanner (``keyturn._payload``): which bodies hold a key, read in chunks."""
+"""The payload guard's scanner (``keyturn._core.scanner``): which bodies hold a key."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from keyturn import _token
-from keyturn._payload import MAX_KEYS, BodyScanner, keys_in
+from keyturn._core import token as _token
+from keyturn._core.scanner import MAX_KEYS, BodyScanner, keys_in
 
 # Test fixtures: generated keys, no store knows them.
 KEYS = [_token.generate().token for _ in range(3)]

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from keyturn import _token
+from keyturn._core import token as _token
 from keyturn.cli import main
 from keyturn.scan import (
     CHUNK_BYTES,

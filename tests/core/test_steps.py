@@ -1,6 +1,6 @@
 """The sans-IO core driven by hand: a request and the answers to its steps, in a table.
 
-Each row sends :func:`~keyturn._decision.decide` the answers a store and provider would give,
+Each row sends :func:`~keyturn._core.decision.decide` the answers a store and provider would give,
 with ``send()``, and checks which questions it asked, in order, and what it concluded. No
 driver, no thread: the decision alone (a secret is checked in place, one SHA-256).
 """
@@ -24,11 +24,11 @@ from keyturn import (
     Refusal,
     Scope,
     Unauthorized,
-    _token,
 )
-from keyturn._decision import Rules, decide
-from keyturn._hashing import hash_secret
-from keyturn._steps import UpgradeHash
+from keyturn._core import token as _token
+from keyturn._core.decision import Rules, decide
+from keyturn._core.hashing import hash_secret
+from keyturn._core.steps import UpgradeHash
 from tests.legacy import legacy_hash
 from tests.world import START
 

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from keyturn import Reason, _token
+from keyturn import Reason
+from keyturn._core import token as _token
 
 BODY_ALPHABET = string.ascii_letters + string.digits
 ids = st.text(BODY_ALPHABET, min_size=_token.ID_LENGTH, max_size=_token.ID_LENGTH)

@@ -25,7 +25,7 @@ CAPABILITIES = Path("_run/capabilities.py")
 ALLOWED = {
     ("_web.py", "getattr(error, 'retry_after', None)"): "a refusal's own field",
     ("_web.py", "getattr(error, 'limit_headers', None)"): "a refusal's own field",
-    ("_fork.py", "hasattr(os, 'register_at_fork')"): "the platform",
+    ("_core/fork.py", "hasattr(os, 'register_at_fork')"): "the platform",
     ("scan.py", "getattr(os, 'O_NONBLOCK', 0)"): "the platform",
     ("stores/sqlite.py", "getattr(os, 'O_CLOEXEC', 0)"): "the platform",
     ("stores/sqlite.py", "getattr(exc, 'sqlite_errorname', '')"): "an exception's field",

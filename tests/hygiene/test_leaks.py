@@ -24,17 +24,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from werkzeug.test import Client
 
-from keyturn import (
-    ApiKey,
-    Authenticator,
-    AuthRequest,
-    KeyManager,
-    Leaked,
-    Reason,
-    Scope,
-    Status,
-    _token,
-)
+from keyturn import ApiKey, Authenticator, AuthRequest, KeyManager, Leaked, Reason, Scope, Status
+from keyturn._core import token as _token
 from keyturn.cli import main
 from keyturn.errors import Refusal
 from keyturn.leaks import (

@@ -14,18 +14,10 @@ from hypothesis import strategies as st
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
 
-from keyturn import (
-    ApiKey,
-    AuditEvent,
-    Authenticator,
-    AuthRequest,
-    KeyManager,
-    Principal,
-    Scope,
-    _hashing,
-    _token,
-)
-from keyturn._model import utc_now
+from keyturn import ApiKey, AuditEvent, Authenticator, AuthRequest, KeyManager, Principal, Scope
+from keyturn._core import hashing as _hashing
+from keyturn._core import token as _token
+from keyturn._core.model import utc_now
 from keyturn.metrics import DURATION_BUCKETS, METHODS, MetricsAudit
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 from tests.legacy import legacy_hash

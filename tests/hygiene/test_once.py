@@ -1,8 +1,8 @@
 """Security logic written once: a key's secret is checked, and a leak recorded, in one place.
 
 The decision, the leak responder and the payload guard all check a key as
-:func:`keyturn._decision.credential` does, and the responder and the guard record a leak as
-:func:`keyturn._leak.record_leak` does: a second copy of either would drift. The walk reads
+:func:`keyturn._core.decision.credential` does, and the responder and the guard record a leak as
+:func:`keyturn._core.leak.record_leak` does: a second copy of either would drift. The walk reads
 the source of every module of ``src/keyturn``, and names each call or ``yield`` by the
 innermost function it is written in.
 """
@@ -78,14 +78,14 @@ def test_the_walk_names_the_innermost_function() -> None:
 def test_a_secret_is_compared_in_one_function() -> None:
     """``check_secret`` (the constant-time comparison, and the legacy argon2id path) is
     called from the credential check alone."""
-    assert callers("check_secret") == {"_decision:credential"}
+    assert callers("check_secret") == {"_core.decision:credential"}
 
 
 def test_a_legacy_hash_is_upgraded_in_one_function() -> None:
-    assert yielders("UpgradeHash") == {"_decision:credential"}
+    assert yielders("UpgradeHash") == {"_core.decision:credential"}
 
 
 def test_a_leak_is_recorded_in_one_function() -> None:
     """``ReportLeak`` is yielded by the leak record alone: the leak responder and the payload
     guard both ``yield from`` it."""
-    assert yielders("ReportLeak") == {"_leak:record_leak"}
+    assert yielders("ReportLeak") == {"_core.leak:record_leak"}

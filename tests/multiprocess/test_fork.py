@@ -26,9 +26,10 @@ from typing import Any
 
 import pytest
 
-from keyturn import Authenticator, AuthRequest, KeyManager, Principal, Scope, _hashing, activity
-from keyturn._hashing import check_secret
-from keyturn._usage import UsageRecorder
+from keyturn import Authenticator, AuthRequest, KeyManager, Principal, Scope, activity
+from keyturn._core import hashing as _hashing
+from keyturn._core.hashing import check_secret
+from keyturn._run.usage import UsageRecorder
 from keyturn.client import ApiKeyAuth
 from keyturn.console._forms import FormTokens as _FormTokens
 from keyturn.errors import Reason

@@ -15,7 +15,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from keyturn import _token
+from keyturn._core import token as _token
 from keyturn.redaction import RedactKeys
 
 KEY = _token.generate().token  # a test fixture: no store knows it

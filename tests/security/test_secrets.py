@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from keyturn import KeyManager, Scope
-from keyturn._lifecycle import validate_name
+from keyturn._core.lifecycle import validate_name
 from keyturn.errors import InvalidKeyName
 from keyturn.stores.sqlite import SQLiteDatabase
 

@@ -1,4 +1,4 @@
-"""The pure reading of a request target (``_target.py``): properties and the attacks seen."""
+"""The pure reading of a request target (``_core/target.py``): properties and the attacks seen."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from keyturn._target import Paths, Unreadable, canonical, decoded, readings
+from keyturn._core.target import Paths, Unreadable, canonical, decoded, readings
 
 PREFIX = "/managed-agents/v1/"
 ROOT = "/managed-agents/v1"

@@ -54,13 +54,13 @@ def warm(auth: Authenticator, db: Any, secret: str) -> None:
 
 def revoke(secret: str) -> str:
     """The plain SQL that revokes the key of *secret* (PostgreSQL)."""
-    from keyturn._token import split
+    from keyturn._core.token import split
 
     return f"UPDATE keyturn_keys SET revoked_at = now() WHERE key_id = '{split(secret)[0]}'"  # noqa: S608
 
 
 def key_id(secret: str) -> str:
-    from keyturn._token import split
+    from keyturn._core.token import split
 
     return split(secret)[0]
 

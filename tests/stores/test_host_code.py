@@ -22,7 +22,7 @@ import attrs
 import pytest
 
 from keyturn import Authenticator, AuthRequest, KeyManager, Organization, Principal, Scope
-from keyturn._model import ApiKey
+from keyturn._core.model import ApiKey
 from keyturn._run.capabilities import Shortcuts, shortcuts
 from keyturn.stores._async import AsyncSQLKeyStore, AsyncSQLMembership
 from keyturn.stores._sync import SQLKeyStore, SQLMembership

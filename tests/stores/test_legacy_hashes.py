@@ -22,8 +22,9 @@ from typing import Any
 import attrs
 import pytest
 
-from keyturn import Authenticator, AuthRequest, Principal, Reason, Refusal, _token
-from keyturn._hashing import hash_secret
+from keyturn import Authenticator, AuthRequest, Principal, Reason, Refusal
+from keyturn._core import token as _token
+from keyturn._core.hashing import hash_secret
 from keyturn.stores import _schema
 from keyturn.stores.sqlite import SQLiteDatabase
 from tests.legacy import legacy_hash, legacy_runs

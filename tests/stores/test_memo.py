@@ -1,4 +1,4 @@
-"""The memo of the decision (``_memo.py``) answers exactly as ``decide()`` alone would.
+"""The memo of the decision (``_run/memo.py``) answers exactly as ``decide()`` alone would.
 
 A state machine drives random histories -- requests with several keys and organization
 headers, revocations, rotations and their first use, membership and organization changes,
@@ -44,9 +44,9 @@ from keyturn import (
     Refusal,
     Scope,
 )
-from keyturn._decision import Rules, decide
-from keyturn._model import utc_now
-from keyturn._steps import STORE
+from keyturn._core.decision import Rules, decide
+from keyturn._core.model import utc_now
+from keyturn._core.steps import STORE
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 from keyturn.stores.sqlite import SQLiteDatabase
 from tests.world import START, Clock, WorldKeyStore, WorldMembership, mistype, seed
@@ -533,7 +533,7 @@ def test_no_frame_holds_the_key_when_the_policy_raises_on_a_remembered_answer(
 ) -> None:
     """The memo's answer goes through the policy as the decision's does: a policy that
     raises leaves no keyturn frame of the traceback holding the key."""
-    from keyturn._token import split
+    from keyturn._core.token import split
     from tests.web.test_frames import traceback_frames_holding
 
     broken = False

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from keyturn import Authenticator, AuthRequest, KeyManager, Principal, Scope
-from keyturn._decision import Rules
+from keyturn._core.decision import Rules
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 from keyturn.stores.sqlite import SQLiteDatabase
 from tests.stores.test_memo import decide_alone, same
@@ -324,7 +324,7 @@ def test_the_memo_keeps_the_answers_in_use() -> None:
 def test_an_organization_change_keeps_other_tenants_defaults_even_none() -> None:
     """A tenant with no organization (its default ``None``) stays known through another
     tenant's organization changes; its own tenant's change drops it, and nothing else."""
-    from keyturn._model import Found
+    from keyturn._core.model import Found
     from keyturn.stores._replica import Replica
     from keyturn.stores._sql import MEMBERSHIP, ORGANIZATION, TENANT
 

@@ -19,8 +19,8 @@ from keyturn import (
     ServiceUnavailable,
     StoreTimeout,
     StoreUnreachable,
-    _token,
 )
+from keyturn._core import token as _token
 from keyturn.stores import open_database
 from keyturn.stores._schema import SCHEMA_VERSION
 from keyturn.stores.memory import MemoryMembership

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from keyturn import Authenticator, AuthRequest, KeyManager, Principal, Reason, Refusal, Scope
-from keyturn._model import Found
+from keyturn._core.model import Found
 from keyturn.stores.sqlite import SQLiteDatabase
 
 TENANT = Scope.tenant("acme")

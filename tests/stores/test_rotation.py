@@ -319,7 +319,7 @@ def test_the_sql_usage_write_follows_the_one_rule(
 ) -> None:
     """SQLite's mark_used statement revokes the old key exactly when the rule the memory
     store calls (``_lifecycle.revoked_by_use``) says so, at the use's instant."""
-    from keyturn._lifecycle import revoked_by_use
+    from keyturn._core.lifecycle import revoked_by_use
     from keyturn.stores.sqlite import SQLiteDatabase
 
     at = clock_now().now

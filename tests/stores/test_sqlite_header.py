@@ -115,7 +115,7 @@ def unmapped(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def key_id(secret: str) -> str:
-    from keyturn._token import split
+    from keyturn._core.token import split
 
     return split(secret)[0]
 

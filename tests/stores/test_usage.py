@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from keyturn import Authenticator, Reason
-from keyturn._usage import UsageRecorder
+from keyturn._run.usage import UsageRecorder
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership
 from keyturn.usage import ACCEPTED
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from keyturn import KeyManager, Principal, Reason, Refusal, Scope, _token
+from keyturn import KeyManager, Principal, Reason, Refusal, Scope
+from keyturn._core import token as _token
 from keyturn.stores import open_database
 from keyturn.usage import ACCEPTED, KEPT_DAYS, DailyUsage
 from tests.stores.conftest import Backend

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from keyturn._token import split
+from keyturn._core.token import split
 from keyturn.asgi import ApiKeyMiddleware as AsgiMiddleware
 from keyturn.wsgi import ApiKeyMiddleware as WsgiMiddleware
 from tests.web.web_support import MODELS

@@ -20,10 +20,10 @@ from typing import Any
 import attrs
 import pytest
 
-from keyturn import _token
 from keyturn import asgi as keyturn_asgi
 from keyturn import wsgi as keyturn_wsgi
-from keyturn._payload import keys_in
+from keyturn._core import token as _token
+from keyturn._core.scanner import keys_in
 from keyturn.activity import Action, Channel
 from keyturn.errors import Reason
 from keyturn.payload import PayloadGuard

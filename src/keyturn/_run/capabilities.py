@@ -44,7 +44,7 @@ from typing import Any, Final
 
 import attrs
 
-from keyturn._steps import Step, WrongAnswer
+from keyturn._core.steps import Step, WrongAnswer
 from keyturn.activity import ActivityNotKept
 from keyturn.stores._async import AsyncSQLKeyStore, AsyncSQLMembership
 from keyturn.stores._sync import SQLKeyStore, SQLMembership

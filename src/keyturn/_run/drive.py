@@ -1,7 +1,7 @@
 """The one sync driver and the one async driver: how a flow of steps is run to its end.
 
 A flow (the decision, a manager's operation, the leak responder's, the payload guard's
-recording, a usage write) is a generator of steps (``_steps.py``), in the style of httpx's
+recording, a usage write) is a generator of steps (``_core/steps.py``), in the style of httpx's
 ``auth_flow``. A driver sends each step to the caller its ``via`` names and the answer back
 into the flow, until the flow returns. The two drivers are the same loop, one awaiting; what
 differs between owners is data, their :class:`Conduct`:
@@ -22,8 +22,8 @@ from typing import Any, Generic, TypeVar, cast
 
 import attrs
 
+from keyturn._core.steps import Step
 from keyturn._run.capabilities import Caller
-from keyturn._steps import Step
 
 __all__ = ["Conduct", "Flow", "drive", "drive_async"]
 

@@ -25,9 +25,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from keyturn import _token
-from keyturn._decision import DEFAULT_ORGANIZATION, DEFAULT_ORGANIZATION_PATTERN
-from keyturn._model import KeyInfo, Organization, ScopeKind, Status
+from keyturn._core import token as _token
+from keyturn._core.decision import DEFAULT_ORGANIZATION, DEFAULT_ORGANIZATION_PATTERN
+from keyturn._core.model import KeyInfo, Organization, ScopeKind, Status
 from keyturn.activity import By, Channel, KeyEvent, json_line
 from keyturn.cli import _output as out
 from keyturn.cli._output import PROG, CommandError

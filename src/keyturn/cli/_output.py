@@ -13,7 +13,7 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
-from keyturn._model import KeyInfo
+from keyturn._core.model import KeyInfo
 from keyturn.errors import CommandError as CommandError  # raised by the commands
 from keyturn.usage import BLOCKS, NONE, KeyUsage, sparkline
 

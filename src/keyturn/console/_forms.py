@@ -1,7 +1,7 @@
 """What the console reads from a visit: its forms' values, their tokens, and where a
 sign-in may send the browser next.
 
-The rules about names, lifetimes and dates are the library's (:mod:`keyturn._lifecycle`,
+The rules about names, lifetimes and dates are the library's (:mod:`keyturn._core.lifecycle`,
 :class:`~keyturn.Lifetime`): this module labels the lifetime choices
 (:data:`LIFETIME_CHOICES`), asks the library for a custom date's bounds and a choice's
 expiry, and sets no bound of its own.
@@ -25,9 +25,9 @@ from zoneinfo import TZPATH, ZoneInfo, available_timezones
 
 import attrs
 
-from keyturn._fork import renew_in_child
-from keyturn._lifecycle import custom_date_bounds, expiry_for
-from keyturn._model import CustomDate, Lifetime, Organization, Scope
+from keyturn._core.fork import renew_in_child
+from keyturn._core.lifecycle import custom_date_bounds, expiry_for
+from keyturn._core.model import CustomDate, Lifetime, Organization, Scope
 from keyturn.console._visit import fields
 from keyturn.errors import InvalidExpiry
 

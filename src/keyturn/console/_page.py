@@ -13,7 +13,7 @@ Rules of this file:
    referrer. The two static files alone may be kept, revalidated on each use (``no-cache``).
 3. A request carrying an API key is refused before anything else: a key can never create,
    list or revoke keys (spec section 1). Carrying means in any ``Authorization`` line, in any
-   scheme (the gate's own reading, :func:`keyturn._decision.holds_key`), or having been
+   scheme (the gate's own reading, :func:`keyturn._core.decision.holds_key`), or having been
    authenticated by the API middleware, which strips the key before the console sees it.
 4. Every POST passes two checks before it acts: it comes from this origin (``Origin``,
    ``Sec-Fetch-Site``) and it carries a form token issued to the same account; a host's own
@@ -22,7 +22,7 @@ Rules of this file:
    a second key.
 5. The secret of a new key appears in exactly one place: the body of the POST that created
    it (or rotated it). Never in a URL, a redirect, a cookie, a header or a log line.
-6. The rules about names, lifetimes and dates are the library's (:mod:`keyturn._lifecycle`,
+6. The rules about names, lifetimes and dates are the library's (:mod:`keyturn._core.lifecycle`,
    :class:`~keyturn.Lifetime`): the page layer labels the lifetime choices and asks the
    library for a custom date's bounds and a choice's expiry (``_forms``), and this file
    turns its errors into messages. Neither sets a bound on a name, a lifetime or a date.
@@ -52,9 +52,9 @@ from urllib.parse import urlencode
 import anyio.from_thread
 import attrs
 
-from keyturn._decision import holds_key
-from keyturn._lifecycle import validate_name
-from keyturn._model import CreatedKey, KeyInfo, Organization, Principal, Scope, Status
+from keyturn._core.decision import holds_key
+from keyturn._core.lifecycle import validate_name
+from keyturn._core.model import CreatedKey, KeyInfo, Organization, Principal, Scope, Status
 from keyturn.activity import ActivityNotKept, By, KeyEvent
 from keyturn.console._chart import CHART_DAYS, chart, window
 from keyturn.console._forms import (

@@ -12,8 +12,8 @@ from typing import Any, Final
 import jinja2
 import markupsafe
 
-from keyturn._lifecycle import MAX_NAME_LENGTH
-from keyturn._model import KeyInfo, Status
+from keyturn._core.lifecycle import MAX_NAME_LENGTH
+from keyturn._core.model import KeyInfo, Status
 from keyturn.activity import Action, Channel
 from keyturn.console._forms import LIFETIME_CHOICES, ZONES, local_time, scope_label
 from keyturn.console._visit import HEADERS, Page, Visit

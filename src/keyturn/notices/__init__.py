@@ -41,7 +41,7 @@ from typing import Any, Final
 
 import attrs
 
-from keyturn.activity import LIBRARY, Action, By, KeyEvent, new_event
+from keyturn._core.events import LIBRARY, Action, By, KeyEvent, new_event
 from keyturn.errors import DeliveryFailed, WebhookRejected
 from keyturn.manager import KeyManager
 from keyturn.notices._compose import Due, Notice, NoticeKind, due

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import attrs
 
-from keyturn._model import ApiKey, KeyInfo, Status
+from keyturn._core.model import ApiKey, KeyInfo, Status
 from keyturn.activity import Action, KeyEvent
 
 REQUEST_BODY: Final = "request-body:"  # the place the payload guard records a leak at

@@ -36,13 +36,13 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 
 import attrs
 
-from keyturn._fork import renew_in_child
+from keyturn._core.fork import renew_in_child
 from keyturn._run.capabilities import is_coroutine_function
 from keyturn.ratelimits._counts import ROUNDING, Grant, RateEngine, weight_at
 from keyturn.ratelimits.inprocess import InProcessEngine
 
 if TYPE_CHECKING:
-    from keyturn._model import Principal
+    from keyturn._core.model import Principal
 
 __all__ = [
     "Admission",

@@ -11,7 +11,7 @@ import math
 import threading
 from collections.abc import Sequence
 
-from keyturn._fork import renew_in_child
+from keyturn._core.fork import renew_in_child
 from keyturn.ratelimits._counts import ROUNDING, Grant
 
 __all__ = ["InProcessEngine"]

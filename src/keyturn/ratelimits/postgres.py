@@ -34,7 +34,7 @@ except ImportError as exc:
         "keyturn.ratelimits.postgres needs psycopg: pip install 'keyturn[postgres]'"
     ) from exc
 
-from keyturn._fork import renew_in_child
+from keyturn._core.fork import renew_in_child
 from keyturn.ratelimits._counts import Grant
 
 __all__ = ["PostgresEngine"]

@@ -25,7 +25,7 @@ try:
 except ImportError as exc:
     raise ImportError("keyturn.ratelimits.redis needs redis: pip install 'keyturn[redis]'") from exc
 
-from keyturn._fork import renew_in_child
+from keyturn._core.fork import renew_in_child
 from keyturn.ratelimits._counts import Grant
 
 __all__ = ["RedisEngine"]

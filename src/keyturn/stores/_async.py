@@ -25,8 +25,9 @@ from collections.abc import Mapping, Sequence
 from datetime import date, datetime
 from typing import Any
 
-from keyturn._model import ApiKey, Found, Organization
-from keyturn.activity import KeyEvent, auto_revoked, emit
+from keyturn._core.events import KeyEvent, auto_revoked
+from keyturn._core.model import ApiKey, Found, Organization
+from keyturn.activity import emit
 from keyturn.errors import (
     Conflict,
     DuplicateKey,
@@ -54,7 +55,7 @@ class AsyncSQLKeyStore:
         return f"AsyncSQLKeyStore({self.database!r})"
 
     def changes(self) -> Versions | None:
-        """When each thing the decision reads here last changed (``_memo.py``)."""
+        """When each thing the decision reads here last changed (``_run/memo.py``)."""
         return self.database.changes()  # type: ignore[no-any-return]
 
     async def get_key(self, key_id: str) -> ApiKey | None:
@@ -238,7 +239,7 @@ class AsyncSQLMembership:
         return f"AsyncSQLMembership({self.database!r})"
 
     def changes(self) -> Versions | None:
-        """When each thing the decision reads here last changed (``_memo.py``)."""
+        """When each thing the decision reads here last changed (``_run/memo.py``)."""
         return self.database.changes()  # type: ignore[no-any-return]
 
     async def get_organization(self, organization_id: str) -> Organization | None:

@@ -10,7 +10,7 @@ Rules of this file:
    write through a store of this process drops it before the write returns. Each change
    is numbered in :attr:`Replica.versions` (``_versions.py``) with the names it touched,
    *after* what it drops is gone: whoever reads the number and then the replica (the memo,
-   ``_memo.py``, through :meth:`Replica.changes`) reads every change the number counts.
+   ``_run/memo.py``, through :meth:`Replica.changes`) reads every change the number counts.
    What a read-through found is kept only if nothing it names changed while it ran, so a
    read that raced a change never outlives it.
 3. A change drops only what it touches: a key; an account's roles and reach; an
@@ -33,7 +33,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Final, TypeVar
 
-from keyturn._model import ApiKey, Found, Organization
+from keyturn._core.model import ApiKey, Found, Organization
 from keyturn.stores._sql import EVERYTHING, KEY, MEMBERSHIP, ORGANIZATION, TENANT
 from keyturn.stores._versions import Name, Versions
 

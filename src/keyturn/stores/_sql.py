@@ -26,7 +26,7 @@ from typing import Any, Final, Self
 
 import attrs
 
-from keyturn._model import ApiKey, Found, Leaked, Organization, Scope
+from keyturn._core.model import ApiKey, Found, Leaked, Organization, Scope
 from keyturn.activity import Action, Channel, KeyEvent
 from keyturn.usage import KEPT_DAYS, DailyUsage
 
@@ -119,7 +119,7 @@ class Statements:
     )
     # One statement writes the use (first_used_at only the first time) and, when the creator
     # asked for it at rotation, revokes the key this one replaces: both rows change together
-    # or not at all. The rule is keyturn._lifecycle.revoked_by_use, translated: the old key
+    # or not at all. The rule is keyturn._core.lifecycle.revoked_by_use, translated: the old key
     # is revoked at the instant of the use, unless it is already Revoked or Expired. Each
     # side of the OR is a primary-key lookup: no scan. It returns the ids of the rows it
     # changed, each with its first_used_at (the key's: the instant written, on a first use).

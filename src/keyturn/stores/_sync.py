@@ -11,8 +11,9 @@ from collections.abc import Mapping, Sequence
 from datetime import date, datetime
 from typing import Any
 
-from keyturn._model import ApiKey, Found, Organization
-from keyturn.activity import KeyEvent, auto_revoked, emit
+from keyturn._core.events import KeyEvent, auto_revoked
+from keyturn._core.model import ApiKey, Found, Organization
+from keyturn.activity import emit
 from keyturn.errors import (
     Conflict,
     DuplicateKey,
@@ -40,7 +41,7 @@ class SQLKeyStore:
         return f"SQLKeyStore({self.database!r})"
 
     def changes(self) -> Versions | None:
-        """When each thing the decision reads here last changed (``_memo.py``)."""
+        """When each thing the decision reads here last changed (``_run/memo.py``)."""
         return self.database.changes()  # type: ignore[no-any-return]
 
     def get_key(self, key_id: str) -> ApiKey | None:
@@ -212,7 +213,7 @@ class SQLMembership:
         return f"SQLMembership({self.database!r})"
 
     def changes(self) -> Versions | None:
-        """When each thing the decision reads here last changed (``_memo.py``)."""
+        """When each thing the decision reads here last changed (``_run/memo.py``)."""
         return self.database.changes()  # type: ignore[no-any-return]
 
     def get_organization(self, organization_id: str) -> Organization | None:

@@ -19,7 +19,7 @@ Rules of this file (keep them):
    last change, or the floor read after finding it missing, is at most *ticket*"
    (:meth:`Versions.unchanged`), and it holds up to the ``seq`` read first.
 
-The memo (``_memo.py``) keeps each answer with the ``seq`` read before the decision read
+The memo (``_run/memo.py``) keeps each answer with the ``seq`` read before the decision read
 anything and the names it read; the replica (``_replica.py``) keeps what a read-through
 found the same way.
 """

@@ -19,9 +19,10 @@ from datetime import date, datetime, timedelta
 
 import attrs
 
-from keyturn._lifecycle import revoked_by_use
-from keyturn._model import ApiKey, Leaked, Organization
-from keyturn.activity import EventHook, KeyEvent, auto_revoked, emit
+from keyturn._core.events import KeyEvent, auto_revoked
+from keyturn._core.lifecycle import revoked_by_use
+from keyturn._core.model import ApiKey, Leaked, Organization
+from keyturn.activity import EventHook, emit
 from keyturn.errors import (
     DuplicateKey,
     KeyAlreadyReplaced,
@@ -61,7 +62,7 @@ class MemoryKeyStore:
         return len(self._keys)
 
     def changes(self) -> Versions:
-        """When each key the decision reads last changed (``_memo.py``)."""
+        """When each key the decision reads last changed (``_run/memo.py``)."""
         return self._versions
 
     def get_key(self, key_id: str) -> ApiKey | None:
@@ -270,7 +271,7 @@ class MemoryMembership:
 
     def changes(self) -> Versions:
         """When each organization, tenant's default and account's memberships the decision
-        reads last changed (``_memo.py``)."""
+        reads last changed (``_run/memo.py``)."""
         return self._versions
 
     def get_organization(self, organization_id: str) -> Organization | None:

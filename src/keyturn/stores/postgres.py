@@ -48,8 +48,8 @@ except ImportError as exc:
         "the PostgreSQL store needs psycopg: pip install 'keyturn[postgres]'"
     ) from exc
 
-from keyturn._fork import renew_in_child
-from keyturn._model import Found
+from keyturn._core.fork import renew_in_child
+from keyturn._core.model import Found
 from keyturn.activity import EventHook
 from keyturn.errors import StoreTimeout, StoreUnreachable
 from keyturn.stores import _replica, _schema, _sql

@@ -43,7 +43,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Final
 
-from keyturn._model import Found
+from keyturn._core.model import Found
 from keyturn.activity import EventHook
 from keyturn.errors import NotAKeyDatabase
 from keyturn.stores import _replica, _schema, _sql

@@ -3,7 +3,7 @@
 Rules of this file (keep them):
 
 1. The memo decides nothing. It keeps the :class:`~keyturn.Principal` that
-   :func:`~keyturn._decision.decide` answered for one ``Authorization`` line (by a keyed
+   :func:`~keyturn._core.decision.decide` answered for one ``Authorization`` line (by a keyed
    digest: it holds no secret) and one set of ``x-organization-id`` values, and gives it
    back only while every input the decision read is unchanged:
 
@@ -29,7 +29,7 @@ Rules of this file (keep them):
      just before the decision would, never after.
 
    The application's role policy is no input: it runs on every request the memo answers
-   (:func:`~keyturn._decision.police`, the decision's own step 4).
+   (:func:`~keyturn._core.decision.police`, the decision's own step 4).
 2. Only principals are kept (and the principal the policy refused). Refusals are decided
    afresh: a flood of bad keys costs the memo nothing and evicts nothing.
 3. Used only where both the store and the provider have a change feed keyturn can trust:
@@ -59,9 +59,9 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Final
 
-from keyturn._decision import DEFAULT_ORGANIZATION, AuthRequest
-from keyturn._fork import renew_in_child
-from keyturn._model import Clock, Principal, utc_now
+from keyturn._core.decision import DEFAULT_ORGANIZATION, AuthRequest
+from keyturn._core.fork import renew_in_child
+from keyturn._core.model import Clock, Principal, utc_now
 from keyturn._run.capabilities import Changes
 from keyturn.errors import PermissionDenied, Reason, Refusal
 from keyturn.stores._sql import KEY, MEMBERSHIP, ORGANIZATION, TENANT

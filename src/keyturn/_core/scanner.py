@@ -5,7 +5,7 @@ payload guard (``payload.py``) decides what to do with them.
 
 Rules of this file -- what it decides:
 
-1. A key is what :func:`keyturn._token.parse` accepts: this file only finds candidates of
+1. A key is what :func:`keyturn._core.token.parse` accepts: this file only finds candidates of
    its shape (``rma_`` and 46 letters and digits) and hands each to ``parse``, which checks
    the checksum. A candidate glued to other letters or digits counts: whoever reads the body
    can cut it out as easily.
@@ -47,7 +47,7 @@ import re
 from collections.abc import Callable
 from typing import Final
 
-from keyturn import _token
+from keyturn._core import token as _token
 
 __all__ = ["MAX_KEYS", "BodyScanner", "keys_in", "text_encoding"]
 

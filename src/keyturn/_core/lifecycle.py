@@ -19,7 +19,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from keyturn._model import ApiKey, CustomDate, Lifetime, Status
+from keyturn._core.model import ApiKey, CustomDate, Lifetime, Status
 from keyturn.errors import InvalidExpiry, InvalidKeyName
 
 __all__ = [

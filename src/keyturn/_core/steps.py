@@ -1,10 +1,10 @@
 """The steps: every question keyturn puts to a key store, a membership provider or a callback.
 
 A step is a small object that says whom it asks (``via``), how (:meth:`Step.ask`), and
-what its answer may be (``answers``). The decision (``_decision.py``), the managers'
+what its answer may be (``answers``). The decision (``_core/decision.py``), the managers'
 operations (``manager.py``), the leak responder's flow (``leaks.py``), the payload guard's
-recording (``payload.py``), the leak they share (``_leak.py``) and the usage write
-(``_usage.py``) yield them; the callers of ``_run/capabilities.py`` answer them, driven by
+recording (``payload.py``), the leak they share (``_core/leak.py``) and the usage write
+(``_run/usage.py``) yield them; the callers of ``_run/capabilities.py`` answer them, driven by
 ``_run/drive.py``. This module decides nothing and does no I/O: it only names the questions.
 """
 
@@ -15,8 +15,8 @@ from datetime import date, datetime
 from types import NoneType
 from typing import Any, ClassVar, Final
 
-from keyturn._model import ApiKey, Found, Organization
-from keyturn.activity import KeyEvent
+from keyturn._core.events import KeyEvent
+from keyturn._core.model import ApiKey, Found, Organization
 from keyturn.errors import WrongAnswer
 
 __all__ = [

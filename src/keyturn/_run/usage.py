@@ -13,8 +13,8 @@ write (:meth:`count_usage`, added to what other processes counted), and it goes:
 - straight to the store, for one that says it never blocks (``nonblocking = True``).
 
 Which of the three is read once, from what the store can do (``_run/capabilities.py``),
-and each write is a short flow of steps (:class:`~keyturn._steps.MarkUsed`, then
-:class:`~keyturn._steps.CountUsage`) run by the drivers of ``_run/drive.py``.
+and each write is a short flow of steps (:class:`~keyturn._core.steps.MarkUsed`, then
+:class:`~keyturn._core.steps.CountUsage`) run by the drivers of ``_run/drive.py``.
 
 The write is best effort: a failure is logged and forgotten, never raised into a request,
 and the key is still considered written so a failing database is not asked again at once.
@@ -50,11 +50,11 @@ from datetime import UTC, date, datetime, timedelta
 from datetime import time as midnight
 from typing import Any, Final
 
-from keyturn._fork import renew_in_child
-from keyturn._model import utc_now
+from keyturn._core.fork import renew_in_child
+from keyturn._core.model import utc_now
+from keyturn._core.steps import STORE, CountUsage, MarkUsed, Step
 from keyturn._run.capabilities import Capabilities, InPlace, capabilities
 from keyturn._run.drive import Conduct, drive, drive_async
-from keyturn._steps import STORE, CountUsage, MarkUsed, Step
 from keyturn.errors import Reason
 from keyturn.usage import ACCEPTED
 

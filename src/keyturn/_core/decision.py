@@ -5,31 +5,31 @@ Rules of this file (keep them):
 1. Whether a request passes is decided here, or in the pure modules named below; every
    other file only carries a request in or an outcome out:
 
-   - ``_target.py``: which requests are guarded at all (the canonical path under the
+   - ``_core/target.py``: which requests are guarded at all (the canonical path under the
      prefix), and the 400 for a target with no single reading;
    - this file: the credential (:func:`credential`, with which the leak responder and
      the payload guard check keys too), the header syntax, the organization, the Inactive
      reach rule (:func:`reach_question`, which the console's :class:`~keyturn.KeyManager`
      uses too), the policy's 403 and the service headers it carries (``Refusal.principal``),
      and the mapping of a failing store or provider to 503 (:func:`unavailable`);
-   - ``_token.py``: the key layout and checksum; ``_lifecycle.py``: a key's status, and
-     whether its use is a rotation's first (:func:`~keyturn._lifecycle.revokes_at_first_use`);
-     ``_hashing.py``: whether a secret matches its hash, and whether that hash is a legacy
+   - ``_core/token.py``: the key layout and checksum; ``_core/lifecycle.py``: a key's status, and
+     whether its use is a rotation's first (:func:`~keyturn._core.lifecycle.revokes_at_first_use`);
+     ``_core/hashing.py``: whether a secret matches its hash, and whether that hash is a legacy
      argon2id one to replace.
 
    ``authenticator.py`` drives it, and the callers of ``_run/capabilities.py`` answer its steps;
    the adapters ``_web.py``, ``asgi.py``, ``wsgi.py``, ``django.py`` and ``fastapi.py``
    translate a request into an :class:`AuthRequest` and the outcome into a response;
-   ``_memo.py`` gives back this decision's last answer while nothing it read has changed.
-2. No I/O and no framework. :func:`decide` is a generator: it yields steps (``_steps.py``:
+   ``_run/memo.py`` gives back this decision's last answer while nothing it read has changed.
+2. No I/O and no framework. :func:`decide` is a generator: it yields steps (``_core/steps.py``:
    read a key, resolve an organization, get a role) and receives their answers. It mutates
    nothing it is given; its writes are steps too (a rotation's first use,
-   :class:`~keyturn._steps.MarkUsed`, and a legacy hash's upgrade,
-   :class:`~keyturn._steps.UpgradeHash`). The sync and async drivers in
+   :class:`~keyturn._core.steps.MarkUsed`, and a legacy hash's upgrade,
+   :class:`~keyturn._core.steps.UpgradeHash`). The sync and async drivers in
    ``authenticator.py`` run it; neither holds any logic.
 3. No CPU-heavy step: a secret is checked in place with one SHA-256 (D2). A key still
    holding a legacy argon2id hash runs argon2 once per process, then has its hash replaced
-   (``_hashing.py`` bounds that path).
+   (``_core/hashing.py`` bounds that path).
 4. The order of checks is fixed (D4): credential (401), then ``x-organization-id`` syntax (400),
    then organization resolution and reach (404), then the application's role policy (403).
    A refusal carries the precise :class:`~keyturn.errors.Reason` for logs, never the client.
@@ -48,11 +48,11 @@ from typing import Any, Final, NamedTuple
 
 import attrs
 
-from keyturn import _token
-from keyturn._hashing import check_secret, hash_secret, is_legacy
-from keyturn._lifecycle import derive_status, revokes_at_first_use
-from keyturn._model import ApiKey, Found, Principal, Scope, Status
-from keyturn._steps import (
+from keyturn._core import token as _token
+from keyturn._core.hashing import check_secret, hash_secret, is_legacy
+from keyturn._core.lifecycle import derive_status, revokes_at_first_use
+from keyturn._core.model import ApiKey, Found, Principal, Scope, Status
+from keyturn._core.steps import (
     GetDefaultOrganization,
     GetKey,
     GetOrganization,
@@ -259,11 +259,11 @@ def credential(
 ) -> Generator[Step, Any, ApiKey | Reason]:
     """The stored key *key_id* names, if *secret* is its secret; else why not.
 
-    Why not: ``UNKNOWN_KEY`` (no such id), then what :func:`~keyturn._hashing.check_secret`
+    Why not: ``UNKNOWN_KEY`` (no such id), then what :func:`~keyturn._core.hashing.check_secret`
     says (``WRONG_SECRET``, ``UNVERIFIABLE``); with *usable_at*, then ``REVOKED`` or
     ``EXPIRED`` at that time. The decision answers each with the same 401; the leak responder
     and the payload guard (*usable_at* ``None``: a leak is a leak, whatever the key's state)
-    record none of them. *view*: the store's answer to :class:`~keyturn._steps.Lookup`, read
+    record none of them. *view*: the store's answer to :class:`~keyturn._core.steps.Lookup`, read
     instead of asking. *upgrades*: the store can replace a usable key's legacy hash.
     """
     step = GetKey(key_id)
@@ -283,7 +283,7 @@ def credential(
         # The key's first successful use since SHA-256 (D2): its argon2id hash is replaced,
         # only while the store still holds it, so a revoke or rotation since wins. A write
         # that fails is this request's 503, as any store's (D15); the next one tries again,
-        # without argon2 (``_hashing.py`` remembers the secret's hash).
+        # without argon2 (``_core/hashing.py`` remembers the secret's hash).
         yield UpgradeHash(key_id, key.secret_hash, hash_secret(secret))
     return key
 
@@ -414,7 +414,7 @@ def police(
 
     Its 403 names the organization the request reached, so the response carries the service
     headers (D16). The policy sees the request without its ``Authorization`` lines. (Also
-    run on every request the memo answers: ``_memo.py``.)
+    run on every request the memo answers: ``_run/memo.py``.)
     """
     if rules.policy is None:
         return principal

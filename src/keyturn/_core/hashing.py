@@ -29,7 +29,7 @@ from argon2 import Type, extract_parameters
 from argon2.exceptions import InvalidHashError, VerificationError
 from argon2.low_level import verify_secret
 
-from keyturn._fork import renew_in_child
+from keyturn._core.fork import renew_in_child
 from keyturn.errors import Reason
 
 __all__ = [
@@ -46,7 +46,7 @@ PREFIX: Final = "sha256$"
 _LEGACY_PREFIX: Final = "$argon2id$"
 
 # Argon2 verifications run in this process (legacy hashes only): the benchmarks and the
-# tests read it as ``keyturn._hashing.legacy_verifications``.
+# tests read it as ``keyturn._core.hashing.legacy_verifications``.
 legacy_verifications = 0
 
 

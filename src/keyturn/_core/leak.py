@@ -2,11 +2,11 @@
 
 The leak responder (``leaks.py``: a code host's report) and the payload guard
 (``payload.py``: a key in a request body) each find keys, checked as the decision checks
-one (:func:`keyturn._decision.credential`), and record every real one with
+one (:func:`keyturn._core.decision.credential`), and record every real one with
 :func:`record_leak`: the leak on the key (its first report's place and time), the revoke
 if the finder was asked to make it, both in the record of key actions
 (:mod:`keyturn.activity`) of a store that keeps one, and one warning in the log, naming
-the key by id, never by its secret. No I/O: it yields steps (``_steps.py``).
+the key by id, never by its secret. No I/O: it yields steps (``_core/steps.py``).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import Any
 
 import attrs
 
-from keyturn._model import ApiKey
-from keyturn._steps import RecordEvent, ReportLeak, RevokeKey, Step
-from keyturn.activity import Action, By, new_event
+from keyturn._core.events import Action, By, new_event
+from keyturn._core.model import ApiKey
+from keyturn._core.steps import RecordEvent, ReportLeak, RevokeKey, Step
 
 __all__ = ["Finder", "record_leak"]
 
