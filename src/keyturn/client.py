@@ -13,7 +13,7 @@ once when the service says the key expires soon. ::
     with httpx.Client(base_url="https://agents.example.com/managed-agents/v1/", auth=auth) as api:
         models = api.get("models").json()["items"]
 
-Rules of this file:
+How it behaves:
 
 1. The key is checked when the auth is made (shape and checksum, surrounding whitespace
    dropped), so a truncated or mistyped key fails at start-up with

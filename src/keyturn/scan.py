@@ -9,7 +9,7 @@ hint -- never the secret -- so that the key can be revoked in the console::
     $ echo $?
     1
 
-Rules of this file:
+How it reads:
 
 1. Only regular files are read, whatever their size, in chunks of :data:`CHUNK_BYTES`: memory
    stays bounded. A symlink to ``/dev/zero`` or a named pipe is skipped, never read or

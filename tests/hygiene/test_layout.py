@@ -35,3 +35,49 @@ def test_the_core_imports_only_itself_and_errors() -> None:
 
 def test_errors_import_nothing_of_keyturn() -> None:
     assert graph()["keyturn.errors"] == set()
+
+
+# The layers, lowest first: a module imports modules of lower layers and, inside its own
+# folder, its neighbours; never a higher layer. docs/architecture.md draws the same list.
+LAYERS = (
+    ("errors",),
+    ("_core",),  # the pure core
+    ("activity", "usage"),  # the public model of the record and of usage counts
+    ("protocols", "redaction", "client", "scan"),
+    ("stores",),
+    ("_run",),  # the runtime: capabilities, drivers, memo, usage recorder
+    ("ratelimits",),
+    ("authenticator", "manager"),  # the owners of a decision and of the operations
+    ("metrics", "notices", "keyturn"),  # the package's own __init__ exports the owners
+    ("_web",),  # web plumbing shared by every edge
+    ("payload", "leaks"),
+    ("fastapi",),
+    ("asgi", "wsgi", "django", "console"),  # the edges
+    ("demo",),
+    ("cli",),
+    ("management", "__main__"),  # the Django command and ``python -m keyturn``: the CLI
+)
+
+
+def _layer(module: str) -> int:
+    parts = module.split(".")
+    top = parts[1] if len(parts) > 1 else parts[0]
+    for index, names in enumerate(LAYERS):
+        if top in names:
+            return index
+    raise AssertionError(f"{module} is in no layer: place it in LAYERS")
+
+
+def _folder(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def test_every_import_points_down_the_layers() -> None:
+    upward = sorted(
+        f"{module} -> {imported}"
+        for module, imports in graph().items()
+        for imported in imports
+        if _folder(module) != _folder(imported) and _layer(imported) >= _layer(module)
+    )
+    assert upward == []

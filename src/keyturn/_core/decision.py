@@ -17,7 +17,8 @@ Rules of this file (keep them):
      ``_core/hashing.py``: whether a secret matches its hash, and whether that hash is a legacy
      argon2id one to replace.
 
-   ``authenticator.py`` drives it, and the callers of ``_run/capabilities.py`` answer its steps;
+   ``authenticator.py`` runs it with ``_run/drive.py``'s drivers, and the callers of
+   ``_run/capabilities.py`` answer its steps;
    the adapters ``_web.py``, ``asgi.py``, ``wsgi.py``, ``django.py`` and ``fastapi.py``
    translate a request into an :class:`AuthRequest` and the outcome into a response;
    ``_run/memo.py`` gives back this decision's last answer while nothing it read has changed.
@@ -25,8 +26,8 @@ Rules of this file (keep them):
    read a key, resolve an organization, get a role) and receives their answers. It mutates
    nothing it is given; its writes are steps too (a rotation's first use,
    :class:`~keyturn._core.steps.MarkUsed`, and a legacy hash's upgrade,
-   :class:`~keyturn._core.steps.UpgradeHash`). The sync and async drivers in
-   ``authenticator.py`` run it; neither holds any logic.
+   :class:`~keyturn._core.steps.UpgradeHash`). The sync and async drivers of
+   ``_run/drive.py`` run it; neither holds any logic.
 3. No CPU-heavy step: a secret is checked in place with one SHA-256 (D2). A key still
    holding a legacy argon2id hash runs argon2 once per process, then has its hash replaced
    (``_core/hashing.py`` bounds that path).
