@@ -26,7 +26,8 @@ from typing import Any
 
 import pytest
 
-from keyturn import Authenticator, AuthRequest, KeyManager, Principal, Scope, activity
+from keyturn import Authenticator, AuthRequest, KeyManager, Principal, Scope
+from keyturn._core import events
 from keyturn._core import hashing as _hashing
 from keyturn._core.hashing import check_secret
 from keyturn._run.usage import UsageRecorder
@@ -175,7 +176,7 @@ def test_a_lock_held_at_the_fork_is_free_in_the_child() -> None:
     tokens = _FormTokens(b"a secret of the console's")
     client = ApiKeyAuth(key.secret)
     uses: dict[str, tuple[Any, Callable[[], object]]] = {
-        "event ids": (activity._event_id._lock, activity._event_id),
+        "event ids": (events._event_id._lock, events._event_id),
         "legacy hashes": (_hashing._LEGACY._lock, lambda: check_secret(legacy, old_secret)),
         "usage": (recorder._lock, lambda: recorder.refused(key.info.key_id, Reason.REVOKED)),
         "console form tokens": (tokens._lock, lambda: tokens.consume("nonce")),
