@@ -1,23 +1,20 @@
-"""Whether a console request may act: each check answers with the refusal's page, or
-``None`` (or what the request may act with).
+"""Whether a console request may act; each check answers with its refusal's page.
 
 A request carrying an API key is refused before anything else: a key can never create, list
 or revoke keys (spec section 1). Carrying means in any ``Authorization`` line, in any scheme
-(the gate's own reading, :func:`keyturn._core.decision.holds_key`), or having been
-authenticated by the API middleware, which strips the key before the console sees it.
+(:func:`keyturn._core.decision.holds_key`), or having been authenticated by the API
+middleware, which strips the key before the console sees it.
 
-Every POST comes from this origin (``Origin``, ``Sec-Fetch-Site``), as a form of at most
-:data:`~keyturn.console._visit.MAX_FORM_BYTES`, and carries a form token issued to the same
-account; a host's own CSRF check (Django's) that refused it is heard too. The create form's
-token and the rotate form's work once, so a reload, a back-and-resubmit or a double click
-never makes a second key; a token whose form created nothing may be sent again.
+Every POST comes from this origin (``Origin``, ``Sec-Fetch-Site``), as a small form, with a
+form token issued to the same account; a host's own CSRF check (Django's) that refused it is
+heard too. The create and rotate forms' tokens work once, so a reload, a back-and-resubmit
+or a double click never makes a second key; a form that created nothing may be sent again.
 
 Creating and rotating mint a key that works for up to a year. When the host gives
 ``recently_authenticated``, their forms are shown, and their POSTs act, only on a visit whose
-sign-in the host calls recent (``Visit.recent_sign_in``); any other visit gets the host's
-``reauthenticate_url`` with a ``next`` back to the same console page, a path on this origin
-(:func:`~keyturn.console.safe_next`). Revoking only takes power away: it needs no recent
-sign-in.
+sign-in the host calls recent; any other visit gets the host's ``reauthenticate_url`` with a
+``next`` back to the same console page (:func:`~keyturn.console.safe_next`). Revoking only
+takes power away: it needs no recent sign-in.
 """
 
 from __future__ import annotations
@@ -76,7 +73,8 @@ def rotate_path(visit: Visit, key_id: str) -> str:
 
 
 class FormTokens:
-    """Form tokens: HMAC-signed for one account and one form; create tokens work once."""
+    """Form tokens: HMAC-signed for one account and one form; a token used once
+    (:meth:`consume`) is refused again."""
 
     def __init__(self, secret: bytes) -> None:
         self._secret = secret
@@ -144,7 +142,7 @@ class Guard(FormTokens):
         nonce = self.check(sent.get("token", ""), account_id, form)
         if nonce is None:
             return message(visit, 403, "This form has expired")
-        if form != "revoke":
+        if form in ("create", "rotate"):  # they mint a key
             back = visit.base if form == "create" else rotate_path(visit, sent.get("key", ""))
             step_up = self.step_up(visit, back)
             if step_up is not None:

@@ -1,18 +1,12 @@
 """The console's pages, framework-free: :class:`Console` answers a :class:`Visit` with a
-:class:`Page`. It decides which page answers which path and method, what each page shows,
-and what its form does to the account's keys.
-
-A request passes the guard (:mod:`keyturn.console._guard`) before any page acts; the pages
-ask their manager through :mod:`keyturn.console._keys` and are drawn by
-:mod:`keyturn.console._render`. The two static files alone may be kept by a browser,
-revalidated on each use (``no-cache``); every other page carries :data:`HEADERS` as it is.
+:class:`Page`. This decides which page answers which path and method, what each shows, and
+what its form does to the account's keys, once the guard (``_guard``) lets a request by.
 
 The secret of a new key appears in exactly one place: the body of the POST that created it
-(or rotated it). Never in a URL, a redirect, a cookie, a header or a log line.
-
-The rules about names, lifetimes and dates are the library's (:mod:`keyturn._core.lifecycle`,
-:class:`~keyturn.Lifetime`); the forms ask it (``_forms``), and the pages turn its errors
-into messages.
+(or rotated it). Never in a URL, a redirect, a cookie, a header or a log line. The rules
+about names, lifetimes and dates are the library's (:mod:`keyturn._core.lifecycle`): the
+pages turn its errors into messages. The two static files alone may be kept by a browser,
+revalidated on each use (``no-cache``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""What a console edge and the page layer exchange: a :class:`Visit` in, a :class:`Page` out.
+"""What a console edge and the page layer exchange: a :class:`Visit` in, a :class:`Page` out;
+and what every edge reads alike from its server's request (:func:`read`, :func:`text`).
 
 The edges (:mod:`keyturn.console.asgi`, :mod:`keyturn.console.wsgi`) import this module and
 not the page layer, which imports them when asked for an app (``Console.asgi()``): so the
@@ -113,6 +114,9 @@ def text(answer: object) -> str | None:
     return answer if isinstance(answer, str) else None
 
 
+_HEARD: Final = ("authorization", "origin", "sec-fetch-site")  # the headers a page reads
+
+
 def read(headers: Any, body: Body) -> dict[str, Any]:
     """What every edge reads alike from a request's (case-insensitive) *headers* and its form
     *body*, as :class:`Visit` fields."""
@@ -124,7 +128,6 @@ def read(headers: Any, body: Body) -> dict[str, Any]:
     }
 
 
-_HEARD: Final = ("authorization", "origin", "sec-fetch-site")  # the headers a page reads
 # The console extra's libraries (Starlette brings anyio).
 _EXTRA: Final = frozenset({"jinja2", "markupsafe", "anyio", "starlette", "werkzeug"})
 
