@@ -22,7 +22,7 @@ from starlette.testclient import TestClient
 from keyturn import AsyncKeyManager, Authenticator, AuthRequest, Principal, Scope
 from keyturn.console import Console, ConsoleSetupError
 from keyturn.console._chart import CHART_DAYS, chart, window
-from keyturn.console._page import per_window
+from keyturn.console._limits import per_window
 from keyturn.ratelimits import Rate, RateLimiter, RateLimits
 from keyturn.usage import ACCEPTED, RATE_LIMITED, KeyUsage
 from tests.console.support import (

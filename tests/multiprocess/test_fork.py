@@ -32,7 +32,7 @@ from keyturn._core import hashing as _hashing
 from keyturn._core.hashing import check_secret
 from keyturn._run.usage import UsageRecorder
 from keyturn.client import ApiKeyAuth
-from keyturn.console._forms import FormTokens as _FormTokens
+from keyturn.console._guard import FormTokens as _FormTokens
 from keyturn.errors import Reason
 from keyturn.stores import open_database
 from keyturn.stores.memory import MemoryKeyStore, MemoryMembership

@@ -22,10 +22,10 @@ library. Your service mounts it behind its own sign-in::
     # Django (urls.py; signed_in=keyturn.console.django.username reads request.user)
     urlpatterns = [path("console/", include(keyturn.console.django.console_urls(console)))]
 
-One framework-free page layer answers every request (``_page``, which reads visits and
-forms with ``_forms`` and draws pages with ``_render``); the ASGI, WSGI and Django edges
-only translate. Needs the ``console`` extra (Jinja2, Starlette,
-Werkzeug). See ``docs/console.md``.
+One framework-free page layer answers every request (``_page``, behind the checks of
+``_guard``, asking its manager through ``_keys``, reading forms with ``_forms`` and drawing
+pages with ``_render``); the ASGI, WSGI and Django edges only translate. Needs the
+``console`` extra (Jinja2, Starlette, Werkzeug). See ``docs/console.md``.
 """
 
 from keyturn.console._visit import ConsoleSetupError, Page, Visit, needs_extra

@@ -1,5 +1,5 @@
-"""What the console reads from a visit: its forms' values, their tokens, and where a
-sign-in may send the browser next.
+"""What the console reads from a visit: its forms' values, and where a sign-in may send the
+browser next.
 
 The rules about names, lifetimes and dates are the library's (:mod:`keyturn._core.lifecycle`,
 :class:`~keyturn.Lifetime`): this module labels the lifetime choices
@@ -10,11 +10,6 @@ expiry, and sets no bound of its own.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import hmac
-import secrets
-import threading
-import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime, timedelta
 from importlib import resources
@@ -25,13 +20,10 @@ from zoneinfo import TZPATH, ZoneInfo, available_timezones
 
 import attrs
 
-from keyturn._core.fork import renew_in_child
 from keyturn._core.lifecycle import custom_date_bounds, expiry_for
 from keyturn._core.model import CustomDate, Lifetime, Organization, Scope
 from keyturn.console._visit import fields
 from keyturn.errors import InvalidExpiry
-
-FORM_TOKEN_TTL: Final = 12 * 3600  # seconds a form stays usable
 
 
 def _spoken(lifetime: Lifetime) -> str:
@@ -191,52 +183,6 @@ def scope_choices(organizations: Sequence[Organization]) -> list[tuple[str, str,
                 label = f"Organization {org.id}" + (" (default)" if org.is_default else "")
                 choices.append((scope_value(scope), label, scope))
     return choices
-
-
-class FormTokens:
-    """Form tokens: HMAC-signed for one account and one form; create tokens work once."""
-
-    def __init__(self, secret: bytes) -> None:
-        self._secret = secret
-        self._used: dict[str, float] = {}  # nonce -> when it may be forgotten
-        self._lock = threading.Lock()
-        renew_in_child(self)
-
-    def _after_fork(self) -> None:
-        self._lock = threading.Lock()  # another thread may have held it at the fork
-
-    def _mac(self, account_id: str, form: str, body: str) -> str:
-        message = f"{form}\0{account_id}\0{body}".encode()
-        return hmac.new(self._secret, message, hashlib.sha256).hexdigest()
-
-    def issue(self, account_id: str, form: str) -> str:
-        body = f"{secrets.token_urlsafe(16)}.{int(time.time())}"
-        return f"{body}.{self._mac(account_id, form, body)}"
-
-    def check(self, token: str, account_id: str, form: str) -> str | None:
-        """The token's nonce if it is genuine and fresh, else ``None``."""
-        nonce, _, rest = token.partition(".")
-        issued, _, mac = rest.partition(".")
-        # compare_digest refuses non-ASCII text: such a token is forged, not a fault.
-        if not (nonce and issued.isdigit() and mac and rest.isascii()):
-            return None
-        if not hmac.compare_digest(mac, self._mac(account_id, form, f"{nonce}.{issued}")):
-            return None
-        return nonce if 0 <= time.time() - int(issued) <= FORM_TOKEN_TTL else None
-
-    def consume(self, nonce: str) -> bool:
-        """Mark *nonce* used; ``False`` if it already was."""
-        now = time.time()
-        with self._lock:
-            self._used = {n: until for n, until in self._used.items() if until >= now}
-            if nonce in self._used:
-                return False
-            self._used[nonce] = now + FORM_TOKEN_TTL + 60
-            return True
-
-    def release(self, nonce: str) -> None:
-        with self._lock:
-            self._used.pop(nonce, None)
 
 
 def with_next(url: str, back: str) -> str:

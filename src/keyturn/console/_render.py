@@ -1,11 +1,11 @@
-"""How a console page is drawn: the Jinja2 templates and what they are given, and the
-texts of the message pages.
+"""How a console page is drawn: the Jinja2 templates and what they are given (a key as a
+row, :func:`row`), and the texts of the message pages.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final
 
@@ -15,10 +15,14 @@ import markupsafe
 from keyturn._core.lifecycle import MAX_NAME_LENGTH
 from keyturn._core.model import KeyInfo, Status
 from keyturn.activity import Action, Channel
+from keyturn.console._chart import chart
 from keyturn.console._forms import LIFETIME_CHOICES, ZONES, local_time, scope_label
 from keyturn.console._visit import HEADERS, Page, Visit
+from keyturn.usage import KeyUsage
 
 Header = tuple[str, str]
+# A key that still works, older than this and not used for as long: "revoke it?"
+UNUSED_FOR: Final = timedelta(days=30)
 
 
 _STATUS_MARKS: Final = {
@@ -170,3 +174,36 @@ def time_left(left: timedelta) -> str:
             count = seconds // size
             return f"{count} {unit}{'' if count == 1 else 's'}"
     return "less than a minute"
+
+
+def row(
+    info: KeyInfo,
+    now: datetime,
+    keys: Mapping[str, KeyInfo],
+    usage: Mapping[str, KeyUsage] | None = None,
+    *,
+    expiring_within: timedelta,
+) -> dict[str, Any]:
+    """One key as the templates show it: with its expiry warning (within *expiring_within*),
+    its usage chart (from *usage*, when given) and, from *keys* (the account's keys by id),
+    the other key of its rotation."""
+    new = keys.get(info.replaced_by or "")
+    left = info.expires_at - now
+    expiring = info.status in (Status.ACTIVE, Status.INACTIVE) and left <= expiring_within
+    counts = None if usage is None else usage.get(info.key_id)
+    if counts is not None and not counts.total_accepted + counts.total_refused:
+        counts = None  # nothing to draw: "Last used" says enough
+    return {
+        "info": info,
+        "old": keys.get(info.replaces or ""),
+        "new": new,
+        "expiring": f"expires in {time_left(left)}" if expiring else None,
+        "chart": None if counts is None else chart(info.name, counts),
+        # Still works, has existed long enough to have been used, and nobody used it.
+        "unused": info.status.revocable
+        and now - info.created_at >= UNUSED_FOR
+        and (info.last_used_at is None or now - info.last_used_at >= UNUSED_FOR),
+        # Only hides the Rotate button the library would refuse: an Active key whose
+        # replacement, if any, no longer works.
+        "rotatable": info.status is Status.ACTIVE and (new is None or not new.status.revocable),
+    }

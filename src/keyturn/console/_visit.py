@@ -1,4 +1,5 @@
-"""What a console edge and the page layer exchange: a :class:`Visit` in, a :class:`Page` out.
+"""What a console edge and the page layer exchange: a :class:`Visit` in, a :class:`Page` out;
+and what every edge reads alike from its server's request (:func:`read`, :func:`text`).
 
 The edges (:mod:`keyturn.console.asgi`, :mod:`keyturn.console.wsgi`) import this module and
 not the page layer, which imports them when asked for an app (``Console.asgi()``): so the
@@ -13,6 +14,8 @@ from urllib.parse import parse_qsl
 
 import attrs
 
+from keyturn._run.capabilities import is_coroutine_function
+from keyturn._web import Body
 from keyturn.errors import ConsoleSetupError
 
 __all__ = [
@@ -25,6 +28,10 @@ __all__ = [
     "Visit",
     "fields",
     "needs_extra",
+    "plain_hooks",
+    "read",
+    "redirect",
+    "text",
 ]
 
 MAX_FORM_BYTES: Final = 16 * 1024
@@ -79,6 +86,10 @@ class Page:
     body: bytes
 
 
+def redirect(location: str, status: int = 303) -> Page:
+    return Page(status, (*HEADERS, ("Location", location)), b"")
+
+
 class Pages(Protocol):
     """What an edge needs of the console: the host's hooks, its manager, and the pages."""
 
@@ -88,6 +99,33 @@ class Pages(Protocol):
     manager: Any
 
     def handle(self, visit: Visit) -> Page: ...
+
+
+def plain_hooks(console: Pages, refusal: str) -> None:
+    """Raise *refusal* if a host hook is a coroutine function: for an edge with no event
+    loop to await it."""
+    hooks = (console.signed_in, console.current_organization, console.recently_authenticated)
+    if any(is_coroutine_function(hook) for hook in hooks):
+        raise ConsoleSetupError(refusal)
+
+
+def text(answer: object) -> str | None:
+    """A host hook's answer as a :class:`Visit` holds it: a string, else ``None``."""
+    return answer if isinstance(answer, str) else None
+
+
+_HEARD: Final = ("authorization", "origin", "sec-fetch-site")  # the headers a page reads
+
+
+def read(headers: Any, body: Body) -> dict[str, Any]:
+    """What every edge reads alike from a request's (case-insensitive) *headers* and its form
+    *body*, as :class:`Visit` fields."""
+    return {
+        "body": body.data,
+        "too_large": body.over,
+        "headers": {name: headers[name] for name in _HEARD if name in headers},
+        "user_agent": headers.get("user-agent"),
+    }
 
 
 # The console extra's libraries (Starlette brings anyio).

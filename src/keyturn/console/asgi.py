@@ -29,7 +29,7 @@ from keyturn._web import (
     lifespan,
     read_asgi_body,
 )
-from keyturn.console._visit import HEADERS, MAX_FORM_BYTES, Page, Pages, Visit, fields
+from keyturn.console._visit import MAX_FORM_BYTES, Pages, Visit, fields, read, redirect, text
 
 __all__ = ["ConsoleASGI"]
 
@@ -51,7 +51,7 @@ class ConsoleASGI:
             return  # a WebSocket handshake gets no accept: the server closes it
         path = asgi_path(scope)
         if path == "":
-            page = Page(308, (*HEADERS, ("Location", scope.get("root_path", "") + "/")), b"")
+            page = redirect(scope.get("root_path", "") + "/", 308)
         else:
             form = Body(b"")
             if scope["method"] == "POST":
@@ -74,12 +74,9 @@ class ConsoleASGI:
 
 
 async def _visit(edge: ConsoleASGI, request: Request, path: str, body: Body) -> Visit:
-    account = await _ask(edge.console.signed_in, request)
-    account = account if isinstance(account, str) and account else None
-    hook = edge.console.current_organization
-    organization = None if hook is None else await _ask(hook, request)
-    recent = edge.console.recently_authenticated
-    recent_sign_in = account is not None and recent is not None and await _ask(recent, request)
+    console = edge.console
+    account = text(await _ask(console.signed_in, request)) or None
+    hook, recent = console.current_organization, console.recently_authenticated
     headers = request.headers
     return Visit(
         method=request.method,
@@ -87,21 +84,16 @@ async def _visit(edge: ConsoleASGI, request: Request, path: str, body: Body) -> 
         base=request.scope.get("root_path", "") + "/",
         origin=f"{request.url.scheme}://{headers.get('host', '')}",
         query=fields(request.scope.get("query_string", b"")),
-        body=body.data,
-        too_large=body.over,
         content_type=headers.get("content-type", ""),
-        headers={
-            name: headers[name]
-            for name in ("authorization", "origin", "sec-fetch-site")
-            if name in headers
-        },
         account_id=account,
-        organization=organization if isinstance(organization, str) else None,
+        organization=text(None if hook is None else await _ask(hook, request)),
         authorization=tuple(headers.getlist("authorization")),
         by_key=PRINCIPAL_KEY in (request.scope.get("state") or {}),
-        recent_sign_in=recent_sign_in is True,
+        recent_sign_in=account is not None
+        and recent is not None
+        and await _ask(recent, request) is True,
         client_address=request.client.host if request.client else None,
-        user_agent=headers.get("user-agent"),
+        **read(headers, body),
     )
 
 

@@ -47,10 +47,18 @@ except ImportError as exc:
         "keyturn.console.django needs Django: pip install 'keyturn[console,django]'"
     ) from exc
 
-from keyturn._run.capabilities import is_coroutine_function
 from keyturn._web import PRINCIPAL_KEY, Body, read_django_body
 from keyturn.console._page import Console
-from keyturn.console._visit import MAX_FORM_BYTES, ConsoleSetupError, Page, Visit, fields
+from keyturn.console._visit import (
+    MAX_FORM_BYTES,
+    ConsoleSetupError,
+    Page,
+    Visit,
+    fields,
+    plain_hooks,
+    read,
+    text,
+)
 from keyturn.manager import AsyncKeyManager
 
 __all__ = ["console_urls", "username"]
@@ -88,13 +96,12 @@ def console_urls(console: Console) -> tuple[list[URLPattern], str]:
     """
     if not isinstance(console, Console):
         raise ConsoleSetupError(f"console must be a keyturn Console, got {type(console).__name__}")
-    hooks = (console.signed_in, console.current_organization, console.recently_authenticated)
-    if any(is_coroutine_function(hook) for hook in hooks):
-        raise ConsoleSetupError(
-            "the Django edge calls signed_in, current_organization and recently_authenticated "
-            "as plain functions (Django's request.user is read in Django's own thread): pass "
-            "plain functions"
-        )
+    plain_hooks(
+        console,
+        "the Django edge calls signed_in, current_organization and recently_authenticated "
+        "as plain functions (Django's request.user is read in Django's own thread): pass "
+        "plain functions",
+    )
 
     if isinstance(console.manager, AsyncKeyManager):
 
@@ -130,12 +137,8 @@ def _visit(console: Console, request: HttpRequest, rest: str) -> Visit:
             body = read_django_body(request, MAX_FORM_BYTES)
         except RawPostDataException:  # Django streamed a multipart body: not a console form
             body = Body(b"")
-    account = console.signed_in(request)
-    account = account if isinstance(account, str) and account else None
-    hook = console.current_organization
-    organization = None if hook is None else hook(request)
-    recent = console.recently_authenticated
-    recent_sign_in = account is not None and recent is not None and recent(request)
+    account = text(console.signed_in(request)) or None
+    hook, recent = console.current_organization, console.recently_authenticated
     path = request.path
     meta = request.META
     return Visit(
@@ -144,23 +147,16 @@ def _visit(console: Console, request: HttpRequest, rest: str) -> Visit:
         base=path[: len(path) - len(rest)],
         origin=f"{request.scheme}://{request.get_host()}",
         query=fields(_raw(meta.get("QUERY_STRING", ""))),
-        body=body.data,
-        too_large=body.over,
         content_type=meta.get("CONTENT_TYPE", ""),
-        headers={
-            name: value
-            for name in ("authorization", "origin", "sec-fetch-site")
-            if (value := request.headers.get(name)) is not None
-        },
         account_id=account,
-        organization=organization if isinstance(organization, str) else None,
+        organization=text(None if hook is None else hook(request)),
         form_fields={"csrfmiddlewaretoken": get_token(request)},
         csrf_refused=csrf_refused,
         authorization=(meta["HTTP_AUTHORIZATION"],) if "HTTP_AUTHORIZATION" in meta else (),
         by_key=PRINCIPAL_KEY in meta,
-        recent_sign_in=recent_sign_in is True,
+        recent_sign_in=account is not None and recent is not None and recent(request) is True,
         client_address=meta.get("REMOTE_ADDR") or None,
-        user_agent=request.headers.get("user-agent"),
+        **read(request.headers, body),
     )
 
 

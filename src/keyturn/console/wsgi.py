@@ -15,16 +15,17 @@ from typing import TYPE_CHECKING
 
 from werkzeug.wrappers import Request
 
-from keyturn._run.capabilities import is_coroutine_function
 from keyturn._web import PRINCIPAL_KEY, Body, read_wsgi_body
 from keyturn.console._visit import (
-    HEADERS,
     MAX_FORM_BYTES,
     ConsoleSetupError,
-    Page,
     Pages,
     Visit,
     fields,
+    plain_hooks,
+    read,
+    redirect,
+    text,
 )
 from keyturn.manager import AsyncKeyManager
 
@@ -43,13 +44,12 @@ class ConsoleWSGI:
                 "a WSGI server has no event loop for an AsyncKeyManager: serve this console "
                 "with console.asgi(), or give it a KeyManager"
             )
-        hooks = (console.signed_in, console.current_organization, console.recently_authenticated)
-        if any(is_coroutine_function(hook) for hook in hooks):
-            raise ConsoleSetupError(
-                "a WSGI server has no event loop to await signed_in, current_organization or "
-                "recently_authenticated: pass plain functions, or serve this console with "
-                "console.asgi()"
-            )
+        plain_hooks(
+            console,
+            "a WSGI server has no event loop to await signed_in, current_organization or "
+            "recently_authenticated: pass plain functions, or serve this console with "
+            "console.asgi()",
+        )
         self.console = console
 
     def __repr__(self) -> str:
@@ -59,7 +59,7 @@ class ConsoleWSGI:
         request = Request(environ)
         root = request.script_root
         if request.path == "/" and not environ.get("PATH_INFO"):
-            page = Page(308, (*HEADERS, ("Location", root + "/")), b"")
+            page = redirect(root + "/", 308)
         else:
             page = self.console.handle(_visit(self, request))
         headers = [*page.headers, ("Content-Length", str(len(page.body)))]
@@ -72,32 +72,21 @@ def _visit(edge: ConsoleWSGI, request: Request) -> Visit:
     if request.method == "POST":
         # None: a CONTENT_LENGTH that is not digits, read as no body (as Werkzeug reads it)
         body = read_wsgi_body(request.environ, MAX_FORM_BYTES) or body
-    account = edge.console.signed_in(request)
-    account = account if isinstance(account, str) and account else None
-    hook = edge.console.current_organization
-    organization = None if hook is None else hook(request)
-    recent = edge.console.recently_authenticated
-    recent_sign_in = account is not None and recent is not None and recent(request)
-    headers = request.headers
+    console = edge.console
+    account = text(console.signed_in(request)) or None
+    hook, recent = console.current_organization, console.recently_authenticated
     return Visit(
         method=request.method,
         path=request.path,
         base=request.script_root + "/",
         origin=f"{request.scheme}://{request.host}",
         query=fields(request.query_string),
-        body=body.data,
-        too_large=body.over,
         content_type=request.content_type or "",
-        headers={
-            name: value
-            for name in ("authorization", "origin", "sec-fetch-site")
-            if (value := headers.get(name)) is not None
-        },
         account_id=account,
-        organization=organization if isinstance(organization, str) else None,
-        authorization=tuple(headers.getlist("authorization")),
+        organization=text(None if hook is None else hook(request)),
+        authorization=tuple(request.headers.getlist("authorization")),
         by_key=PRINCIPAL_KEY in request.environ,
-        recent_sign_in=recent_sign_in is True,
+        recent_sign_in=account is not None and recent is not None and recent(request) is True,
         client_address=request.remote_addr,
-        user_agent=headers.get("user-agent"),
+        **read(request.headers, body),
     )
