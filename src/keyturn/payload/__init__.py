@@ -50,7 +50,7 @@ What the guard decides, in order:
     refusal or its acceptance. It never repeats the key: log lines name key ids.
 
 Here are the guard's adapters to ASGI, WSGI and Django; a body's answer and what is
-recorded of it are decided in ``_payload_flow.py``.
+recorded of it are decided in ``payload/_flow.py``.
 """
 
 from __future__ import annotations
@@ -66,10 +66,10 @@ from keyturn._core.decision import AuthRequest
 from keyturn._core.model import Principal
 from keyturn._core.steps import STORE
 from keyturn._core.token import ParsedToken
-from keyturn._payload_flow import Recorder, verdict
 from keyturn._web import ASGIScope, Receive, read_asgi_body, read_django_body, read_wsgi_body
 from keyturn.authenticator import Authenticator
 from keyturn.errors import Refusal
+from keyturn.payload._flow import Recorder, verdict
 
 __all__ = ["DEFAULT_CONTENT_TYPES", "DEFAULT_MAX_BYTES", "PayloadGuard"]
 

@@ -1,7 +1,7 @@
 """The leak responder: which candidates of a report are keys, and what is done with each.
 
 Its flow (:meth:`LeakResponder._flow`, steps driven by ``respond`` and ``respond_async``)
-answers 405, 413, the report's refusal (``_leak_report.py``), a failed step's 503, or a
+answers 405, 413, the report's refusal (``leaks/_report.py``), a failed step's 503, or a
 label per candidate: a key when :func:`keyturn._core.decision.credential` finds it real,
 recorded by :func:`keyturn._core.leak.record_leak` and handed to *on_leak*.
 """
@@ -22,11 +22,11 @@ from keyturn._core.decision import credential
 from keyturn._core.leak import Finder, record_leak
 from keyturn._core.model import ApiKey, Scope
 from keyturn._core.steps import CALLBACK, STORE, NotifyLeak, Step, WrongAnswer
-from keyturn._leak_report import Candidate, PublicKeys, Signers, _Refusal, candidates, log
 from keyturn._run.capabilities import Blocking, capabilities, is_coroutine_function
 from keyturn._run.drive import Conduct, drive, drive_async
 from keyturn.activity import By, Channel
 from keyturn.errors import Reason, loggable
+from keyturn.leaks._report import Candidate, PublicKeys, Signers, _Refusal, candidates, log
 
 # Who records a true positive, in the record of key actions and the log.
 _FINDER: Final = Finder(
@@ -103,7 +103,7 @@ class LeakResponder:
 
     :param store: the key store (``db.keys``); an async store works with the ASGI endpoint.
     :param public_keys: key identifier -> PEM, or a callable returning the PEM (or ``None``)
-        for an identifier. Supplied by you; see :func:`github_public_keys`.
+        for an identifier. Supplied by you; see :func:`~keyturn.leaks.github_public_keys`.
     :param on_leak: called with a :class:`LeakReport` for each real key found; tell the
         creator. Its failures are logged and never change the answer.
     :param revoke: also revoke each real key found. Off by default: the spec lets only the

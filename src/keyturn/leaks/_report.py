@@ -1,7 +1,7 @@
 """Whether a secret-scanning report is one to answer: signed by one of the code host's keys
 (else 401 or 403; 503 when the host's callable gives no usable key), and a JSON array of
 candidates (else 400). Each refusal is raised as a :class:`_Refusal`, which the responder
-(``_leak_responder.py``) answers; the key of a callable is asked as a step (``PublicKeyOf``).
+(``leaks/_responder.py``) answers; the key of a callable is asked as a step (``PublicKeyOf``).
 """
 
 from __future__ import annotations

@@ -39,8 +39,8 @@ The public keys are yours to supply, never fetched here: a mapping of key identi
 (see :func:`github_public_keys`), or a callable returning the PEM for an identifier, or
 ``None``.
 
-Here are the WSGI and ASGI endpoints; the report is checked in ``_leak_report.py``, the
-rest decided in ``_leak_responder.py``.
+Here are the WSGI and ASGI endpoints; the report is checked in ``leaks/_report.py``, the
+rest decided in ``leaks/_responder.py``.
 """
 
 from __future__ import annotations
@@ -49,15 +49,6 @@ from collections.abc import Callable, Iterable
 from http import HTTPStatus
 from typing import Any, ClassVar, Final, Generic, TypeVar
 
-from keyturn._leak_report import KEY_ID_HEADER, SIGNATURE_HEADER, github_public_keys
-from keyturn._leak_responder import (
-    AsyncLeakStore,
-    LeakReport,
-    LeakResponder,
-    LeakStore,
-    Response,
-    error,
-)
 from keyturn._web import (
     DEFAULT_PREFIX,
     ASGIApp,
@@ -70,6 +61,15 @@ from keyturn._web import (
     read_asgi_body,
     read_wsgi_body,
     wsgi_path,
+)
+from keyturn.leaks._report import KEY_ID_HEADER, SIGNATURE_HEADER, github_public_keys
+from keyturn.leaks._responder import (
+    AsyncLeakStore,
+    LeakReport,
+    LeakResponder,
+    LeakStore,
+    Response,
+    error,
 )
 
 __all__ = [
