@@ -55,7 +55,7 @@ def verdict(
         if scanner is None:
             return [], _unreadable(_CHARSET, principal)
         scanner.feed(body.data, final=True)
-        if scanner.keys:
+        if scanner.keys:  # even in a body also too long: a key was there
             return scanner.keys, KeyInPayload(
                 Reason.KEY_IN_PAYLOAD, key_id=principal.key_id, principal=principal
             )
