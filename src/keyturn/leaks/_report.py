@@ -1,7 +1,8 @@
 """Whether a secret-scanning report is one to answer: signed by one of the code host's keys
-(else 401 or 403; 503 when the host's callable gives no usable key), and a JSON array of
-candidates (else 400). Each refusal is raised as a :class:`_Refusal`, which the responder
-(``leaks/_responder.py``) answers; the key of a callable is asked as a step (``PublicKeyOf``).
+(else 401 or 403; 503 when the host's callable gives a PEM that is no such key), and a JSON
+array of candidates (else 400). Each refusal is raised as a :class:`_Refusal`, which the
+responder (``leaks/_responder.py``) answers; a callable's key is asked as a ``PublicKeyOf``
+step.
 """
 
 from __future__ import annotations
