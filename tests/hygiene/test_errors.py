@@ -17,8 +17,8 @@ import pytest
 from tests.hygiene.test_imports import modules
 
 ELSEWHERE = {
-    "keyturn.leaks._Refusal": "carries the leak endpoint's own response, built in leaks.py, "
-    "from the check that refuses a report to the flow that answers it",
+    "keyturn.leaks._report._Refusal": "carries the leak endpoint's own response, built in "
+    "keyturn.leaks, from the check that refuses a report to the flow that answers it",
     "keyturn.stores.postgres._Elsewhere": "the listener's reason to reconnect: its "
     "connection reached another database than the pool's",
     "keyturn.stores.postgres._Outdated": "the listener's reason to stop feeding the "

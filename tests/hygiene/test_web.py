@@ -93,7 +93,7 @@ def test_only_web_reads_bodies_and_answers_lifespan() -> None:
         }
     )
     assert found["wsgi.input read"] == Counter({"keyturn._web:read_wsgi_body": 1})
-    assert found["wsgi.input replaced"] == Counter({"keyturn.payload:_read_wsgi": 1})
+    assert found["wsgi.input replaced"] == Counter({"keyturn.payload.__init__:_read_wsgi": 1})
     assert found["request.body"] == Counter({"keyturn._web:read_django_body": 1})
     assert found["lifespan.startup.complete"] == Counter({"keyturn._web:lifespan": 1})
 

@@ -1,12 +1,10 @@
 """A real key found where it must not be: what is recorded, and what is said.
 
-The leak responder (``leaks.py``: a code host's report) and the payload guard
-(``payload.py``: a key in a request body) each find keys, checked as the decision checks
-one (:func:`keyturn._core.decision.credential`), and record every real one with
-:func:`record_leak`: the leak on the key (its first report's place and time), the revoke
-if the finder was asked to make it, both in the record of key actions
-(:mod:`keyturn.activity`) of a store that keeps one, and one warning in the log, naming
-the key by id, never by its secret. No I/O: it yields steps (``_core/steps.py``).
+The leak responder (a code host's report) and the payload guard (a key in a request body)
+find keys, check them as the decision does, and record each real one with
+:func:`record_leak`: the leak on the key (its first report's place and time), the revoke if
+asked for, both in the record of key actions of a store that keeps one, and one warning in
+the log, naming the key by id, never by its secret. No I/O: it yields steps.
 """
 
 from __future__ import annotations
