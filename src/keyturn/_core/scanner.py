@@ -1,7 +1,7 @@
 """Keys in request bodies: the scanner of the payload guard (D32). Pure; no I/O.
 
 Feed it a body's bytes in chunks of any size; it says which keys the body holds. The
-payload guard (``payload.py``) decides what to do with them.
+payload guard (``payload/``) decides what to do with them.
 
 Rules of this file -- what it decides:
 

@@ -2,8 +2,8 @@
 
 A step is a small object that says whom it asks (``via``), how (:meth:`Step.ask`), and
 what its answer may be (``answers``). The decision (``_core/decision.py``), the managers'
-operations (``manager.py``), the leak responder's flow (``leaks.py``), the payload guard's
-recording (``payload.py``), the leak they share (``_core/leak.py``) and the usage write
+operations (``manager.py``), the leak responder's flow (``leaks/``), the payload guard's
+recording (``payload/``), the leak they share (``_core/leak.py``) and the usage write
 (``_run/usage.py``) yield them; the callers of ``_run/capabilities.py`` answer them, driven by
 ``_run/drive.py``. This module decides nothing and does no I/O: it only names the questions.
 """
