@@ -52,12 +52,13 @@ def open_store(url: str, *, init: bool) -> Database:
                 f"there is no store at {path} (from {url}): check --store or "
                 f"${ENVIRONMENT_VARIABLE}, or create it with '{PROG.get()} db init'"
             )
-    elif url.startswith(("postgresql://", "postgres://")):
-        _reach_postgres(url)
     try:
-        db = open_database(url)
+        # A server that refuses is said at once, not retried by the pool until its timeout.
+        db = open_database(url, connect_first=True)
     except (InvalidStoreURL, ImportError) as exc:  # no such store, or its extra is missing
         raise CommandError(str(exc), 2) from None
+    except StoreUnreachable as exc:
+        raise CommandError(f"cannot connect to the store {redact_url(url)}: {exc.reason}") from None
     try:  # SchemaTooNew goes to main() like any KeyturnError
         if not init and db.schema_version() <= 0:
             raise CommandError(
@@ -68,27 +69,6 @@ def open_store(url: str, *, init: bool) -> Database:
         db.close()
         raise
     return db
-
-
-def _reach_postgres(url: str) -> None:
-    """Connect once, before the store's pool would: a server that refuses or is down is
-    reported at once, with libpq's reason (the pool would retry in the background, and log
-    each failure, until its timeout)."""
-    try:
-        import psycopg
-    except ImportError:
-        return  # open_database() says which extra to install
-    timeout = {} if "connect_timeout" in url else {"connect_timeout": 5}
-    try:
-        psycopg.connect(url, **timeout).close()  # type: ignore[arg-type]
-    except psycopg.Error as exc:
-        reason = " ".join(str(exc).split())
-        if isinstance(exc, psycopg.ProgrammingError):
-            # libpq could not parse the URL, and quotes the part it stopped at, which may be
-            # the password: only the kind of error is said.
-            reason = reason.partition(":")[0] + " (check the URL's %-escapes and quoting)"
-        message = f"cannot connect to the store {redact_url(url)}: {reason}"
-        raise StoreUnreachable(message, reason=reason) from None
 
 
 def driver_errors() -> tuple[type[Exception], ...]:

@@ -28,11 +28,18 @@ _SQLITE = "sqlite:///"
 _POSTGRES = ("postgresql://", "postgres://")
 
 
-def open_database(url: str) -> SQLiteDatabase | PostgresDatabase:
+def open_database(url: str, *, connect_first: bool = False) -> SQLiteDatabase | PostgresDatabase:
     """Open the database named by *url*: ``sqlite:///path`` or ``postgresql://...``.
 
+    :param connect_first: for PostgreSQL, connect once before the pool opens, so that a
+        server that refuses or is not reached (within 5 seconds, unless the URL's
+        ``connect_timeout`` says) fails here, rather than the pool retrying it in the
+        background, logging each failure; what a command wants, unlike an app that may
+        start before its database.
     :raises InvalidStoreURL: the URL names no supported store, or a PostgreSQL URL holds
         an ``@`` that is not percent-encoded.
+    :raises StoreUnreachable: with *connect_first*, the server could not be reached, or
+        libpq could not read the URL (the reason never holds the password).
     :raises ImportError: the store's extra is not installed.
     """
     if url.startswith(_SQLITE):
@@ -47,8 +54,10 @@ def open_database(url: str) -> SQLiteDatabase | PostgresDatabase:
                 f"the store URL {redact_url(url)} holds more than one '@': percent-encode "
                 "an '@' in the user name or password as %40"
             )
-        from keyturn.stores.postgres import PostgresDatabase  # says which extra it needs
+        from keyturn.stores.postgres import PostgresDatabase, reach  # says which extra it needs
 
+        if connect_first:
+            reach(url)
         return PostgresDatabase(url)
     if url.startswith("sqlite:"):
         raise InvalidStoreURL(

@@ -5,7 +5,9 @@ connection pool and gives the key store (``.keys``) and the membership provider
 (``.membership``); :class:`AsyncPostgresDatabase` is its twin for the ASGI middleware.
 
 Importing this module touches no database; a :class:`PostgresDatabase` connects when
-constructed, an :class:`AsyncPostgresDatabase` on ``open()``. Only ``create_schema()``
+constructed, an :class:`AsyncPostgresDatabase` on ``open()``, each pool in the background
+(retrying a server that refuses); :func:`reach` connects once, on its own, for a caller
+that wants a refusal said at once (``open_database(url, connect_first=True)``). Only ``create_schema()``
 creates or upgrades the tables, under an advisory lock so that instances deploying at once
 do not race, in the first schema of the ``search_path`` (for a schema of their own, add
 ``?options=-csearch_path%3Dkeyturn`` to the URL).
@@ -37,10 +39,10 @@ import termios
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any, Final
+from typing import Any, Final, Generic, TypeVar
 
 try:
-    from psycopg import AsyncConnection, Connection, OperationalError, pq
+    from psycopg import AsyncConnection, Connection, OperationalError, ProgrammingError, pq
     from psycopg.conninfo import conninfo_to_dict
     from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 except ImportError as exc:
@@ -78,6 +80,7 @@ _TENANT_LOCK: Final = "SELECT pg_advisory_xact_lock(hashtextextended('keyturn te
 
 
 AnyPool = ConnectionPool[Any] | AsyncConnectionPool[Any]
+P = TypeVar("P", bound=AnyPool)
 
 # Which database a connection reaches, by what it is: the database's name, the schema
 # keyturn's tables resolve to on this connection (NULL before create_schema), the server's
@@ -114,10 +117,10 @@ def _identified(row: Any, connection: Connection[Any]) -> Identity | None:
     return _identity(row, system)
 
 
-def _describe(pool: ConnectionPool[Any] | AsyncConnectionPool[Any]) -> str:
+def _describe(conninfo: object) -> str:
     # Enough to recognise the database; never the password.
     try:
-        params = conninfo_to_dict(pool.conninfo) if isinstance(pool.conninfo, str) else {}
+        params = conninfo_to_dict(conninfo) if isinstance(conninfo, str) else {}
     except Exception:
         params = {}
     shown = ("host", "port", "dbname", "user")
@@ -137,9 +140,11 @@ def _pool_options(min_size: int, max_size: int, timeout: float) -> dict[str, Any
 _ORPHANS: Final[list[object]] = []  # a forked child's inherited pools, never closed
 
 
-class _Replicated:
-    """The replica side of both databases: the process's replica of this database, its
-    listener, and the stores' ``lookup_cached``.
+class _Replicated(Generic[P]):
+    """What both databases are made of: a pool (opened here, or passed in), the stores over
+    it, the process's replica of this database, its listener, and the stores'
+    ``lookup_cached``. The twins differ only in their pool's class, when it opens, and
+    their stores' (the class attributes).
 
     Which replica is this database's is asked of the database itself, on the first pooled
     connection lent (:meth:`PostgresDatabase.attach`): the server, the database, and the
@@ -150,19 +155,48 @@ class _Replicated:
     sql = _STATEMENTS
     instant = staticmethod(_sql.utc)
     enforces_timeout = False  # the sync middleware bounds the calls itself
+    _pool_class: type[P]
+    _opens_at_once: bool  # the pool opens when built (an async one only in a running loop)
+    _stores: tuple[Callable[[Any], Any], Callable[[Any], Any]]  # keys, membership
     replica: _replica.Replica
     _listener: _Listener | None
-    pool: Any  # the database's pool: sync or async
-    _owns_pool: bool
-    _renew_pool: Callable[[], Any]  # a new pool like the one we opened, not opened yet
 
-    def _share_later(self, pool: AnyPool, replica: bool, listen: str | None) -> None:
+    def __init__(
+        self,
+        conninfo: str = "",
+        *,
+        pool: P | None = None,
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout: float = 5.0,
+        replica: bool = True,
+        listener_conninfo: str | None = None,
+        on_event: EventHook | None = None,
+    ) -> None:
+        self.on_event = on_event
+        self._closed = False
+        self._owns_pool = pool is None
+        options = _pool_options(min_size, max_size, timeout)
+        if pool is None:
+            pool = self._pool_class(conninfo, open=self._opens_at_once, **options)
+        self.pool: P = pool
+        # A pool like the one we opened, not opened yet (a forked child's).
+        self._renew_pool: Callable[[], P] = lambda: self._pool_class(
+            conninfo, open=False, **options
+        )
+        keys, membership = self._stores
+        self.keys = keys(self)
+        self.membership = membership(self)
         self.replica, self._listener = _replica.Replica(), None  # never current: reads through
         self._wants_replica = replica
         # The listener connects as the pool does (its conninfo and kwargs), or as told; a
         # pool whose kwargs come from a callable needs listener_conninfo.
         kwargs = pool.kwargs if isinstance(pool.kwargs, dict) else {}
-        self._listen_with = (listen, {}) if listen is not None else (str(pool.conninfo), kwargs)
+        self._listen_with = (
+            (listener_conninfo, {})
+            if listener_conninfo is not None
+            else (str(pool.conninfo), kwargs)
+        )
         self._attach_lock = threading.Lock()
         self._shared: tuple[str, ...] = ()
         self._reopen = False  # a forked child's new pool, opened on first use
@@ -215,7 +249,7 @@ class _Replicated:
         return self.replica.changes()
 
 
-class PostgresDatabase(_Replicated, _sql.ClosedOnExit):
+class PostgresDatabase(_Replicated[ConnectionPool[Any]], _sql.ClosedOnExit):
     """A PostgreSQL database holding keyturn's tables, through a connection pool.
 
     :param conninfo: a ``postgresql://`` URL or libpq connection string.
@@ -234,32 +268,14 @@ class PostgresDatabase(_Replicated, _sql.ClosedOnExit):
         recorded (see :mod:`keyturn.activity`); its failures are logged.
     """
 
-    def __init__(
-        self,
-        conninfo: str = "",
-        *,
-        pool: ConnectionPool[Any] | None = None,
-        min_size: int = 1,
-        max_size: int = 10,
-        timeout: float = 5.0,
-        replica: bool = True,
-        listener_conninfo: str | None = None,
-        on_event: EventHook | None = None,
-    ) -> None:
-        self.on_event = on_event
-        self._closed = False
-        self._owns_pool = pool is None
-        options = _pool_options(min_size, max_size, timeout)
-        if pool is None:
-            pool = ConnectionPool(conninfo, open=True, **options)
-        self.pool: ConnectionPool[Any] = pool
-        self.keys = SQLKeyStore(self)
-        self.membership = SQLMembership(self)
-        self._share_later(pool, replica, listener_conninfo)
-        self._renew_pool = lambda: ConnectionPool(conninfo, open=False, **options)
+    _pool_class = ConnectionPool
+    _opens_at_once = True
+    _stores = (SQLKeyStore, SQLMembership)
+    keys: SQLKeyStore
+    membership: SQLMembership
 
     def __repr__(self) -> str:
-        return f"PostgresDatabase({_describe(self.pool)!r})"
+        return f"PostgresDatabase({_describe(self.pool.conninfo)!r})"
 
     def create_schema(self) -> int:
         """Create or upgrade the tables (idempotent, safe to run concurrently); the version."""
@@ -303,7 +319,7 @@ class PostgresDatabase(_Replicated, _sql.ClosedOnExit):
                     yield connection
 
 
-class AsyncPostgresDatabase(_Replicated):
+class AsyncPostgresDatabase(_Replicated[AsyncConnectionPool[Any]]):
     """The async twin of :class:`PostgresDatabase`, over an ``AsyncConnectionPool``.
 
     Open it inside the event loop: ``async with AsyncPostgresDatabase(url) as adb:``, or
@@ -311,33 +327,14 @@ class AsyncPostgresDatabase(_Replicated):
     with any :class:`PostgresDatabase` on the same connection string.
     """
 
-    def __init__(
-        self,
-        conninfo: str = "",
-        *,
-        pool: AsyncConnectionPool[Any] | None = None,
-        min_size: int = 1,
-        max_size: int = 10,
-        timeout: float = 5.0,
-        replica: bool = True,
-        listener_conninfo: str | None = None,
-        on_event: EventHook | None = None,
-    ) -> None:
-        self.on_event = on_event
-        self._closed = False
-        self._owns_pool = pool is None
-        options = _pool_options(min_size, max_size, timeout)
-        if pool is None:
-            # An async pool may only start inside a running loop: open() does it.
-            pool = AsyncConnectionPool(conninfo, open=False, **options)
-        self.pool: AsyncConnectionPool[Any] = pool
-        self.keys = AsyncSQLKeyStore(self)
-        self.membership = AsyncSQLMembership(self)
-        self._share_later(pool, replica, listener_conninfo)
-        self._renew_pool = lambda: AsyncConnectionPool(conninfo, open=False, **options)
+    _pool_class = AsyncConnectionPool
+    _opens_at_once = False  # an async pool may only start inside a running loop: open() does it
+    _stores = (AsyncSQLKeyStore, AsyncSQLMembership)
+    keys: AsyncSQLKeyStore
+    membership: AsyncSQLMembership
 
     def __repr__(self) -> str:
-        return f"AsyncPostgresDatabase({_describe(self.pool)!r})"
+        return f"AsyncPostgresDatabase({_describe(self.pool.conninfo)!r})"
 
     async def __aenter__(self) -> AsyncPostgresDatabase:
         await self.open()
@@ -392,42 +389,63 @@ class AsyncPostgresDatabase(_Replicated):
                         yield connection
 
 
-def _create_schema(pool: ConnectionPool[Any] | AsyncConnectionPool[Any], owns_pool: bool) -> int:
+def _create_schema(pool: AnyPool, owns_pool: bool) -> int:
     with _admin(pool, owns_pool) as connection, connection.transaction():
         connection.execute(_MIGRATION_LOCK)
         return _schema.migrate(connection, _DIALECT)
 
 
-def _schema_version(pool: ConnectionPool[Any] | AsyncConnectionPool[Any], owns_pool: bool) -> int:
+def _schema_version(pool: AnyPool, owns_pool: bool) -> int:
     with _admin(pool, owns_pool) as connection:
         return _schema.schema_version(connection, _DIALECT)
 
 
-def _admin(
-    pool: ConnectionPool[Any] | AsyncConnectionPool[Any], owns_pool: bool
-) -> contextlib.AbstractContextManager[Connection[Any]]:
+def _admin(pool: AnyPool, owns_pool: bool) -> contextlib.AbstractContextManager[Connection[Any]]:
     # The administrative calls (deploy time, the keyturn command) connect on their own:
     # a server that refuses answers at once, not after the pool's wait for a connection.
     if not owns_pool and isinstance(pool, ConnectionPool):
         return pool.connection()
+    return _connect(str(pool.conninfo), autocommit=True)
+
+
+def reach(conninfo: str) -> None:
+    """Connect once, on a connection of its own, and close it: a server that refuses or is
+    not reached within the connect timeout (the URL's ``connect_timeout``, else
+    ``CONNECT_TIMEOUT``), or a URL libpq cannot read, raises
+    :class:`~keyturn.errors.StoreUnreachable` here, before a pool would retry it in the
+    background and log each failure."""
+    timeout = {} if "connect_timeout" in conninfo else {"connect_timeout": CONNECT_TIMEOUT}
+    _connect(conninfo, **timeout).close()
+
+
+CONNECT_TIMEOUT: Final = 5  # seconds: reach()'s, unless the URL says
+
+
+def _connect(conninfo: str, **options: Any) -> Connection[Any]:
+    """A plain connection; what keeps it from connecting is ``StoreUnreachable``, its
+    reason one line without the password."""
     try:
-        return Connection.connect(str(pool.conninfo), autocommit=True)
-    except OperationalError as exc:
-        reason = (str(exc).splitlines() or [""])[0]
+        return Connection.connect(conninfo, **options)
+    except (OperationalError, ProgrammingError) as exc:
+        reason = " ".join(str(exc).split())
+        if isinstance(exc, ProgrammingError):
+            # libpq could not parse the URL, and quotes the part it stopped at, which may be
+            # the password: only the kind of error is said.
+            reason = reason.partition(":")[0] + " (check the URL's %-escapes and quoting)"
         raise StoreUnreachable(
-            f"cannot connect to PostgreSQL ({_describe(pool)}): {reason}", reason=reason
+            f"cannot connect to PostgreSQL ({_describe(conninfo)}): {reason}", reason=reason
         ) from None
 
 
 @contextlib.contextmanager
-def _waited(pool: ConnectionPool[Any] | AsyncConnectionPool[Any]) -> Iterator[None]:
+def _waited(pool: AnyPool) -> Iterator[None]:
     # The pool's wait for a connection ran out: whether the server is down or every
     # connection is busy, the store did not answer in time (503, reason backend_timeout).
     try:
         yield
     except PoolTimeout:
         raise StoreTimeout(
-            f"no PostgreSQL connection within {pool.timeout:g} s ({_describe(pool)}, "
+            f"no PostgreSQL connection within {pool.timeout:g} s ({_describe(pool.conninfo)}, "
             f"max_size={pool.max_size}): the server is down, or the pool too small for the load"
         ) from None
 
