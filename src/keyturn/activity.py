@@ -19,18 +19,23 @@ from your own code that names none is recorded as the account acting through the
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any
 
 from keyturn._core.events import (
     Action,
     By,
     Channel,
+    EventHook,
     KeyEvent,
+    emit,
     new_event,
 )
+from keyturn._core.paging import PAGE, events_since
+from keyturn._core.steps import STORE
+from keyturn._run.capabilities import capabilities
+from keyturn._run.drive import Conduct, drive
 from keyturn.errors import ActivityNotKept
 
 __all__ = [
@@ -46,21 +51,6 @@ __all__ = [
     "json_line",
     "new_event",
 ]
-
-log: Final = logging.getLogger("keyturn.activity")
-
-
-EventHook = Callable[[KeyEvent], object]
-
-
-def emit(hook: EventHook | None, event: KeyEvent) -> None:
-    """Hand a recorded *event* to the store's hook; a failing hook is logged, nothing else."""
-    if hook is None:
-        return
-    try:
-        hook(event)
-    except Exception:
-        log.exception("the on_event hook failed on %s of key %s", event.action.value, event.key_id)
 
 
 def as_json(event: KeyEvent) -> dict[str, Any]:
@@ -86,27 +76,11 @@ def json_line(event: KeyEvent) -> str:
     return json.dumps(as_json(event), ensure_ascii=False, separators=(",", ":"))
 
 
-PAGE: Final = 1000  # events read at once by each_event_since
-
-
 def each_event_since(
     store: Any, since: datetime | None, write: Callable[[KeyEvent], object], page: int = PAGE
 ) -> int:
     """Hand every event from *since* on to *write*, oldest first, reading the store's
     ``events_since`` a page at a time (none lost or repeated where a page ends among events
     of one instant); the number handed over."""
-    written = 0
-    at_edge: set[str] = set()  # ids already written at the instant the next page starts
-    while True:  # bounded: each round writes at least one event, or ends, or grows the page
-        events = store.events_since(since, page)
-        fresh = [event for event in events if event.event_id not in at_edge]
-        for event in fresh:
-            write(event)
-        written += len(fresh)
-        if len(events) < page:
-            return written
-        if not fresh:  # a whole page at one instant: read a larger one
-            page *= 2
-            continue
-        since = events[-1].at
-        at_edge = {event.event_id for event in events if event.at == since}
+    flow = events_since(since, write, page)  # the managers' paging (_core/paging.py)
+    return drive(flow, {STORE: capabilities(store).caller()}, Conduct(), None)

@@ -59,13 +59,13 @@ from keyturn._core.model import (
     Status,
     utc_now,
 )
+from keyturn._core.paging import PAGE, events_since
 from keyturn._core.steps import (
     MEMBERSHIP,
     STORE,
     AddKey,
     ClaimNotice,
     EventsOf,
-    EventsSince,
     GetKey,
     GetOrganization,
     GetRole,
@@ -81,7 +81,6 @@ from keyturn._core.steps import (
 )
 from keyturn._run.capabilities import Capabilities, capabilities
 from keyturn._run.drive import Conduct, drive, drive_async
-from keyturn.activity import PAGE
 from keyturn.errors import (
     DuplicateKey,
     KeyAlreadyReplaced,
@@ -375,25 +374,9 @@ class _Operations:
     def _events_since(
         self, since: datetime | None, write: Callable[[KeyEvent], object], page: int = PAGE
     ) -> _Op[int]:
-        """Hand every event from *since* on to *write*, oldest first; the number handed over.
-        The paging of :func:`keyturn.activity.each_event_since` (which host code calls on a
-        store), asked as steps: none lost or repeated where a page ends among events of one
-        instant."""
-        written = 0
-        at_edge: set[str] = set()  # ids already written at the instant the next page starts
-        while True:  # bounded: each round writes at least one event, or ends, or grows the page
-            events: Sequence[KeyEvent] = yield EventsSince(since, page)
-            fresh = [event for event in events if event.event_id not in at_edge]
-            for event in fresh:
-                write(event)
-            written += len(fresh)
-            if len(events) < page:
-                return written
-            if not fresh:  # a whole page at one instant: read a larger one
-                page *= 2
-                continue
-            since = events[-1].at
-            at_edge = {event.event_id for event in events if event.at == since}
+        """Hand every event from *since* on to *write*, oldest first; the number handed over
+        (the paging of :func:`keyturn.activity.each_event_since`, asked as steps)."""
+        return (yield from events_since(since, write, page))
 
 
 class KeyManager(_Operations):

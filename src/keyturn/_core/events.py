@@ -1,12 +1,15 @@
 """What a key event is: the record's model (who did what to which key, through which
-channel, when), and the making of one. Public as :mod:`keyturn.activity`."""
+channel, when), the making of one, and its handing to the host's hook once recorded.
+Public as :mod:`keyturn.activity`."""
 
 from __future__ import annotations
 
 import enum
+import logging
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Final
 
@@ -146,3 +149,18 @@ def auto_revoked(old: ApiKey, at: datetime, replacement_id: str) -> KeyEvent:
         By(actor="keyturn (rotation)"),
         detail=f"its replacement, key {replacement_id}, was first used",
     )
+
+
+EventHook = Callable[[KeyEvent], object]
+
+log: Final = logging.getLogger("keyturn.activity")
+
+
+def emit(hook: EventHook | None, event: KeyEvent) -> None:
+    """Hand a recorded *event* to the store's hook; a failing hook is logged, nothing else."""
+    if hook is None:
+        return
+    try:
+        hook(event)
+    except Exception:
+        log.exception("the on_event hook failed on %s of key %s", event.action.value, event.key_id)

@@ -45,7 +45,7 @@ from typing import Any, Final
 import attrs
 
 from keyturn._core.steps import Step, WrongAnswer
-from keyturn.activity import ActivityNotKept
+from keyturn.errors import ActivityNotKept
 from keyturn.stores._async import AsyncSQLKeyStore, AsyncSQLMembership
 from keyturn.stores._sync import SQLKeyStore, SQLMembership
 from keyturn.stores._versions import Versions

@@ -25,9 +25,8 @@ from collections.abc import Mapping, Sequence
 from datetime import date, datetime
 from typing import Any
 
-from keyturn._core.events import KeyEvent, auto_revoked
+from keyturn._core.events import KeyEvent, auto_revoked, emit
 from keyturn._core.model import ApiKey, Found, Organization
-from keyturn.activity import emit
 from keyturn.errors import (
     Conflict,
     DuplicateKey,

@@ -26,8 +26,8 @@ from typing import Any, Final, Self
 
 import attrs
 
+from keyturn._core.events import Action, Channel, KeyEvent
 from keyturn._core.model import ApiKey, Found, Leaked, Organization, Scope
-from keyturn.activity import Action, Channel, KeyEvent
 from keyturn.usage import KEPT_DAYS, DailyUsage
 
 __all__ = [

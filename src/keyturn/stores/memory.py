@@ -19,10 +19,9 @@ from datetime import date, datetime, timedelta
 
 import attrs
 
-from keyturn._core.events import KeyEvent, auto_revoked
+from keyturn._core.events import EventHook, KeyEvent, auto_revoked, emit
 from keyturn._core.lifecycle import revoked_by_use
 from keyturn._core.model import ApiKey, Leaked, Organization
-from keyturn.activity import EventHook, emit
 from keyturn.errors import (
     DuplicateKey,
     KeyAlreadyReplaced,

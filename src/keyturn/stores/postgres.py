@@ -7,10 +7,10 @@ connection pool and gives the key store (``.keys``) and the membership provider
 Importing this module touches no database; a :class:`PostgresDatabase` connects when
 constructed, an :class:`AsyncPostgresDatabase` on ``open()``, each pool in the background
 (retrying a server that refuses); :func:`reach` connects once, on its own, for a caller
-that wants a refusal said at once (``open_database(url, connect_first=True)``). Only ``create_schema()``
-creates or upgrades the tables, under an advisory lock so that instances deploying at once
-do not race, in the first schema of the ``search_path`` (for a schema of their own, add
-``?options=-csearch_path%3Dkeyturn`` to the URL).
+that wants a refusal said at once (``open_database(url, connect_first=True)``). Only
+``create_schema()`` creates or upgrades the tables, under an advisory lock so that
+instances deploying at once do not race, in the first schema of the ``search_path`` (for a
+schema of their own, add ``?options=-csearch_path%3Dkeyturn`` to the URL).
 
 Every call borrows a pooled connection in autocommit mode and runs one or two statements,
 so a revoke is committed when ``revoke_key`` returns. What a request reads comes from the
@@ -50,9 +50,9 @@ except ImportError as exc:
         "the PostgreSQL store needs psycopg: pip install 'keyturn[postgres]'"
     ) from exc
 
+from keyturn._core.events import EventHook
 from keyturn._core.fork import renew_in_child
 from keyturn._core.model import Found
-from keyturn.activity import EventHook
 from keyturn.errors import StoreTimeout, StoreUnreachable
 from keyturn.stores import _replica, _schema, _sql
 from keyturn.stores._async import AsyncSQLKeyStore, AsyncSQLMembership

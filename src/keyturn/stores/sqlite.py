@@ -43,8 +43,8 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Final
 
+from keyturn._core.events import EventHook
 from keyturn._core.model import Found
-from keyturn.activity import EventHook
 from keyturn.errors import NotAKeyDatabase
 from keyturn.stores import _replica, _schema, _sql
 from keyturn.stores._sync import SQLKeyStore, SQLMembership
