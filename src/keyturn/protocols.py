@@ -38,8 +38,8 @@ from collections.abc import Mapping, Sequence
 from datetime import date, datetime
 from typing import Protocol, runtime_checkable
 
+from keyturn._core.events import KeyEvent
 from keyturn._core.model import ApiKey, Organization
-from keyturn.activity import KeyEvent
 from keyturn.usage import DailyUsage
 
 __all__ = [

@@ -42,10 +42,11 @@ def test_errors_import_nothing_of_keyturn() -> None:
 LAYERS = (
     ("errors",),
     ("_core",),  # the pure core
-    ("activity", "usage"),  # the public model of the record and of usage counts
+    ("usage",),  # the public model of usage counts
     ("protocols", "redaction", "client", "scan"),
     ("stores",),
     ("_run",),  # the runtime: capabilities, drivers, memo, usage recorder
+    ("activity",),  # the record of key actions, public: its model, export, paging over a store
     ("ratelimits",),
     ("authenticator", "manager"),  # the owners of a decision and of the operations
     ("metrics", "notices", "keyturn"),  # the package's own __init__ exports the owners
