@@ -148,9 +148,10 @@ class ApiKeyMiddleware:
             return self._refuse(path, request)
         guard = self.payload_guard
         began = None if guard is None else time.monotonic()  # for the audit event
-        # With the guard, an acceptance is counted once the body is read (final=False).
+        # With the guard, an acceptance is counted once the body is read (final=False). The
+        # key leaves request.META once the request is admitted (_admit), not before.
         outcome, limits = self.authenticator.check(
-            environ_request(request.META, request.method or "GET", path, False),
+            environ_request(request.META, request.method or "GET", path, strip=False),
             final=guard is None,
         )
         if isinstance(outcome, Refusal):
@@ -173,7 +174,7 @@ class ApiKeyMiddleware:
         guard = self.payload_guard
         began = None if guard is None else time.monotonic()  # for the audit event
         outcome, limits = await self.authenticator.check_async(
-            environ_request(request.META, request.method or "GET", path, False),
+            environ_request(request.META, request.method or "GET", path, strip=False),
             final=guard is None,
         )
         if isinstance(outcome, Refusal):
