@@ -230,8 +230,8 @@ def pieces() -> tuple[dict[str, Loop], list[str], Callable[[], None]]:
     add("service headers, encoded", encode)
 
     def wrapper() -> Loop:
-        names = _internal("keyturn.asgi", "_SERVICE_NAMES")
-        lengths = _internal("keyturn.asgi", "_SERVICE_LENGTHS")
+        names = _internal("keyturn._web", "_RESERVED_EITHER")
+        lengths = _internal("keyturn._web", "RESERVED_LENGTHS")
         start = {
             "type": "http.response.start",
             "status": 200,

@@ -2,8 +2,10 @@
 
 Nothing here decides whether a request passes (that is ``_core/decision.py``) or which requests
 are guarded (``_core/target.py``): this module holds the one header vocabulary of the adapters,
-checks their options once, renders a refusal identically for each (once per distinct
-refusal, not per request), and reads back the principal an adapter stored for the app.
+checks their options once, reads the decision's input from an environ (WSGI's, Django's
+``request.META``), keeps the app's own lines of keyturn's names off a response, renders a
+refusal identically for each (once per distinct refusal, not per request), and reads back the
+principal an adapter stored for the app.
 
 It is also the one home of the web plumbing every edge (the middlewares, the payload
 guard, the leak endpoints, the console) uses: the ASGI types, the three body readers (ASGI,
@@ -16,11 +18,12 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from datetime import UTC, datetime
 from http import HTTPStatus
-from typing import Any, Final, NamedTuple
+from typing import Any, AnyStr, Final, NamedTuple
 from wsgiref.types import WSGIEnvironment
 
 from keyturn._core.decision import AuthRequest
@@ -38,6 +41,7 @@ __all__ = [
     "ORGANIZATION_ID_HEADER",
     "PRINCIPAL_KEY",
     "RESERVED_HEADER_NAMES",
+    "RESERVED_LENGTHS",
     "SERVICE_HEADER_NAMES",
     "SERVICE_ORGANIZATION_HEADER",
     "SERVICE_TENANT_HEADER",
@@ -52,8 +56,11 @@ __all__ = [
     "Send",
     "asgi_path",
     "check_options",
+    "environ_request",
     "expiry_headers",
+    "header_name",
     "lifespan",
+    "new_request",
     "principal_in",
     "read_asgi_body",
     "read_django_body",
@@ -63,6 +70,7 @@ __all__ = [
     "response_headers",
     "service_headers",
     "unreadable",
+    "without_reserved",
     "wsgi_path",
 ]
 
@@ -87,6 +95,16 @@ KEY_EXPIRES_HEADER: Final = "service-key-expires-at"  # response, opt-in: see do
 # Ours on a response to an accepted request: the app's own lines of these names are dropped,
 # so a client reads only what keyturn set (the expiry's name too, even with the option off).
 RESERVED_HEADER_NAMES: Final = SERVICE_HEADER_NAMES | {KEY_EXPIRES_HEADER}
+# Their lengths: a response with no header name of these (the usual one) holds none of ours,
+# which map(len, map(header_name, lines)) finds without a Python loop or lower-casing a name.
+RESERVED_LENGTHS: Final = frozenset(map(len, RESERVED_HEADER_NAMES))
+_RESERVED_EITHER: Final[frozenset[str | bytes]] = frozenset(
+    (*RESERVED_HEADER_NAMES, *(name.encode("ascii") for name in RESERVED_HEADER_NAMES))
+)
+header_name: Final = operator.itemgetter(0)
+# The two request headers as WSGI environ keys (Django's request.META too).
+_AUTHORIZATION_KEY: Final = "HTTP_AUTHORIZATION"
+_ORGANIZATION_ID_KEY: Final = "HTTP_X_ORGANIZATION_ID"
 # The realm sits inside a quoted string of WWW-Authenticate: printable ASCII but '"' and '\'.
 _REALM: Final = re.compile(r"[ !#-\[\]-~]+")
 
@@ -119,9 +137,11 @@ OPTIONS: Final[Mapping[str, str]] = {
 }
 
 
-def check_options(authenticator: Authenticator, realm: str) -> None:
+def check_options(
+    authenticator: Authenticator, prefix: str, public_paths: PublicPaths, realm: str
+) -> Paths:
     """The options every middleware takes (:data:`OPTIONS`), checked at startup rather than
-    as a 500 on the first request.
+    as a 500 on the first request; the paths they guard.
     """
     if not isinstance(authenticator, Authenticator):
         raise TypeError(
@@ -130,6 +150,40 @@ def check_options(authenticator: Authenticator, realm: str) -> None:
         )
     if not _REALM.fullmatch(realm):
         raise ValueError(f"realm must be printable ASCII without '\"' or '\\', got {realm!r}")
+    return Paths(prefix, public_paths)
+
+
+# The named tuple's own __new__ is Python code; the tuple's is not (the same record, built
+# once per request).
+new_request: Final = tuple.__new__
+
+
+def environ_request(
+    environ: MutableMapping[str, Any], method: str, path: str, strip: bool
+) -> AuthRequest:
+    """The decision's input from a WSGI environ or Django's ``request.META``, where servers
+    join a repeated header into one value; with *strip*, the ``Authorization`` value is taken
+    out of the environ now, before anything is called.
+    """
+    key = environ.pop(_AUTHORIZATION_KEY, None) if strip else environ.get(_AUTHORIZATION_KEY)
+    organization = environ.get(_ORGANIZATION_ID_KEY)
+    return new_request(
+        AuthRequest,
+        (
+            () if key is None else (key,),
+            () if organization is None else (organization,),
+            method.upper(),  # what the router dispatches on
+            path,
+        ),
+    )
+
+
+def without_reserved(lines: Iterable[tuple[AnyStr, AnyStr]]) -> list[tuple[AnyStr, AnyStr]]:
+    """A response's header *lines* (text, or bytes as ASGI sends them) without the app's own
+    of :data:`RESERVED_HEADER_NAMES`: a client reads only what keyturn set. A new list: the
+    app may pass the same one to every response.
+    """
+    return [line for line in lines if line[0].lower() not in _RESERVED_EITHER]
 
 
 def principal_in(stored: Mapping[str, Any] | None) -> Principal:

@@ -87,7 +87,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import operator
 import time
 from collections.abc import Mapping
 from datetime import datetime
@@ -95,24 +94,27 @@ from typing import TYPE_CHECKING, Any, Final
 
 from keyturn._core.decision import AuthRequest
 from keyturn._core.model import Principal
-from keyturn._core.target import Paths, PublicPaths, Unreadable
+from keyturn._core.target import PublicPaths, Unreadable
 from keyturn._web import (
     AUTHORIZATION_HEADER,
     DEFAULT_PREFIX,
     DEFAULT_REALM,
     ORGANIZATION_ID_HEADER,
     PRINCIPAL_KEY,
-    RESERVED_HEADER_NAMES,
+    RESERVED_LENGTHS,
     ASGIApp,
     ASGIScope,
     Message,
     Receive,
     Send,
     check_options,
+    header_name,
+    new_request,
     principal_in,
     rendered,
     response_headers,
     unreadable,
+    without_reserved,
 )
 from keyturn.authenticator import Authenticator
 from keyturn.errors import Refusal
@@ -136,8 +138,6 @@ _RESPONSE_STARTS: Final = frozenset(
 _AUTHORIZATION: Final = AUTHORIZATION_HEADER.encode("ascii")
 _ORGANIZATION_ID: Final = ORGANIZATION_ID_HEADER.encode("ascii")
 _READ_LENGTHS: Final = frozenset({len(_AUTHORIZATION), len(_ORGANIZATION_ID)})
-_SERVICE_NAMES: Final = frozenset(name.encode("ascii") for name in RESERVED_HEADER_NAMES)
-_SERVICE_LENGTHS: Final = frozenset(len(name) for name in _SERVICE_NAMES)
 
 
 class ApiKeyMiddleware:
@@ -172,11 +172,10 @@ class ApiKeyMiddleware:
         payload_guard: PayloadGuard | None = None,
     ) -> None:
         # The options' texts above are _web.OPTIONS's, shared with the WSGI and Django ones.
-        check_options(authenticator, realm)
+        self.paths = check_options(authenticator, prefix, public_paths, realm)
         self.payload_guard = payload_guard and payload_guard.check(authenticator, prefix)
         self.app = app
         self.authenticator = authenticator
-        self.paths = Paths(prefix, public_paths)
         self.realm = realm
         self.strip_authorization = strip_authorization
         self.expiry_header = expiry_header
@@ -186,7 +185,8 @@ class ApiKeyMiddleware:
         if kind == "lifespan":
             await self.app(scope, receive, self._flush_at_shutdown(send))
             return
-        path = self.paths.read(scope.get("root_path", ""), scope.get("path", ""))
+        root, raw = scope.get("root_path", ""), scope.get("path", "")
+        path = self.paths.read(root, raw)
         if path is None:  # not ours to guard
             await self.app(scope, receive, send)
             return
@@ -194,13 +194,7 @@ class ApiKeyMiddleware:
             log.warning("refused an ASGI %r scope under the protected prefix", kind)
             return
         if isinstance(path, Unreadable):
-            error = unreadable(
-                self.authenticator,
-                path,
-                scope.get("method", "GET"),
-                scope.get("root_path", ""),
-                scope.get("path", ""),
-            )
+            error = unreadable(self.authenticator, path, scope.get("method", "GET"), root, raw)
             await self._refuse(error, scope, send)
             return
         guard = self.payload_guard if kind == "http" else None
@@ -228,11 +222,8 @@ class ApiKeyMiddleware:
         else:
             state[PRINCIPAL_KEY] = outcome
         # Encoded now, so a provider id that is no header value fails before the app runs.
-        extra = _response_headers(
-            outcome.organization_id,
-            outcome.tenant_id,
-            outcome.expires_at if self.expiry_header else None,
-        )
+        expires_at = outcome.expires_at if self.expiry_header else None
+        extra = _response_headers(outcome.organization_id, outcome.tenant_id, expires_at)
         if limits:  # the rate limit's fields, after the service headers
             extra = (*extra, *[(_limit_name(n), v.encode("latin-1")) for n, v in limits])
         started = False
@@ -242,15 +233,8 @@ class ApiKeyMiddleware:
             if message["type"] in _RESPONSE_STARTS:
                 started = True
                 headers = message.get("headers", ())
-                # The app's own service headers are dropped (ours are the canonical ones);
-                # the usual response has none, which map() finds without a Python loop.
-                if not _SERVICE_LENGTHS.isdisjoint(map(len, map(_name, headers))):
-                    headers = [
-                        line
-                        for line in headers
-                        if len(line[0]) not in _SERVICE_LENGTHS
-                        or line[0].lower() not in _SERVICE_NAMES
-                    ]
+                if not RESERVED_LENGTHS.isdisjoint(map(len, map(header_name, headers))):
+                    headers = without_reserved(headers)
                 # In place, as Starlette's own middlewares do; the app's list is left as is.
                 message["headers"] = [*headers, *extra]
             await send(message)
@@ -324,21 +308,13 @@ def _read(scope: ASGIScope, path: str, strip: bool) -> AuthRequest:
             scope["headers"] = [line for line in headers if line[0].lower() != _AUTHORIZATION]
     # What the router dispatches on: the upper-cased method (a WebSocket handshake is a GET).
     method = scope.get("method", "GET").upper()
-    return _new_request(AuthRequest, (authorization, organization, method, path))
-
-
-_name: Final = operator.itemgetter(0)
+    return new_request(AuthRequest, (authorization, organization, method, path))
 
 
 @functools.lru_cache(maxsize=16)
 def _limit_name(name: str) -> bytes:
     """A rate limit field's name as ASGI sends it (lower case), encoded once."""
     return name.lower().encode("latin-1")
-
-
-# The named tuple's own __new__ is Python code; the tuple's is not (same record, built once
-# per request).
-_new_request: Final = tuple.__new__
 
 
 @functools.lru_cache(maxsize=4096)

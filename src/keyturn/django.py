@@ -64,15 +64,15 @@ try:
 except ImportError as exc:
     raise ImportError("keyturn.django needs Django: pip install 'keyturn[django]'") from exc
 
-from keyturn._core.decision import AuthRequest
 from keyturn._core.model import Principal
-from keyturn._core.target import Paths, Unreadable
+from keyturn._core.target import Unreadable
 from keyturn._web import (
     DEFAULT_PREFIX,
     DEFAULT_REALM,
     PRINCIPAL_KEY,
     RESERVED_HEADER_NAMES,
     check_options,
+    environ_request,
     principal_in,
     rendered,
     response_headers,
@@ -122,8 +122,8 @@ class ApiKeyMiddleware:
         try:
             authenticator = _authenticator(config)
             realm = config.get("REALM", DEFAULT_REALM)
-            check_options(authenticator, realm)
-            paths = Paths(config.get("PREFIX", DEFAULT_PREFIX), config.get("PUBLIC_PATHS", ()))
+            prefix = config.get("PREFIX", DEFAULT_PREFIX)
+            paths = check_options(authenticator, prefix, config.get("PUBLIC_PATHS", ()), realm)
             guard = _payload_guard(config.get("PAYLOAD_GUARD"), authenticator, paths.prefix)
         except (TypeError, ValueError) as exc:
             raise ImproperlyConfigured(f"KEYTURN: {exc}") from exc
@@ -148,8 +148,12 @@ class ApiKeyMiddleware:
             return self._refuse(path, request)
         guard = self.payload_guard
         began = None if guard is None else time.monotonic()  # for the audit event
-        # With the guard, an acceptance is counted once the body is read (final=False).
-        outcome, limits = self.authenticator.check(_read(request, path), final=guard is None)
+        # With the guard, an acceptance is counted once the body is read (final=False). The
+        # key leaves request.META once the request is admitted (_admit), not before.
+        outcome, limits = self.authenticator.check(
+            environ_request(request.META, request.method or "GET", path, strip=False),
+            final=guard is None,
+        )
         if isinstance(outcome, Refusal):
             return self._refuse(outcome, request)
         if guard is not None:  # the body, read before the view
@@ -170,7 +174,8 @@ class ApiKeyMiddleware:
         guard = self.payload_guard
         began = None if guard is None else time.monotonic()  # for the audit event
         outcome, limits = await self.authenticator.check_async(
-            _read(request, path), final=guard is None
+            environ_request(request.META, request.method or "GET", path, strip=False),
+            final=guard is None,
         )
         if isinstance(outcome, Refusal):
             return self._refuse(outcome, request)
@@ -241,18 +246,6 @@ def _language_prefix(path: str) -> str:
     if language is None or not path.startswith("/"):
         return ""
     return "/" + path.split("/", 2)[1]
-
-
-def _read(request: HttpRequest, path: str) -> AuthRequest:
-    meta = request.META
-    authorization = meta.get("HTTP_AUTHORIZATION")
-    organization = meta.get("HTTP_X_ORGANIZATION_ID")
-    return AuthRequest(
-        authorization=() if authorization is None else (authorization,),
-        organization=() if organization is None else (organization,),
-        method=(request.method or "GET").upper(),  # what the router dispatches on
-        path=path,
-    )
 
 
 def _payload_guard(

@@ -80,27 +80,26 @@ What it does, precisely:
 from __future__ import annotations
 
 import logging
-import operator
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Protocol
 from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
-from keyturn._core.decision import AuthRequest
 from keyturn._core.model import Principal
-from keyturn._core.target import Paths, PublicPaths, Unreadable
+from keyturn._core.target import PublicPaths, Unreadable
 from keyturn._web import (
-    AUTHORIZATION_HEADER,
     DEFAULT_PREFIX,
     DEFAULT_REALM,
-    ORGANIZATION_ID_HEADER,
     PRINCIPAL_KEY,
-    RESERVED_HEADER_NAMES,
+    RESERVED_LENGTHS,
     check_options,
+    environ_request,
+    header_name,
     principal_in,
     rendered,
     response_headers,
     unreadable,
+    without_reserved,
     wsgi_path,
 )
 from keyturn.authenticator import Authenticator
@@ -113,17 +112,6 @@ if TYPE_CHECKING:
 __all__ = ["ApiKeyMiddleware", "principal"]
 
 log: Final = logging.getLogger("keyturn")
-
-
-_new_request: Final = tuple.__new__
-
-
-def _environ_key(header: str) -> str:
-    return "HTTP_" + header.upper().replace("-", "_")
-
-
-_AUTHORIZATION: Final = _environ_key(AUTHORIZATION_HEADER)
-_ORGANIZATION_ID: Final = _environ_key(ORGANIZATION_ID_HEADER)
 
 
 class ApiKeyMiddleware:
@@ -158,11 +146,10 @@ class ApiKeyMiddleware:
         payload_guard: PayloadGuard | None = None,
     ) -> None:
         # The options' texts above are _web.OPTIONS's, shared with the ASGI and Django ones.
-        check_options(authenticator, realm)
+        self.paths = check_options(authenticator, prefix, public_paths, realm)
         self.payload_guard = payload_guard and payload_guard.check(authenticator, prefix)
         self.app = app
         self.authenticator = authenticator
-        self.paths = Paths(prefix, public_paths)
         self.realm = realm
         self.strip_authorization = strip_authorization
         self.expiry_header = expiry_header
@@ -176,25 +163,13 @@ class ApiKeyMiddleware:
         if isinstance(path, Unreadable):
             error = unreadable(self.authenticator, path, method, root, raw)
             return _refuse(error, self.realm, method, start_response)
-        organization = environ.get(_ORGANIZATION_ID)
-
-        # Built in the call: no frame of ours holds the key while anything it calls may
-        # raise, nor while the app runs (error trackers send a traceback's frame locals).
-        # The tuple's own __new__, not the named tuple's Python one: the same record, cheaper.
         guard = self.payload_guard
         began = None if guard is None else time.monotonic()  # for the audit event
+        # Built in the call: no frame of ours holds the key while anything it calls may
+        # raise, nor while the app runs (error trackers send a traceback's frame locals).
         # With the guard, an acceptance is counted once the body is read (final=False).
         outcome, limits = self.authenticator.check(
-            _new_request(
-                AuthRequest,
-                (
-                    _credentials(environ, self.strip_authorization),
-                    () if organization is None else (organization,),
-                    method.upper(),  # what the router dispatches on
-                    path,
-                ),
-            ),
-            final=guard is None,
+            environ_request(environ, method, path, self.strip_authorization), final=guard is None
         )
         if isinstance(outcome, Refusal):
             return _refuse(outcome, self.realm, method, start_response)
@@ -204,14 +179,8 @@ class ApiKeyMiddleware:
                 return _refuse(screened, self.realm, method, start_response)
 
         environ[PRINCIPAL_KEY] = outcome
-        extra = response_headers(
-            outcome.organization_id,
-            outcome.tenant_id,
-            outcome.expires_at if self.expiry_header else None,
-        )
-        if limits:  # the rate limit's fields, after the service headers
-            extra += limits
-
+        expires_at = outcome.expires_at if self.expiry_header else None
+        extra = response_headers(outcome.organization_id, outcome.tenant_id, expires_at) + limits
         started = False
 
         def start_with_service_headers(
@@ -219,11 +188,8 @@ class ApiKeyMiddleware:
         ) -> Callable[[bytes], object]:
             nonlocal started
             started = True
-            # A new list: the app may pass the same list object to every response. The usual
-            # app sets no name of our names' lengths, which map() finds without a Python loop
-            # (and without lower-casing a name).
-            if not _RESERVED_LENGTHS.isdisjoint(map(len, map(_name, headers))):
-                headers = [h for h in headers if h[0].lower() not in RESERVED_HEADER_NAMES]
+            if not RESERVED_LENGTHS.isdisjoint(map(len, map(header_name, headers))):
+                headers = without_reserved(headers)
             return start_response(status, [*headers, *extra], exc_info)
 
         try:
@@ -246,18 +212,6 @@ def _refuse(error: Refusal, realm: str, method: str, start_response: StartRespon
     # A list of the server's own: the rendering is shared by every request refused alike.
     start_response(form.status_line, list(form.headers))
     return [form.body] if form.body else []
-
-
-_name: Final = operator.itemgetter(0)
-_RESERVED_LENGTHS: Final = frozenset(map(len, RESERVED_HEADER_NAMES))
-
-
-def _credentials(environ: WSGIEnvironment, strip: bool) -> tuple[str, ...]:
-    """The ``Authorization`` value; with *strip*, taken out of the environ now, before
-    anything is called.
-    """
-    value = environ.pop(_AUTHORIZATION, None) if strip else environ.get(_AUTHORIZATION)
-    return () if value is None else (value,)
 
 
 class _HasEnviron(Protocol):
