@@ -6,7 +6,7 @@ connection pool and gives the key store (``.keys``) and the membership provider
 
 Importing this module touches no database; a :class:`PostgresDatabase` connects when
 constructed, an :class:`AsyncPostgresDatabase` on ``open()``, each pool in the background
-(retrying a server that refuses); :func:`reach` connects once, on its own, for a caller
+(retrying a server that refuses); ``reach()`` connects once, on its own, for a caller
 that wants a refusal said at once (``open_database(url, connect_first=True)``). Only
 ``create_schema()`` creates or upgrades the tables, under an advisory lock so that
 instances deploying at once do not race, in the first schema of the ``search_path`` (for a
